@@ -1,0 +1,60 @@
+"""The ``gpulab`` command: one thin file per verb, registered on one typer app.
+
+``main`` is the console-script entry point. It turns a ``GpulabError`` (a user's mistake or an
+environment problem) into one line on stderr and exit code 2; ``--debug`` keeps the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpulab.errors import GpulabError
+
+app = typer.Typer(
+    name="gpulab",
+    help="Train PyTorch models from a laptop CPU to one GPU to many: diagnosed, accelerated, measured.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks for errors.")) -> None:
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
+    from gpulab.cli import doctor
+
+    doctor.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, standalone_mode=False)
+    except GpulabError as exc:
+        if debug:
+            raise
+        print(f"gpulab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        print("gpulab: aborted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # click's usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0

@@ -1,0 +1,157 @@
+"""Validated settings (pydantic), free of any framework so that a second engine can share them.
+
+Every model forbids unknown keys. ``parse_config`` turns pydantic's multi-line report into one line that
+names the key, what was given, and the valid choices (for a typo'd key, the closest valid ones first).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpulab.errors import ConfigError, choices
+
+PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
+Precision = Literal["auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"]
+
+
+class Settings(BaseModel):
+    """Base for every settings model: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+def _validate_device(value: str) -> str:
+    """Syntax only (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``); whether the
+    device exists is the hardware layer's question."""
+    kind, _, index = value.partition(":")
+    if kind not in ("auto", "cpu", "cuda", "mps", "xpu") or (index and not index.isdigit()):
+        raise ValueError(f"device {value!r} is not one of auto|cpu|cuda|cuda:N|mps|xpu|xpu:N")
+    if index and kind in ("auto", "cpu", "mps"):
+        raise ValueError(f"device {value!r}: only cuda and xpu take an index")
+    return value
+
+
+class TrainerSettings(Settings):
+    """What ``Trainer(**settings)`` and ``gpulab train`` accept. Later issues add fields here."""
+
+    device: str = Field("auto", description="auto|cpu|cuda|cuda:N|mps|xpu")
+    precision: Precision = Field("auto", description="numeric policy for forward/backward")
+    epochs: int = Field(1, ge=1, description="passes over the training data (max_steps wins if set)")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
+    batch_size: int = Field(32, ge=1, description="samples per forward pass (per device)")
+    accumulate: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    clip_grad_norm: float | None = Field(None, gt=0, description="max global gradient norm; None: off")
+    compile: bool = Field(False, description="wrap the model in torch.compile (falls back with a warning)")
+    seed: int = Field(0, description="seed for Python, NumPy and torch")
+    deterministic: bool = Field(False, description="ask torch for deterministic kernels")
+    log_every: int = Field(50, ge=1, description="read and log metrics every N optimizer steps")
+
+    _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
+
+
+S = TypeVar("S", bound=Settings)
+
+
+def _closest(word: str, valid: list[str]) -> list[str]:
+    near = difflib.get_close_matches(word, valid, n=3, cutoff=0.5)
+    return near + [v for v in valid if v not in near]
+
+
+def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "(root)"
+    if err["type"] == "extra_forbidden":
+        valid = _closest(loc[-1], list(_fields_at(model, loc[:-1])))
+        return f"unknown setting {key!r}; valid settings: {choices(valid)}"
+    given = err.get("input", data.get(loc[0]) if loc else None)
+    field = _fields_at(model, loc[:-1]).get(loc[-1]) if loc else None
+    expected = (err.get("ctx") or {}).get("expected")
+    if expected:  # a Literal: list the choices in the project's a|b|c form
+        msg = "valid choices: " + choices(re.findall(r"'([^']*)'", expected))
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+    # Numeric bounds read better with what the field means.
+    hint = (
+        f" ({field.description})"
+        if field is not None and field.description and err["type"] in _BOUNDS
+        else ""
+    )
+    return f"setting {key!r} = {given!r} is invalid: {msg}{hint}"
+
+
+_BOUNDS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "int_parsing",
+    "float_parsing",
+}
+
+
+def _fields_at(model: type[BaseModel], path: list[str]) -> dict:
+    fields = dict(model.model_fields)
+    for part in path:
+        sub = fields.get(part)
+        ann = getattr(sub, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return {}
+        fields = dict(ann.model_fields)
+    return fields
+
+
+def parse_config(model: type[S], data: dict[str, Any] | None) -> S:
+    """Validate ``data`` against ``model``; any problem becomes one ``ConfigError`` line."""
+    data = dict(data or {})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(model, data, exc)) from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, with one-line errors for a missing file or bad YAML."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"config file {str(p)!r} must hold a mapping of settings, not {type(data).__name__}"
+        )
+    return data
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["a.b=3", "x=fp16"]`` -> nested dict, each value parsed as YAML (so numbers and bools work)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r} is not key=value (for example --set batch_size=64)")
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(raw) if raw else ""
+    return out
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``override`` into a copy of ``base``."""
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,35 @@
+"""The project's exceptions.
+
+A ``GpulabError`` is a *user's* mistake or an environment problem with a known fix: the CLI prints its
+message as one line and exits 2, with no traceback unless ``--debug``. Anything else is a bug and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+
+class GpulabError(Exception):
+    """Base class: one clear line naming what is wrong and the valid choices."""
+
+    exit_code = 2
+
+
+class ConfigError(GpulabError):
+    """A setting is unknown, of the wrong type, or impossible."""
+
+
+class DeviceError(GpulabError):
+    """A device was asked for that this machine does not have."""
+
+
+class DataError(GpulabError):
+    """Training data of a shape or type gpulab cannot use."""
+
+
+class CheckpointError(GpulabError):
+    """A checkpoint is missing, incomplete, tampered with, or does not fit the run."""
+
+
+def choices(values) -> str:
+    """Render valid choices the same way in every message: ``a|b|c``."""
+    return "|".join(str(v) for v in values)
