@@ -36,25 +36,16 @@ def _register() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except GpulabError as exc:
         if debug:
             raise
         print(f"gpulab: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except typer.Exit as exc:
-        return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        print("gpulab: aborted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # click's usage errors carry their own exit code (2)
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
     return 0

@@ -1,0 +1,30 @@
+"""How training data reaches the device fast: loaders, the tensor fast path, prefetching, transfers."""
+
+from gpulab.data.loaders import (
+    BatchSource,
+    DatasetBatches,
+    EpochSampler,
+    LoaderBatches,
+    LoaderPolicy,
+    make_loader,
+    usable_physical_cores,
+)
+from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.data.tensor_batches import EpochCursor, TensorBatches, epoch_permutation
+from gpulab.data.transfer import batch_size_of, to_device
+
+__all__ = [
+    "BatchSource",
+    "DatasetBatches",
+    "DevicePrefetcher",
+    "EpochCursor",
+    "EpochSampler",
+    "LoaderBatches",
+    "LoaderPolicy",
+    "TensorBatches",
+    "batch_size_of",
+    "epoch_permutation",
+    "make_loader",
+    "to_device",
+    "usable_physical_cores",
+]

@@ -1,0 +1,79 @@
+"""`gpulab doctor [--json] [--peak]`: check the environment; exit 1 when a check fails."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpulab.hardware.doctor import Report, run_doctor
+
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def _fmt_bytes(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def render(report: Report, console: Console) -> None:
+    devices = Table(title="Devices", title_justify="left")
+    for col in ("device", "name", "memory", "compute cap.", "SMs"):
+        devices.add_column(col)
+    for d in report.facts.devices:
+        devices.add_row(
+            d.spec,
+            d.name,
+            _fmt_bytes(d.memory_total_bytes),
+            d.compute_capability or "-",
+            str(d.sm_count or "-"),
+        )
+    console.print(devices)
+
+    checks = Table(title="Checks", title_justify="left")
+    for col in ("check", "status", "detail", "fix"):
+        checks.add_column(col, overflow="fold")
+    for c in report.checks:
+        checks.add_row(c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, c.fix or "")
+    console.print(checks)
+
+
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see the README) instead."),
+    peak: bool = typer.Option(
+        False, "--peak", help="Also time a matrix product on the auto-selected device."
+    ),
+) -> None:
+    """Check that torch, drivers, GPUs, shared memory and threads are right for training."""
+    report = run_doctor()
+    out = report.to_json()
+    console = Console()
+    if peak:
+        out["peak"] = _measure_peaks()
+    if as_json:
+        print(json.dumps(out, indent=2))
+    else:
+        render(report, console)
+        for p in out.get("peak", []):
+            console.print(
+                f"measured {p['dtype']} matmul peak on {p['device']} ({p['device_name']}): "
+                f"[bold]{p['flops_per_s'] / 1e12:.3f} TFLOP/s[/] (n={p['n']}, median of {p['repeats']})"
+            )
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _measure_peaks() -> list[dict]:
+    from dataclasses import asdict
+
+    from gpulab.hardware.devices import select_device
+    from gpulab.hardware.peaks import measure_peak
+
+    device = select_device("auto").device
+    dtypes = ("fp32", "tf32", "bf16") if device.startswith("cuda") else ("fp32",)
+    return [asdict(measure_peak(device, dtype)) for dtype in dtypes]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(doctor)

@@ -1,0 +1,308 @@
+"""``make_loader``: any accepted kind of training data -> a ``BatchSource`` of device-resident batches.
+
+=======================  ==========================================================================
+data given               what serves it
+=======================  ==========================================================================
+tuple/list of tensors,   ``TensorBatches``: index-tensor batching, dataset resident on the GPU when
+``TensorDataset``        it fits (the fast path)
+other ``Dataset``        a ``DataLoader`` shaped by a ``LoaderPolicy``, ordered by ``EpochSampler``
+                         (the same permutation as the fast path, so both yield the same batches)
+``IterableDataset``      a ``DataLoader`` in the dataset's own order (``shuffle=False`` required)
+``DataLoader``           used as given; only its batches are moved to the device
+=======================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from itertools import islice
+from typing import Any, Protocol, runtime_checkable
+
+import psutil
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
+
+from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.data.tensor_batches import (
+    EpochCursor,
+    TensorBatches,
+    check_batch_size,
+    epoch_permutation,
+    num_batches,
+)
+from gpulab.data.transfer import DeviceLike, resolve_device
+from gpulab.errors import ConfigError, DataError
+
+ACCEPTED = "a tuple/list of tensors, a TensorDataset, a Dataset, or a DataLoader"
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """What every loader from ``make_loader`` offers, whatever data it was built from.
+
+    - ``iter(source)``: this epoch's remaining batches, already on the target device. Finishing an epoch
+      moves to the next one, so iterating again reshuffles even without ``set_epoch``.
+    - ``len(source)``: batches in a full epoch.
+    - ``set_epoch(epoch)``: go to the start of ``epoch`` (kept in place if already inside it, so a loop
+      calling it every epoch resumes mid-epoch after ``load_state_dict``).
+    - ``state_dict()`` -> ``{"epoch": int, "batches_consumed": int}``: the next batch to produce; a batch
+      counts as consumed once yielded. ``load_state_dict(state)`` goes back there, also on a fresh object.
+    """
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def state_dict(self) -> dict[str, int]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoaderPolicy:
+    """How a ``DataLoader`` feeds one device. ``for_device`` derives it from the target and the machine.
+
+    ``resident_fraction`` caps the share of free GPU memory the fast path may fill with the dataset.
+    """
+
+    pin_memory: bool
+    num_workers: int
+    persistent_workers: bool
+    prefetch_factor: int | None
+    resident_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if not 0.0 < self.resident_fraction <= 1.0:
+            raise ConfigError(f"resident_fraction must be in (0, 1], got {self.resident_fraction}")
+        if self.num_workers == 0 and (self.persistent_workers or self.prefetch_factor is not None):
+            raise ConfigError("persistent_workers and prefetch_factor need num_workers > 0")
+
+    @classmethod
+    def for_device(cls, device: DeviceLike, *, physical_cores: int | None = None) -> LoaderPolicy:
+        """The policy for feeding ``device`` (a device string is enough: no GPU needed to build it).
+
+        - pin_memory only for CUDA: pinned pages let host->device copies run asynchronously; for a CPU
+          target they would only lock RAM.
+        - CUDA: workers = min(8, physical cores - 1): decoding runs in parallel with the GPU, one core
+          is left for the main process that launches kernels, and beyond ~8 workers the returns fade
+          while memory grows with each worker's copy of the dataset.
+        - CPU: no workers. The model's compute already uses every core through intra-op threads;
+          workers would compete with those threads for the same cores and add inter-process copies.
+          Give an explicit policy when ``__getitem__`` is expensive (decoding, augmentation).
+        - persistent workers (no re-fork each epoch) and a prefetch depth of 2 batches per worker
+          whenever there are workers; DataLoader rejects both without workers.
+        """
+        cuda = torch.device(device).type == "cuda"
+        cores = physical_cores if physical_cores is not None else usable_physical_cores()
+        workers = max(0, min(8, cores - 1)) if cuda else 0
+        return cls(
+            pin_memory=cuda,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            prefetch_factor=2 if workers > 0 else None,
+        )
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments ``torch.utils.data.DataLoader`` takes from this policy."""
+        kwargs = asdict(self)
+        del kwargs["resident_fraction"]
+        return kwargs
+
+
+def usable_physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads share a core's compute units)."""
+    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):  # a container or taskset may allow fewer than the machine has
+        physical = min(physical, len(os.sched_getaffinity(0)))
+    return physical
+
+
+class EpochSampler(Sampler[int]):
+    """Sample indices of one epoch in ``epoch_permutation`` order (or in order), from sample ``start``.
+
+    Lives in the main process even with workers, so ``set_epoch``/``start`` take effect at the next
+    ``iter(DataLoader)``. Skipping by index costs nothing: skipped samples are never loaded.
+    """
+
+    def __init__(self, num_samples: int, *, shuffle: bool, seed: int) -> None:
+        self.num_samples, self.shuffle, self.seed = num_samples, shuffle, seed
+        self.epoch = 0
+        self.start = 0
+
+    def __iter__(self) -> Iterator[int]:
+        if not self.shuffle:
+            return iter(range(self.start, self.num_samples))
+        order = epoch_permutation(self.num_samples, self.seed, self.epoch)
+        return iter(order[self.start :].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+class _CursorSource:
+    """The ``BatchSource`` methods shared by the two DataLoader-backed sources."""
+
+    _cursor: EpochCursor
+
+    def set_epoch(self, epoch: int) -> None:
+        self._cursor.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        return self._cursor.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._cursor.load_state_dict(state, _len_or_none(self))
+
+
+class DatasetBatches(_CursorSource):
+    """A map-style ``Dataset`` through a ``DataLoader`` with an ``EpochSampler``: resumes by index."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int,
+        device: DeviceLike,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        policy: LoaderPolicy,
+    ) -> None:
+        self.batch_size, self.drop_last = check_batch_size(batch_size), drop_last
+        self.device = resolve_device(device)
+        self.num_samples = len(dataset)  # type: ignore[arg-type]
+        self.sampler = EpochSampler(self.num_samples, shuffle=shuffle, seed=seed)
+        # The generator only seeds workers' RNGs (random augmentations); the order comes from the sampler.
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=self.sampler,
+            drop_last=drop_last,
+            generator=torch.Generator().manual_seed(seed),
+            **policy.dataloader_kwargs(),
+        )
+        self._cursor = EpochCursor()
+
+    def __len__(self) -> int:
+        return num_batches(self.num_samples, self.batch_size, self.drop_last)
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, start = self._cursor.epoch, self._cursor.consumed
+        self.sampler.epoch, self.sampler.start = epoch, start * self.batch_size
+        batches = DevicePrefetcher(self.loader, self.device)
+        return self._cursor.track(batches, epoch, start, len(self))
+
+
+class LoaderBatches(_CursorSource):
+    """A user's own ``DataLoader``, used as given; batches are moved to the device.
+
+    Resuming skips the already-consumed batches by *iterating* them (they are loaded and thrown away),
+    since an arbitrary sampler cannot be told where to start; and it lands on the same batches only if
+    the loader's order is reproducible (a seeded ``generator``, or a sampler with ``set_epoch``).
+    ``len()`` raises ``TypeError`` when the loader has no length (an ``IterableDataset`` without one).
+    """
+
+    def __init__(self, loader: DataLoader, device: DeviceLike) -> None:
+        self.loader = loader
+        self.device = resolve_device(device)
+        self._cursor = EpochCursor()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch, start = self._cursor.epoch, self._cursor.consumed
+        for part in (self.loader.sampler, self.loader.batch_sampler):
+            if hasattr(part, "set_epoch"):  # e.g. DistributedSampler reshuffles per epoch
+                part.set_epoch(epoch)
+        raw: Iterable[Any] = islice(self.loader, start, None)
+        batches = DevicePrefetcher(raw, self.device)
+        return self._cursor.track(batches, epoch, start, _len_or_none(self))
+
+
+def _len_or_none(source: Any) -> int | None:
+    try:
+        return len(source)
+    except TypeError:
+        return None
+
+
+def make_loader(
+    data: Any,
+    *,
+    batch_size: int,
+    device: DeviceLike,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    seed: int = 0,
+    policy: LoaderPolicy | None = None,
+) -> BatchSource:
+    """A ``BatchSource`` of ``data`` on ``device``; see the module docstring for what serves which input.
+
+    ``seed`` and the epoch fix the order (``seed + epoch`` seeds the permutation). ``policy`` defaults to
+    ``LoaderPolicy.for_device(device)``. A ``DataLoader`` given keeps its own batch size, order and
+    workers: the other arguments do not apply to it.
+    """
+    policy = policy if policy is not None else LoaderPolicy.for_device(device)
+    if isinstance(data, DataLoader):
+        return LoaderBatches(data, device)
+    tensors = _as_tensors(data)
+    if tensors is not None:
+        return TensorBatches(
+            tensors,
+            batch_size=batch_size,
+            device=device,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            seed=seed,
+            resident_fraction=policy.resident_fraction,
+        )
+    if isinstance(data, IterableDataset):
+        return _iterable_loader(data, batch_size, device, shuffle, drop_last, policy)
+    if isinstance(data, Dataset):
+        return DatasetBatches(
+            data,
+            batch_size=batch_size,
+            device=device,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            seed=seed,
+            policy=policy,
+        )
+    hint = " (wrap a single tensor as a one-element tuple: (x,))" if isinstance(data, torch.Tensor) else ""
+    raise DataError(f"cannot load training data of type {type(data).__name__}; give {ACCEPTED}{hint}")
+
+
+def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
+    """The tensors behind ``data`` when it takes the fast path, else None."""
+    if isinstance(data, TensorDataset):
+        return tuple(data.tensors)
+    if isinstance(data, (tuple, list)):
+        return tuple(data)  # TensorBatches checks they are equal-length tensors
+    return None
+
+
+def _iterable_loader(
+    data: IterableDataset,
+    batch_size: int,
+    device: DeviceLike,
+    shuffle: bool,
+    drop_last: bool,
+    policy: LoaderPolicy,
+) -> LoaderBatches:
+    """An ``IterableDataset`` decides its own order; with workers it must shard by ``get_worker_info()``
+    or each worker yields every sample."""
+    if shuffle:
+        raise DataError(
+            f"an IterableDataset ({type(data).__name__}) cannot be shuffled by the loader; "
+            "pass shuffle=False and shuffle inside the dataset"
+        )
+    batch_size = check_batch_size(batch_size)
+    loader = DataLoader(data, batch_size=batch_size, drop_last=drop_last, **policy.dataloader_kwargs())
+    return LoaderBatches(loader, device)

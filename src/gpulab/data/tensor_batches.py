@@ -1,0 +1,197 @@
+"""The fast path: batches cut from in-memory tensors by index tensors.
+
+A ``DataLoader`` over a ``TensorDataset`` calls ``__getitem__`` once per sample and ``torch.stack``s the
+results: a Python loop as long as the batch, every step. Here one ``randperm`` per epoch orders the data
+and each batch is one ``index_select`` per tensor (or a slice, a view, when not shuffling), so the Python
+work per step is constant whatever the dataset or batch size.
+
+On CUDA the whole dataset is copied to the device once when it fits, and batches are gathered there:
+no host->device copy at all per step. When it does not fit, batches are gathered on the host into pinned
+memory and copied ahead on a side stream by ``DevicePrefetcher``.
+
+The epoch cursor and permutation here are shared with the ``DataLoader`` path in ``loaders.py``, which
+is what makes both paths yield the same batches in the same order for the same seed and epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.data.transfer import DeviceLike, resolve_device
+from gpulab.errors import CheckpointError, ConfigError, DataError
+
+STATE_KEYS = ("epoch", "batches_consumed")
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The sample order of one epoch: a CPU int64 permutation from a generator seeded ``seed + epoch``.
+
+    Drawn from its own generator, never the global RNG, so model initialisation or dropout cannot shift
+    it and a resumed run sees the same order.
+    """
+    generator = torch.Generator().manual_seed(seed + epoch)
+    return torch.randperm(num_samples, generator=generator)
+
+
+def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
+    """Batches in one epoch: a trailing partial batch counts unless ``drop_last``."""
+    return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
+
+
+def check_batch_size(batch_size: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+class EpochCursor:
+    """Where a batch source stands: the epoch, and how many of its batches were already handed out.
+
+    A batch counts as consumed the moment it is yielded, so a checkpoint written while training on it
+    resumes at the next one. Handing out an epoch's last batch moves the cursor to the start of the next
+    epoch, so iterating again without ``set_epoch`` reshuffles, and the state always names the next batch.
+    """
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.consumed = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Go to the start of ``epoch``, unless already inside it (e.g. just restored from a checkpoint):
+        a loop that calls ``set_epoch`` every epoch then resumes mid-epoch instead of restarting it."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "batches_consumed": self.consumed}
+
+    def load_state_dict(self, state: dict[str, Any], batches_per_epoch: int | None) -> None:
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise CheckpointError(f"loader state lacks {', '.join(missing)}; expected {list(STATE_KEYS)}")
+        epoch, consumed = state["epoch"], state["batches_consumed"]
+        limit = batches_per_epoch if batches_per_epoch is not None else consumed
+        valid = isinstance(epoch, int) and isinstance(consumed, int) and epoch >= 0
+        if not (valid and 0 <= consumed <= limit):
+            raise CheckpointError(
+                f"loader state {dict(state)} does not fit this data ({batches_per_epoch} batches per epoch);"
+                " was it saved with another dataset or batch size?"
+            )
+        self.epoch, self.consumed = epoch, consumed
+
+    def track(self, batches: Iterable[Any], epoch: int, start: int, total: int | None) -> Iterator[Any]:
+        """Yield ``batches`` (numbered from ``start`` within ``epoch``), moving the cursor as each goes."""
+        index = start - 1
+        for index, batch in enumerate(batches, start):
+            last = total is not None and index + 1 >= total
+            self.epoch, self.consumed = (epoch + 1, 0) if last else (epoch, index + 1)
+            yield batch
+        if self.epoch == epoch and self.consumed == index + 1:  # epoch ended (or was empty) short of `total`
+            self.epoch, self.consumed = epoch + 1, 0
+
+
+class TensorBatches:
+    """Batches of a tuple of equal-length tensors for ``device``; see the module docstring.
+
+    Implements ``BatchSource``: iterable over device-resident tuples of tensors, ``len()`` batches per
+    epoch, ``set_epoch``, ``state_dict``/``load_state_dict`` for an exact mid-epoch resume.
+    """
+
+    def __init__(
+        self,
+        tensors: Sequence[torch.Tensor],
+        *,
+        batch_size: int,
+        device: DeviceLike,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+        resident_fraction: float = 0.5,
+    ) -> None:
+        self.num_samples = check_tensors(tensors)
+        self.batch_size = check_batch_size(batch_size)
+        self.device = resolve_device(device)
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.resident = fits_on_device(tensors, self.device, resident_fraction)
+        # One copy for the whole run when resident; otherwise the data stays in host memory.
+        home = self.device if self.resident else torch.device("cpu")
+        self.tensors = tuple(t.to(home) for t in tensors)
+        self._cursor = EpochCursor()
+
+    def __len__(self) -> int:
+        return num_batches(self.num_samples, self.batch_size, self.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._cursor.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        return self._cursor.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._cursor.load_state_dict(state, len(self))
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        epoch, start, total = self._cursor.epoch, self._cursor.consumed, len(self)
+        order = self._order(epoch)
+        batches: Iterable[tuple[torch.Tensor, ...]] = (self._batch(order, i) for i in range(start, total))
+        if not self.resident:
+            batches = DevicePrefetcher(batches, self.device)
+        return self._cursor.track(batches, epoch, start, total)
+
+    def _order(self, epoch: int) -> torch.Tensor | None:
+        """This epoch's permutation where the data lives (one small copy per epoch), None if in order."""
+        if not self.shuffle:
+            return None
+        return epoch_permutation(self.num_samples, self.seed, epoch).to(self.tensors[0].device)
+
+    def _batch(self, order: torch.Tensor | None, index: int) -> tuple[torch.Tensor, ...]:
+        lo, hi = index * self.batch_size, min((index + 1) * self.batch_size, self.num_samples)
+        if self.resident:
+            if order is None:
+                return tuple(t[lo:hi] for t in self.tensors)  # views: no copy at all
+            rows = order[lo:hi]
+            return tuple(t.index_select(0, rows) for t in self.tensors)
+        return tuple(_gather_pinned(t, order, lo, hi) for t in self.tensors)
+
+
+def _gather_pinned(tensor: torch.Tensor, order: torch.Tensor | None, lo: int, hi: int) -> torch.Tensor:
+    """Rows ``lo:hi`` (of ``order``, if any) written straight into fresh pinned host memory.
+
+    Pinned so the prefetcher's copy is truly asynchronous. A fresh buffer each batch is cheap: the
+    pinned caching allocator recycles blocks, and it only does so after the copy reading one is done.
+    """
+    out = torch.empty((hi - lo, *tensor.shape[1:]), dtype=tensor.dtype, pin_memory=True)
+    if order is None:
+        return out.copy_(tensor[lo:hi])
+    return torch.index_select(tensor, 0, order[lo:hi], out=out)
+
+
+def check_tensors(tensors: Sequence[Any]) -> int:
+    """The common length of ``tensors``, or a ``DataError`` naming what is wrong with them."""
+    if len(tensors) == 0:
+        raise DataError("got an empty tuple of tensors; give at least one tensor, e.g. (inputs, targets)")
+    for position, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise DataError(f"data[{position}] is a {type(tensor).__name__}, not a torch.Tensor")
+        if tensor.dim() == 0:
+            raise DataError(f"data[{position}] is a scalar (0-d); each tensor needs a leading sample dim")
+    lengths = [t.shape[0] for t in tensors]
+    if len(set(lengths)) > 1:
+        raise DataError(f"tensors have different lengths {lengths} along dim 0; they need one row per sample")
+    return lengths[0]
+
+
+def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fraction: float) -> bool:
+    """Whether to keep the whole dataset on ``device``: always on the CPU, and on CUDA when its bytes
+    not already there are at most ``fraction`` of the free memory (the rest is for the model)."""
+    if device.type != "cuda":
+        return True
+    needed = sum(t.numel() * t.element_size() for t in tensors if t.device != device)
+    free, _total = torch.cuda.mem_get_info(device)
+    return needed <= fraction * free

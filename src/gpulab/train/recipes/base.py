@@ -1,0 +1,67 @@
+"""What a recipe hands the Trainer, and how recipes are found by name or ``module:function``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from gpulab.errors import ConfigError, choices
+
+
+@dataclass
+class Recipe:
+    """A model with its data, loss and optimizer factory: everything ``Trainer.fit`` needs."""
+
+    model: nn.Module
+    train_data: Any
+    loss_fn: Callable
+    optimizer: Callable  # params -> torch.optim.Optimizer
+    val_data: Any = None
+    scheduler: Callable | None = None  # (optimizer, total_steps) -> LR scheduler
+    defaults: dict[str, Any] = field(default_factory=dict)  # trainer settings this recipe wants
+    info: dict[str, Any] = field(default_factory=dict)  # facts for summaries (parameter count, ...)
+
+
+Builder = Callable[[dict[str, Any]], Recipe]
+
+
+def _builtin() -> dict[str, Builder]:
+    from gpulab.train.recipes import chargpt, digits, mlp
+
+    return {"mlp": mlp.build, "digits": digits.build, "chargpt": chargpt.build}
+
+
+def recipe_names() -> list[str]:
+    return list(_builtin())
+
+
+def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
+    """A built-in recipe by name, or a user's ``package.module:function`` returning a Recipe."""
+    options = options or {}
+    builtin = _builtin()
+    if name in builtin:
+        return builtin[name](options)
+    if ":" not in name:
+        raise ConfigError(f"unknown recipe {name!r}; valid: {choices(builtin)} or your own module:function")
+    module_name, _, func_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"recipe {name!r}: cannot import module {module_name!r} ({exc})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError(f"recipe {name!r}: module {module_name!r} has no function {func_name!r}")
+    recipe = func(options)
+    if isinstance(recipe, dict):
+        recipe = Recipe(**recipe)
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(f"recipe {name!r} returned {type(recipe).__name__}, expected gpulab Recipe or dict")
+    return recipe
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,107 @@
+"""`chargpt`: a character-level GPT on English text that ships with Python (the pydoc topics).
+
+Its size is a setting, so the same recipe is a 10-second CPU smoke test and a GPU throughput/MFU load:
+``--set options.n_layer=12 --set options.n_embd=768 --set options.block_size=1024``.
+"""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+from torch import nn
+from torch.nn import functional as F
+
+from gpulab.config import Settings, parse_config
+from gpulab.train.recipes.base import Recipe, param_count
+
+
+class CharGptOptions(Settings):
+    n_layer: int = Field(2, ge=1, description="transformer blocks")
+    n_head: int = Field(4, ge=1, description="attention heads (must divide n_embd)")
+    n_embd: int = Field(128, ge=8, description="embedding width")
+    block_size: int = Field(64, ge=8, description="context length in characters")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout in attention output and MLP")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    max_chars: int | None = Field(None, ge=1000, description="use only the first N characters of the text")
+
+
+def load_text() -> str:
+    """The standard library's pydoc topics: ~460k characters of real English prose and code."""
+    from pydoc_data.topics import topics
+
+    return "\n".join(topics[k] for k in sorted(topics))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, dropout: float):
+        super().__init__()
+        self.n_head, self.dropout = n_head, dropout
+        self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.qkv, self.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        # scaled_dot_product_attention picks flash/memory-efficient kernels on GPUs.
+        drop = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, c)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class CharGPT(nn.Module):
+    def __init__(self, vocab: int, o: CharGptOptions):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, o.n_embd)
+        self.pos = nn.Embedding(o.block_size, o.n_embd)
+        self.blocks = nn.ModuleList(Block(o.n_embd, o.n_head, o.dropout) for _ in range(o.n_layer))
+        self.ln = nn.LayerNorm(o.n_embd)
+        self.head = nn.Linear(o.n_embd, vocab, bias=False)
+        self.head.weight = self.tok.weight  # weight tying, as in GPT-2
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def next_char_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def make_windows(ids: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping windows; the target is the input shifted by one character."""
+    n = (len(ids) - 1) // block
+    x = ids[: n * block].view(n, block)
+    y = ids[1 : n * block + 1].view(n, block)
+    return x, y
+
+
+def build(options: dict) -> Recipe:
+    o = parse_config(CharGptOptions, options)
+    if o.n_embd % o.n_head:
+        from gpulab.errors import ConfigError
+
+        raise ConfigError(f"chargpt: n_head={o.n_head} must divide n_embd={o.n_embd}")
+    text = load_text()[: o.max_chars]
+    vocab = sorted(set(text))
+    lookup = {ch: i for i, ch in enumerate(vocab)}
+    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
+    cut = int(0.9 * len(ids))
+    model = CharGPT(len(vocab), o)
+    n_params = param_count(model)
+    return Recipe(
+        model=model,
+        train_data=make_windows(ids[:cut], o.block_size),
+        val_data=make_windows(ids[cut:], o.block_size),
+        loss_fn=next_char_loss,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=o.lr, weight_decay=0.1),
+        defaults={"epochs": 1, "batch_size": 32},
+        # 6 * params * tokens is the standard training-FLOPs estimate (forward 2N, backward 4N per token).
+        info={"parameters": n_params, "vocab": len(vocab), "flops_per_sample": 6 * n_params * o.block_size},
+    )
