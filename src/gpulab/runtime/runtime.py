@@ -1,0 +1,183 @@
+"""``Runtime``: device x precision x strategy behind one small object, used the way Lightning Fabric is.
+
+A hand-written loop becomes portable by routing five calls through it::
+
+    rt = Runtime(precision="auto")
+    model, opt = rt.setup(model, lambda params: torch.optim.AdamW(params, lr=3e-4))
+    for batch in loader:
+        x, y = rt.to_device(batch)
+        with rt.autocast():
+            loss = loss_fn(model(x), y)
+        rt.backward(loss)
+        rt.clip_grad_norm(model, opt, 1.0)
+        rt.step(opt)
+
+The Runtime only combines; what changes per precision lives in ``precision.py`` and what changes per
+strategy in ``strategy.py``, so nothing here branches on either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpulab.data.transfer import to_device
+from gpulab.hardware.devices import select_device
+from gpulab.runtime.precision import Precision, resolve_precision
+from gpulab.runtime.seed import seed_everything
+from gpulab.runtime.strategy import Strategy, resolve_strategy
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+class Runtime:
+    """Resolve ``device``, ``precision`` and ``strategy`` (each ``"auto"`` by default) and apply them.
+
+    ``precision`` and ``strategy`` may also be ready-made ``Precision``/``Strategy`` objects;
+    ``precision_options`` (``init_scale``, ``growth_interval``) configure the fp16 loss scaler.
+    The precision's process-wide settings (TF32 flags) are applied here and undone by ``teardown()``
+    or on leaving a ``with Runtime(...)`` block.
+    """
+
+    def __init__(
+        self,
+        device: str | torch.device = "auto",
+        precision: str | Precision = "auto",
+        strategy: str | Strategy = "auto",
+        *,
+        precision_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        choice = select_device(str(device))
+        self.strategy, strategy_reason = _given_or(strategy, resolve_strategy, choice.device)
+        # The strategy owns the device: a multi-process one picks this rank's GPU.
+        self.precision, precision_reason = _given_or(
+            precision, resolve_precision, self.device, **dict(precision_options or {})
+        )
+        self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
+        self.precision.setup()
+
+    # -- who and where --------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.strategy.root_device
+
+    @property
+    def rank(self) -> int:
+        return self.strategy.rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.strategy.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.strategy.world_size
+
+    @property
+    def is_rank_zero(self) -> bool:
+        return self.strategy.is_rank_zero
+
+    def describe(self) -> dict[str, Any]:
+        """What was chosen and why, for logs and ``summary.json``."""
+        return {
+            "device": str(self.device),
+            "precision": self.precision.name,
+            "strategy": self.strategy.name,
+            "world_size": self.world_size,
+            "reasons": dict(self._reasons),
+        }
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def setup(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | OptimizerFactory | None = None
+    ) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+        """Move/wrap ``model`` for the strategy and prepare ``optimizer``.
+
+        A factory ``params -> Optimizer`` is called *after* the move, so the optimizer holds the
+        parameters that will really be trained (a wrapping strategy may replace them). An optimizer
+        instance keeps working after a plain move because ``Module.to`` changes parameters in place.
+        """
+        model = self.strategy.setup_module(model)
+        if optimizer is None:
+            return model, None
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = optimizer(model.parameters())
+        return model, self.strategy.setup_optimizer(optimizer)
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` with every tensor moved to this device, through nested tuples, lists and dicts."""
+        return to_device(batch, self.device)
+
+    # -- the training step ----------------------------------------------------------------------------
+    def autocast(self) -> AbstractContextManager:
+        """Wrap the forward pass and the loss in this."""
+        return self.precision.autocast()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.precision.backward(loss)
+
+    def no_sync(self, model: nn.Module, enabled: bool = True) -> AbstractContextManager:
+        """Skip gradient sync for accumulation micro-batches; ``enabled=False`` syncs as usual."""
+        return self.strategy.no_sync(model) if enabled else nullcontext()
+
+    def clip_grad_norm(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float
+    ) -> torch.Tensor:
+        """Clip gradients to a global norm of ``max_norm``; returns the norm before clipping.
+
+        The norm stays a device tensor (read it only when logging, to avoid a sync every step). With
+        fp16 the gradients are unscaled first, so ``max_norm`` means the true gradient norm.
+        """
+        self.precision.unscale(optimizer)
+        return self.strategy.clip_grad_norm(model, max_norm)
+
+    def step(self, optimizer: torch.optim.Optimizer, scheduler: Any | None = None) -> None:
+        """Optimizer step (through the precision), zero the gradients, then step ``scheduler`` if given.
+
+        The scheduler steps even when fp16 skipped an overflowing step: knowing whether it did would
+        cost a host sync each step, and the few early skips only shift the schedule by as many steps.
+        """
+        self.precision.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)  # None, not zeros: saves a memset and memory
+        if scheduler is not None:
+            scheduler.step()
+
+    # -- processes ------------------------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on rank zero only, so N processes do not print N copies."""
+        if self.is_rank_zero:
+            print(*args, **kwargs)
+
+    def barrier(self) -> None:
+        self.strategy.barrier()
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """``tensor`` combined over all processes with ``op`` (mean|sum)."""
+        return self.strategy.all_reduce(tensor, op)
+
+    seed_everything = staticmethod(seed_everything)
+
+    # -- lifetime -------------------------------------------------------------------------------------
+    def teardown(self) -> None:
+        """Undo the precision's global settings and release the strategy's resources."""
+        self.precision.teardown()
+        self.strategy.teardown()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.teardown()
+
+    def __repr__(self) -> str:
+        d = self.describe()
+        return f"Runtime(device={d['device']!r}, precision={d['precision']!r}, strategy={d['strategy']!r})"
+
+
+def _given_or(value: Any, resolve: Callable[..., tuple[Any, str]], *args: Any, **kwargs: Any):
+    """A ready-made Precision/Strategy is used as given; a name goes through its registry."""
+    return (value, "given") if not isinstance(value, str) else resolve(value, *args, **kwargs)
