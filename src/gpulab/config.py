@@ -51,6 +51,20 @@ class TrainerSettings(Settings):
     seed: int = Field(0, description="seed for Python, NumPy and torch")
     deterministic: bool = Field(False, description="ask torch for deterministic kernels")
     log_every: int = Field(50, ge=1, description="read and log metrics every N optimizer steps")
+    compile_mode: str | None = Field(
+        None, description="torch.compile mode: default|reduce-overhead|max-autotune"
+    )
+    compile_backend: str = Field("inductor", description="torch.compile backend (inductor, aot_eager, ...)")
+    activation_checkpointing: list[str] = Field(
+        default_factory=list, description="module class names whose activations are recomputed in backward"
+    )
+    init_scale: float = Field(2.0**16, gt=0, description="fp16-mixed: initial loss scale")
+    growth_interval: int = Field(
+        2000, ge=1, description="fp16-mixed: steps without overflow before the scale grows"
+    )
+    progress: bool | None = Field(None, description="progress bar; None: only when stdout is a terminal")
+    out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
+    tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
 

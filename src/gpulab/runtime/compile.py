@@ -1,0 +1,78 @@
+"""torch.compile with a clean fallback, and activation checkpointing for chosen module types."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from gpulab.errors import ConfigError, choices
+
+
+class CompileFallback(nn.Module):
+    """Calls the compiled model; if compiling fails, warns once and runs the eager model from then on.
+
+    torch.compile is lazy: errors surface at the first call, not at ``torch.compile()``, so the guard
+    sits around the call. The eager and compiled callables share parameters, so nothing is lost.
+    """
+
+    def __init__(self, model: nn.Module, compiled) -> None:
+        super().__init__()
+        self.model = model
+        self._compiled = compiled
+        self.fell_back = False
+
+    def forward(self, *args, **kwargs):
+        if self._compiled is None:
+            return self.model(*args, **kwargs)
+        try:
+            return self._compiled(*args, **kwargs)
+        except Exception as exc:  # any backend failure: compile is an optimisation, never a requirement
+            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+            warnings.warn(
+                f"torch.compile failed ({type(exc).__name__}: {first_line}); continuing without compilation",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self._compiled, self.fell_back = None, True
+            return self.model(*args, **kwargs)
+
+
+def compile_model(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> CompileFallback:
+    try:
+        compiled = torch.compile(model, mode=mode, backend=backend)
+    except Exception as exc:  # an unknown backend or mode fails eagerly
+        raise ConfigError(f"torch.compile(mode={mode!r}, backend={backend!r}) refused: {exc}") from None
+    return CompileFallback(model, compiled)
+
+
+def apply_activation_checkpointing(model: nn.Module, class_names: list[str]) -> int:
+    """Recompute the activations of every module whose class is named, instead of storing them.
+
+    Trades one extra forward per module for the memory of its activations. The module's ``forward`` is
+    wrapped on the instance, so parameter names and state_dict keys stay as they were.
+    Returns how many modules were wrapped; a name that matches nothing is an error listing the names.
+    """
+    if not class_names:
+        return 0
+    wanted = set(class_names)
+    present = {type(m).__name__ for m in model.modules()}
+    if missing := wanted - present:
+        raise ConfigError(
+            f"activation_checkpointing: no module of class {sorted(missing)} in the model; "
+            f"classes present: {choices(sorted(present))}"
+        )
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ in wanted:
+            module.forward = functools.partial(_checkpointed, module.forward)
+            count += 1
+    return count
+
+
+def _checkpointed(forward, *args, **kwargs):
+    # use_reentrant=False: the recommended implementation; works with kwargs and inputs without grad.
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
