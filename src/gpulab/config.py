@@ -69,6 +69,16 @@ class TrainerSettings(Settings):
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
 
 
+class RunConfig(TrainerSettings):
+    """A whole ``gpulab train`` run: the recipe, its own options, and the trainer settings."""
+
+    recipe: str = Field(..., description="mlp|digits|chargpt, or your own package.module:function")
+    options: dict[str, Any] = Field(default_factory=dict, description="the recipe's own settings")
+    resume: str | None = Field(
+        None, description="checkpoint directory, or 'latest' under out_dir/checkpoints"
+    )
+
+
 S = TypeVar("S", bound=Settings)
 
 
@@ -77,10 +87,10 @@ def _closest(word: str, valid: list[str]) -> list[str]:
     return near + [v for v in valid if v not in near]
 
 
-def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError) -> str:
+def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError, prefix: str) -> str:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
-    key = ".".join(loc) or "(root)"
+    key = prefix + (".".join(loc) or "(root)")
     if err["type"] == "extra_forbidden":
         valid = _closest(loc[-1], list(_fields_at(model, loc[:-1])))
         return f"unknown setting {key!r}; valid settings: {choices(valid)}"
@@ -121,13 +131,16 @@ def _fields_at(model: type[BaseModel], path: list[str]) -> dict:
     return fields
 
 
-def parse_config(model: type[S], data: dict[str, Any] | None) -> S:
-    """Validate ``data`` against ``model``; any problem becomes one ``ConfigError`` line."""
+def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") -> S:
+    """Validate ``data`` against ``model``; any problem becomes one ``ConfigError`` line.
+
+    ``prefix`` names where ``data`` sits in the whole config (``"options."`` for a recipe's settings).
+    """
     data = dict(data or {})
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_one_line(model, data, exc)) from None
+        raise ConfigError(_one_line(model, data, exc, prefix)) from None
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

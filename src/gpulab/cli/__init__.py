@@ -30,9 +30,10 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show full traceback
 
 def _register() -> None:
     # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
-    from gpulab.cli import doctor
+    from gpulab.cli import doctor, train
 
-    doctor.register(app)
+    for verb in (doctor, train):
+        verb.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,7 +83,7 @@ def make_windows(ids: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def build(options: dict) -> Recipe:
-    o = parse_config(CharGptOptions, options)
+    o = parse_config(CharGptOptions, options, prefix="options.")
     if o.n_embd % o.n_head:
         from gpulab.errors import ConfigError
 

@@ -43,7 +43,7 @@ def load_data(val_fraction: float, seed: int):
 
 
 def build(options: dict) -> Recipe:
-    o = parse_config(DigitsOptions, options)
+    o = parse_config(DigitsOptions, options, prefix="options.")
     train, val = load_data(o.val_fraction, o.split_seed)
     model = make_model(o.dropout)
     return Recipe(

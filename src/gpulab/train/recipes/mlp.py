@@ -34,7 +34,7 @@ def make_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, tor
 
 
 def build(options: dict) -> Recipe:
-    o = parse_config(MlpOptions, options)
+    o = parse_config(MlpOptions, options, prefix="options.")
     x, y = make_data(o.samples, o.features, o.data_seed)
     cut = int(0.8 * o.samples)
     model = make_model(o.features)

@@ -1,0 +1,63 @@
+"""`gpulab train RECIPE --out DIR [flags]`: train a built-in recipe or your own module:function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from gpulab.config import load_yaml, merge, parse_overrides
+
+
+def train(
+    recipe: str = typer.Argument(
+        None, help="mlp|digits|chargpt, or package.module:function (or set in --config)"
+    ),
+    out: Path = typer.Option(None, "--out", help="Output directory [default: runs/RECIPE]"),
+    config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
+    device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
+    precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
+    epochs: int = typer.Option(None, help="Passes over the training data"),
+    max_steps: int = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps"),
+    batch_size: int = typer.Option(None, "--batch-size", help="Samples per forward pass"),
+    accumulate: int = typer.Option(None, help="Micro-batches per optimizer step"),
+    compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
+    seed: int = typer.Option(None, help="Random seed"),
+    resume: str = typer.Option(None, help="Checkpoint directory, or 'latest'"),
+    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+) -> None:
+    """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
+    from gpulab.train.run import run
+
+    user = load_yaml(config) if config else {}
+    flags = {
+        "recipe": recipe,
+        "out_dir": str(out) if out else None,
+        "device": device,
+        "precision": precision,
+        "epochs": epochs,
+        "max_steps": max_steps,
+        "batch_size": batch_size,
+        "accumulate": accumulate,
+        "compile": compile,
+        "seed": seed,
+        "resume": resume,
+    }
+    user = merge(merge(user, {k: v for k, v in flags.items() if v is not None}), parse_overrides(set_))
+    if "out_dir" not in user and user.get("recipe"):
+        user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
+    cfg, result, out_dir = run(user)
+    console = Console()
+    acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
+    speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
+    console.print(
+        f"[bold]{cfg.recipe}[/]: {result.steps} steps, {result.epochs} epochs on {result.device} "
+        f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; {speed}; "
+        f"peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
+    )
+    console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'metrics.jsonl'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)

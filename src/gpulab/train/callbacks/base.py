@@ -1,0 +1,56 @@
+"""Callbacks: hooks the Trainer calls at fixed points of a fit. Override only what you need."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpulab.train.state import FitResult, FitState
+    from gpulab.train.trainer import Trainer
+
+
+class Callback:
+    def on_fit_start(self, trainer: Trainer, state: FitState) -> None: ...
+
+    def on_step_end(self, trainer: Trainer, state: FitState) -> None:
+        """After every optimizer step. Keep it cheap: it runs in the hot loop."""
+
+    def on_log(self, trainer: Trainer, state: FitState, metrics: dict[str, Any]) -> None:
+        """Every ``log_every`` steps with freshly read training metrics (rank zero only)."""
+
+    def on_validation_end(self, trainer: Trainer, state: FitState, metrics: dict[str, Any]) -> None: ...
+
+    def on_epoch_end(self, trainer: Trainer, state: FitState) -> None: ...
+
+    def on_fit_end(self, trainer: Trainer, state: FitState, result: FitResult) -> None: ...
+
+
+class CallbackList(Callback):
+    """Fans each hook out to every callback, in order."""
+
+    def __init__(self, callbacks: list[Callback]) -> None:
+        self.callbacks = list(callbacks)
+
+    def on_fit_start(self, trainer, state):
+        for cb in self.callbacks:
+            cb.on_fit_start(trainer, state)
+
+    def on_step_end(self, trainer, state):
+        for cb in self.callbacks:
+            cb.on_step_end(trainer, state)
+
+    def on_log(self, trainer, state, metrics):
+        for cb in self.callbacks:
+            cb.on_log(trainer, state, metrics)
+
+    def on_validation_end(self, trainer, state, metrics):
+        for cb in self.callbacks:
+            cb.on_validation_end(trainer, state, metrics)
+
+    def on_epoch_end(self, trainer, state):
+        for cb in self.callbacks:
+            cb.on_epoch_end(trainer, state)
+
+    def on_fit_end(self, trainer, state, result):
+        for cb in self.callbacks:
+            cb.on_fit_end(trainer, state, result)

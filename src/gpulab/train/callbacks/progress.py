@@ -1,0 +1,41 @@
+"""A rich progress bar with loss and samples/s; shown only where a person is watching a terminal."""
+
+from __future__ import annotations
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from gpulab.train.callbacks.base import Callback
+
+
+class ProgressBar(Callback):
+    def __init__(self) -> None:
+        self._progress: Progress | None = None
+        self._task = None
+
+    def on_fit_start(self, trainer, state):
+        self._progress = Progress(
+            TextColumn("epoch {task.fields[epoch]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}  {task.fields[speed]}"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self._task = self._progress.add_task(
+            "fit", total=state.total_steps, completed=state.global_step, epoch=state.epoch, loss="-", speed=""
+        )
+        self._progress.start()
+
+    def on_step_end(self, trainer, state):
+        self._progress.update(self._task, completed=state.global_step, epoch=state.epoch)
+
+    def on_log(self, trainer, state, metrics):
+        speed = metrics.get("samples_per_s")
+        self._progress.update(
+            self._task, loss=f"{metrics['loss']:.4f}", speed=f"{speed:,.0f} samples/s" if speed else ""
+        )
+
+    def on_fit_end(self, trainer, state, result):
+        if self._progress is not None:
+            self._progress.update(self._task, completed=state.global_step)
+            self._progress.stop()

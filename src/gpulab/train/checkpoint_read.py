@@ -1,0 +1,134 @@
+"""The reading half of ``checkpoint.py``: finding a checkpoint and deserialising its files safely.
+
+Callers verify the MANIFEST first; these functions only ever deserialise with safetensors, JSON and
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from gpulab.errors import CheckpointError
+from gpulab.train.checkpoint_io import (
+    LATEST,
+    MANIFEST,
+    REQUIRED,
+    file_status,
+    is_complete,
+    one_line,
+    step_of,
+)
+
+
+def step_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [(step_of(p), p) for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
+    return [p for _, p in sorted(found)]
+
+
+def _is_root(path: Path) -> bool:
+    """A directory is a checkpoint if it is named ``step-*`` or holds any checkpoint file; else a root."""
+    if step_of(path) is not None:
+        return False
+    return not any((path / name).exists() for name in (MANIFEST, *REQUIRED))
+
+
+def locate(path: Path, *, verify_latest: bool = True) -> tuple[Path, bool]:
+    """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``."""
+    if path.name == LATEST and path.is_file():
+        path = path.parent
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory or checkpoint root")
+    if not _is_root(path):
+        return path, False
+    named = read_latest(path)
+    if named is not None and (not verify_latest or is_complete(named)):
+        return named, verify_latest
+    for directory in reversed(step_dirs(path)):
+        if directory != named and is_complete(directory):
+            return directory, True
+    raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
+
+
+def read_latest(root: Path) -> Path | None:
+    try:
+        name = (root / LATEST).read_text().strip()
+    except OSError:
+        return None
+    directory = root / name
+    return directory if step_of(directory) is not None and directory.is_dir() else None
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as exc:  # SafetensorError and friends: the file does not parse
+        raise CheckpointError(f"{path}: corrupt or truncated safetensors ({one_line(exc)})") from exc
+
+
+def check_weights_header(path: Path) -> None:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            handle.keys()
+    except Exception as exc:
+        raise CheckpointError(f"{path}: corrupt or truncated safetensors ({one_line(exc)})") from exc
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path}: refused pickle content ({_unpickler_reason(exc)}); "
+            "state.pt may hold only tensors, numbers, strings, lists, dicts and None"
+        ) from exc
+    except Exception as exc:  # zip/EOF errors from a damaged file
+        raise CheckpointError(f"{path}: corrupt state file ({one_line(exc)})") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a dict, found {type(state).__name__}")
+    return state
+
+
+def _unpickler_reason(exc: BaseException) -> str:
+    """torch's message opens with advice to disable weights_only; keep only the actual reason."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+        text = text.split(" Please use", 1)[0]
+    return one_line(Exception(text.strip()))
+
+
+def load_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: unreadable meta ({one_line(exc)})") from exc
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    return meta
+
+
+def file_reports(directory: Path, manifest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, record in manifest.items():
+        status = file_status(directory, name, record)
+        path = directory / name
+        rows.append(
+            {
+                "name": name,
+                "size": path.stat().st_size if path.is_file() else None,
+                "expected_size": record["size"],
+                "sha256": record["sha256"],
+                "status": "ok" if status == "ok" else "missing" if status == "missing" else "mismatch",
+            }
+        )
+    return rows

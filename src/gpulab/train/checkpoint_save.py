@@ -1,0 +1,137 @@
+"""The saving half of ``checkpoint.py``: argument checks, meta.json, the atomic rename, pruning."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from gpulab.errors import CheckpointError, choices
+from gpulab.train.checkpoint_io import (
+    META,
+    TMP_PREFIX,
+    fsync_dir,
+    fsync_file,
+    is_complete,
+    one_line,
+    remove_path,
+)
+from gpulab.train.checkpoint_read import load_meta, step_dirs
+from gpulab.train.checkpoint_state import check_state_tree
+from gpulab.train.rng_state import validate_rng
+
+MODES = ("min", "max")
+
+
+def check_save_args(step: Any, state: Any, keep_last: Any, keep_best: Any) -> None:
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise CheckpointError(f"step={step!r}: expected an int >= 0")
+    if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+        raise CheckpointError(f"keep_last={keep_last!r}: expected None or an int >= 1")
+    if keep_best is not None and (
+        not isinstance(keep_best, tuple) or len(keep_best) != 2 or keep_best[1] not in MODES
+    ):
+        raise CheckpointError(f"keep_best={keep_best!r}: expected (metric_name, {choices(MODES)})")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"state: expected a dict, got {type(state).__name__}")
+    check_state_tree(state)
+    if "rng" not in state:
+        raise CheckpointError("state has no 'rng' entry: pass state['rng'] = capture_rng() for exact resume")
+    validate_rng(state["rng"], strict_cuda=False)
+
+
+def meta_bytes(step: int, state: dict[str, Any], meta: dict[str, Any]) -> bytes:
+    import gpulab
+
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"meta: expected a dict, got {type(meta).__name__}")
+    progress = state.get("progress") if isinstance(state.get("progress"), dict) else {}
+    doc = {
+        **meta,
+        "step": step,
+        "epoch": meta.get("epoch", progress.get("epoch")),
+        "metrics": meta.get("metrics", {}),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": {
+            "gpulab": gpulab.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+    }
+    try:
+        return (json.dumps(doc, indent=2, sort_keys=True, default=_json_scalar) + "\n").encode()
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"meta is not JSON-serialisable: {one_line(exc)}") from exc
+
+
+def _json_scalar(value: Any) -> Any:
+    """Tensor and NumPy scalars become numbers, paths strings; anything else is an error."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except Exception as exc:  # safetensors raises its own types for unsupported tensors
+        raise CheckpointError(f"{path.name}: cannot save model weights ({one_line(exc)})") from exc
+    fsync_file(path)
+
+
+def rename_into_place(tmp: Path, final: Path) -> Path:
+    """Rename the finished temp dir to ``final``; an existing ``final`` (same step) is moved aside first."""
+    aside = final.with_name(f"{TMP_PREFIX}old-{final.name}-{os.getpid()}") if final.exists() else None
+    if aside is not None:
+        os.rename(final, aside)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, final)
+        raise
+    fsync_dir(final.parent)
+    if aside is not None:
+        remove_path(aside)
+    return final
+
+
+def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_saved: Path) -> None:
+    """Remove complete checkpoints beyond the newest ``keep_last`` (never the best, latest or new one).
+
+    Directories that fail the manifest check are left for a person to inspect. Each removal renames the
+    directory to a ``.tmp-`` name first, so a kill mid-removal never leaves a partial ``step-*`` dir.
+    """
+    complete = [d for d in step_dirs(root) if is_complete(d, hash_files=False)]
+    keep = set(complete[-keep_last:]) | {just_saved}
+    if keep_best is not None:
+        best = _best(complete, *keep_best)
+        keep |= {best} if best is not None else set()
+    for directory in complete:
+        if directory not in keep:
+            doomed = directory.with_name(f"{TMP_PREFIX}prune-{directory.name}-{os.getpid()}")
+            os.rename(directory, doomed)
+            remove_path(doomed)
+
+
+def _best(directories: list[Path], metric: str, mode: str) -> Path | None:
+    best, best_value = None, None
+    for directory in directories:
+        try:
+            value = load_meta(directory / META).get("metrics", {}).get(metric)
+        except (CheckpointError, AttributeError):
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            continue
+        if best_value is None or (value < best_value if mode == "min" else value > best_value):
+            best, best_value = directory, value
+    return best

@@ -1,0 +1,85 @@
+"""A whole run from a configuration: recipe + settings -> Trainer -> summary.json.
+
+Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults < YAML < flags < --set.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import gpulab
+from gpulab.config import RunConfig, merge, parse_config
+from gpulab.runtime.seed import seed_everything
+from gpulab.train.recipes.base import load_recipe
+from gpulab.train.state import FitResult
+from gpulab.train.trainer import Trainer
+
+SUMMARY_FILE = "summary.json"
+
+
+def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
+    """Build the recipe named in ``user`` and validate the merged settings."""
+    from gpulab.errors import ConfigError
+
+    if not user.get("recipe"):
+        raise ConfigError(
+            "no recipe given: name one (mlp|digits|chargpt|module:function) or set 'recipe' in --config"
+        )
+    # Seed before the recipe builds its model, so initial weights follow --seed too.
+    seed_everything(int(user.get("seed", 0)))
+    recipe = load_recipe(user["recipe"], user.get("options"))
+    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    return config, recipe
+
+
+def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
+    config, recipe = resolve_config(user)
+    settings = config.model_dump(exclude={"recipe", "options", "resume"})
+    trainer = Trainer(**settings)
+    result = trainer.fit(
+        recipe.model,
+        recipe.train_data,
+        loss_fn=recipe.loss_fn,
+        optimizer=recipe.optimizer,
+        val_data=recipe.val_data,
+        scheduler=recipe.scheduler,
+    )
+    out = Path(config.out_dir or f"runs/{config.recipe}")
+    if trainer.runtime.is_rank_zero:
+        write_summary(out, config, result, recipe.info)
+    return config, result, out
+
+
+def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:
+    summary = {
+        "recipe": config.recipe,
+        **result.to_json(),
+        "batch_size": config.batch_size,
+        "accumulate": config.accumulate,
+        **info,
+        "environment": environment(),
+        "config": config.model_dump(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SUMMARY_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(path)  # a reader never sees half a summary
+    return path
+
+
+def environment() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "gpulab": gpulab.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device_name": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }

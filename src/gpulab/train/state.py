@@ -1,0 +1,42 @@
+"""What the Trainer knows while it runs, and what ``fit`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class FitState:
+    """Progress of a fit. ``metrics`` holds the latest *read* values (refreshed every ``log_every`` steps)."""
+
+    epoch: int = 0
+    global_step: int = 0  # optimizer steps taken
+    batch_in_epoch: int = 0  # micro-batches consumed in the current epoch
+    samples_seen: int = 0
+    total_steps: int = 0
+    steps_per_epoch: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    should_stop: bool = False  # a callback may set it to end the fit after the current step
+
+
+@dataclass
+class FitResult:
+    device: str
+    precision: str
+    steps: int
+    epochs: int
+    final_loss: float | None
+    samples_per_s: float | None
+    peak_memory_bytes: int
+    train_seconds: float
+    val_loss: float | None = None
+    accuracy: float | None = None
+    skipped_steps: int = 0
+    compiled: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("history")
+        return out

@@ -1,0 +1,268 @@
+"""``Trainer``: a short training loop on ``Runtime`` that reads top to bottom.
+
+fit = set up (runtime, model, data, schedule) -> for each epoch: train steps, validate -> result.
+Nothing here branches on device, precision or strategy: the Runtime owns those differences.
+Metrics stay on the device and are read every ``log_every`` steps, so steps never wait on the host.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpulab.config import TrainerSettings, parse_config
+from gpulab.data import batch_size_of, make_loader
+from gpulab.errors import DataError
+from gpulab.runtime import Runtime
+from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
+from gpulab.runtime.memory import peak_memory_bytes, reset_peak_memory, synchronize
+from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.metrics import Mean, correct_count
+from gpulab.train.state import FitResult, FitState
+
+
+class Trainer:
+    """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
+
+    ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
+    ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
+    """
+
+    def __init__(
+        self, *, callbacks: Sequence[Callback] = (), runtime: Runtime | None = None, **settings: Any
+    ):
+        self.settings = parse_config(TrainerSettings, settings)
+        self._extra_callbacks = list(callbacks)
+        self.runtime = runtime
+        self.state = FitState()
+        self.history: list[dict[str, Any]] = []
+
+    # -- the story ------------------------------------------------------------------------------------
+    def fit(
+        self,
+        model: nn.Module,
+        train_data: Any,
+        *,
+        loss_fn: Callable,
+        optimizer: Any,
+        val_data: Any = None,
+        scheduler: Any = None,
+    ) -> FitResult:
+        s = self.settings
+        rt = self.runtime = self.runtime or self._make_runtime()
+        rt.seed_everything(s.seed, s.deterministic)
+        apply_activation_checkpointing(model, s.activation_checkpointing)
+        self.model, self.optimizer = rt.setup(model, optimizer)
+        self.forward = (
+            compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
+        )
+        self.loss_fn = loss_fn
+        train = make_loader(train_data, batch_size=s.batch_size, device=rt.device, shuffle=True, seed=s.seed)
+        val = (
+            None
+            if val_data is None
+            else make_loader(val_data, batch_size=s.batch_size, device=rt.device, shuffle=False)
+        )
+        state = self.state = self._plan(len(train))
+        self.scheduler = _build_scheduler(scheduler, self.optimizer, state.total_steps)
+        callbacks = self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+
+        reset_peak_memory(rt.device)
+        self._clock = _Clock(rt.device)
+        val_metrics: dict[str, float] = {}
+        callbacks.on_fit_start(self, state)
+        while not self._done():
+            train.set_epoch(state.epoch)
+            self._train_epoch(train)
+            epoch_complete = state.batch_in_epoch >= len(train)
+            if epoch_complete or self._done():
+                val_metrics = self._validate(val) if val is not None else {}
+            if epoch_complete:
+                callbacks.on_epoch_end(self, state)
+                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        self._flush_log()
+        result = self._result(val_metrics)
+        callbacks.on_fit_end(self, state, result)
+        return result
+
+    # -- steps ----------------------------------------------------------------------------------------
+    def _train_epoch(self, train) -> None:
+        s, rt, state = self.settings, self.runtime, self.state
+        n = len(train)
+        self.model.train()
+        for batch in train:
+            i = state.batch_in_epoch
+            window = min(s.accumulate, n - (i - i % s.accumulate))  # the last window of an epoch may be short
+            steps_now = (i % s.accumulate) == window - 1
+            *inputs, target = _split(batch)
+            with rt.no_sync(self.model, enabled=not steps_now):
+                with rt.autocast():
+                    loss = self.loss_fn(self.forward(*inputs), target)
+                rt.backward(loss / window)  # mean over the window, as one big batch would give
+            self._train_loss.add(loss)
+            state.batch_in_epoch += 1
+            state.samples_seen += batch_size_of(target)
+            if steps_now:
+                self._optimizer_step()
+                if self._done():
+                    return
+
+    def _optimizer_step(self) -> None:
+        s, rt, state = self.settings, self.runtime, self.state
+        if s.clip_grad_norm is not None:
+            rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
+        rt.step(self.optimizer, self.scheduler)
+        state.global_step += 1
+        if state.global_step == 1:
+            self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
+        if state.global_step % s.log_every == 0:
+            self._flush_log()
+        self.callbacks.on_step_end(self, state)
+
+    def _flush_log(self) -> None:
+        """Read the training metrics (one host sync) and hand them to the loggers."""
+        rt, state = self.runtime, self.state
+        loss = self._train_loss.read(reduce=rt.all_reduce)
+        if loss is None:
+            return
+        self._train_loss.reset()
+        metrics = {"loss": loss, "lr": self.optimizer.param_groups[0]["lr"]}
+        speed = self._clock.interval_rate(state.samples_seen)
+        if speed is not None:
+            metrics["samples_per_s"] = speed * rt.world_size
+        state.metrics.update(metrics)
+        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
+        if rt.is_rank_zero:
+            self.callbacks.on_log(self, state, metrics)
+
+    @torch.inference_mode()
+    def _validate(self, val) -> dict[str, float]:
+        rt = self.runtime
+        self.model.eval()
+        loss, correct, count = Mean(), None, 0
+        for batch in val:
+            *inputs, target = _split(batch)
+            with rt.autocast():
+                out = self.forward(*inputs)
+                loss.add(self.loss_fn(out, target), weight=batch_size_of(target))
+            right = correct_count(out, target)
+            if right is not None:
+                correct = right if correct is None else correct + right
+                count += (
+                    target.numel() if target.dim() > 1 and target.shape[-1] != 1 else batch_size_of(target)
+                )
+        self.model.train()
+        metrics = {"val_loss": loss.read(reduce=rt.all_reduce)}
+        if correct is not None:
+            metrics["val_accuracy"] = float(rt.all_reduce(correct.float() / count).item())
+        self.state.metrics.update(metrics)
+        self.history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
+        if rt.is_rank_zero:
+            self.callbacks.on_validation_end(self, self.state, metrics)
+        return metrics
+
+    # -- set-up and results ---------------------------------------------------------------------------
+    def _make_runtime(self) -> Runtime:
+        s = self.settings
+        options = {"init_scale": s.init_scale, "growth_interval": s.growth_interval}
+        return Runtime(s.device, s.precision, precision_options=options)
+
+    def _plan(self, batches_per_epoch: int) -> FitState:
+        if batches_per_epoch == 0:
+            raise DataError(
+                "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
+            )
+        self._train_loss = Mean()
+        steps_per_epoch = math.ceil(batches_per_epoch / self.settings.accumulate)
+        total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
+        return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
+
+    def _done(self) -> bool:
+        return self.state.global_step >= self.state.total_steps or self.state.should_stop
+
+    def _default_callbacks(self) -> list[Callback]:
+        s = self.settings
+        if not self.runtime.is_rank_zero:
+            return []
+        out: list[Callback] = []
+        if s.progress if s.progress is not None else sys.stdout.isatty():
+            out.append(ProgressBar())
+        if s.out_dir:
+            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
+            if s.tensorboard:
+                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
+        return out
+
+    def _result(self, val_metrics: dict[str, float]) -> FitResult:
+        rt, state = self.runtime, self.state
+        seconds, rate = self._clock.total(state.samples_seen)
+        return FitResult(
+            device=str(rt.device),
+            precision=rt.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=None if rate is None else rate * rt.world_size,
+            peak_memory_bytes=peak_memory_bytes(rt.device),
+            train_seconds=seconds,
+            val_loss=val_metrics.get("val_loss"),
+            accuracy=val_metrics.get("val_accuracy"),
+            skipped_steps=int(getattr(rt.precision, "skipped_steps", 0)),
+            compiled=bool(self.settings.compile and not getattr(self.forward, "fell_back", False)),
+            history=self.history,
+        )
+
+
+def _split(batch: Any) -> tuple:
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return tuple(batch)
+    raise DataError(
+        f"each batch must be (inputs..., target); got {type(batch).__name__} of length "
+        f"{len(batch) if hasattr(batch, '__len__') else '?'}"
+    )
+
+
+def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
+    """A scheduler object is used as is; a factory is called as ``factory(optimizer, total_steps)``."""
+    if scheduler is None or hasattr(scheduler, "step"):
+        return scheduler
+    return scheduler(optimizer, total_steps)
+
+
+class _Clock:
+    """Wall-clock throughput. The device is synchronised only here, at the start and the end of timing
+    and when metrics are read anyway, never inside a step."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.t0: float | None = None
+        self.samples0 = 0
+        self.last_t: float | None = None
+        self.last_samples = 0
+
+    def start(self, samples: int) -> None:
+        synchronize(self.device)
+        self.t0 = self.last_t = time.perf_counter()
+        self.samples0 = self.last_samples = samples
+
+    def interval_rate(self, samples: int) -> float | None:
+        if self.last_t is None:
+            return None
+        now = time.perf_counter()  # the caller just read a metric, so the device is synchronised
+        rate = (samples - self.last_samples) / max(now - self.last_t, 1e-9)
+        self.last_t, self.last_samples = now, samples
+        return rate if samples > self.samples0 else None
+
+    def total(self, samples: int) -> tuple[float, float | None]:
+        synchronize(self.device)
+        if self.t0 is None:
+            return 0.0, None
+        seconds = time.perf_counter() - self.t0
+        done = samples - self.samples0
+        return seconds, (done / seconds if done and seconds > 0 else None)
