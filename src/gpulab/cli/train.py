@@ -53,8 +53,8 @@ def train(
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(
         f"[bold]{cfg.recipe}[/]: {result.steps} steps, {result.epochs} epochs on {result.device} "
-        f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; {speed}; "
-        f"peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
+        f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; "
+        f"{speed}; peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
     )
     console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'metrics.jsonl'}")
 
