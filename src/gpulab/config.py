@@ -65,6 +65,15 @@ class TrainerSettings(Settings):
     progress: bool | None = Field(None, description="progress bar; None: only when stdout is a terminal")
     out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
     tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
+    checkpoint_dir: str | None = Field(None, description="where checkpoints go; None: out_dir/checkpoints")
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="also save every N optimizer steps (always at each epoch end and at the end)"
+    )
+    keep_last: int | None = Field(3, ge=1, description="keep the newest N checkpoints; None: keep all")
+    keep_best: str | None = Field(
+        None, pattern=r"^[\w.]+:(min|max)$", description="also keep the best by a metric, e.g. val_loss:min"
+    )
+    force_resume: bool = Field(False, description="resume even when batch size, seed, ... differ")
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
 

@@ -49,6 +49,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
         optimizer=recipe.optimizer,
         val_data=recipe.val_data,
         scheduler=recipe.scheduler,
+        resume=config.resume,
     )
     out = Path(config.out_dir or f"runs/{config.recipe}")
     if trainer.runtime.is_rank_zero:

@@ -18,11 +18,12 @@ from torch import nn
 
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.data import batch_size_of, make_loader
-from gpulab.errors import DataError
+from gpulab.errors import ConfigError, DataError
 from gpulab.runtime import Runtime
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
 from gpulab.runtime.memory import peak_memory_bytes, reset_peak_memory, synchronize
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import Mean, correct_count
 from gpulab.train.state import FitResult, FitState
 
@@ -53,7 +54,9 @@ class Trainer:
         optimizer: Any,
         val_data: Any = None,
         scheduler: Any = None,
+        resume: str | None = None,
     ) -> FitResult:
+        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path."""
         s = self.settings
         rt = self.runtime = self.runtime or self._make_runtime()
         rt.seed_everything(s.seed, s.deterministic)
@@ -69,8 +72,14 @@ class Trainer:
             if val_data is None
             else make_loader(val_data, batch_size=s.batch_size, device=rt.device, shuffle=False)
         )
+        self.train_source = train
         state = self.state = self._plan(len(train))
         self.scheduler = _build_scheduler(scheduler, self.optimizer, state.total_steps)
+        self.checkpointer = self._make_checkpointer()
+        if resume:
+            if self.checkpointer is None:
+                raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
+            self.checkpointer.resume(self, resume, force=s.force_resume)
         callbacks = self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
 
         reset_peak_memory(rt.device)
@@ -86,7 +95,10 @@ class Trainer:
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+                self._save_checkpoint()
         self._flush_log()
+        if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
+            self._save_checkpoint()
         result = self._result(val_metrics)
         callbacks.on_fit_end(self, state, result)
         return result
@@ -119,10 +131,12 @@ class Trainer:
             rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
         rt.step(self.optimizer, self.scheduler)
         state.global_step += 1
-        if state.global_step == 1:
+        if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
         if state.global_step % s.log_every == 0:
             self._flush_log()
+        if self.checkpointer is not None and self.checkpointer.due(state.global_step):
+            self._save_checkpoint()
         self.callbacks.on_step_end(self, state)
 
     def _flush_log(self) -> None:
@@ -182,6 +196,24 @@ class Trainer:
         steps_per_epoch = math.ceil(batches_per_epoch / self.settings.accumulate)
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
         return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
+
+    def _make_checkpointer(self) -> Checkpointer | None:
+        s = self.settings
+        root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
+        return None if root is None else Checkpointer(root, s.checkpoint_every, s.keep_last, s.keep_best)
+
+    def _save_checkpoint(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.save(self)
+
+    def train_loss_state(self) -> dict[str, Any]:
+        """The running training-loss window, so a resumed run logs the same numbers."""
+        return {"total": self._train_loss.total, "count": self._train_loss.count}
+
+    def load_train_loss_state(self, saved: dict[str, Any] | None) -> None:
+        if saved and saved.get("total") is not None:
+            self._train_loss.total = saved["total"].to(self.runtime.device)
+            self._train_loss.count = int(saved["count"])
 
     def _done(self) -> bool:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
