@@ -1,0 +1,55 @@
+"""`gpulab checkpoint inspect PATH` and `gpulab checkpoint export PATH --to FILE.safetensors`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+checkpoint_app = typer.Typer(help="Inspect and export checkpoints.", no_args_is_help=True)
+
+
+@checkpoint_app.command()
+def inspect(
+    path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Step, epoch, metrics and every file with its checksum status. Exit 1 when it does not verify."""
+    from gpulab.train.checkpoint import inspect_checkpoint
+
+    report = inspect_checkpoint(path)
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        console = Console()
+        status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
+        console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
+        for key, value in (report.get("metrics") or {}).items():
+            console.print(f"  {key} = {value}")
+        table = Table("file", "size", "sha256", "status")
+        for f in report.get("files", []):
+            table.add_row(f["name"], str(f.get("size")), (f.get("sha256") or "")[:16], f["status"])
+        console.print(table)
+        for problem in report.get("problems", []):
+            console.print(f"[red]problem:[/] {problem}")
+    if not report["valid"]:
+        raise typer.Exit(1)
+
+
+@checkpoint_app.command()
+def export(
+    path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
+    to: Path = typer.Option(..., "--to", help="Destination .safetensors file"),
+) -> None:
+    """Write the model weights to one safetensors file, after verifying the checkpoint."""
+    from gpulab.train.checkpoint import export_weights
+
+    written = export_weights(path, to)
+    Console().print(f"wrote {written}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(checkpoint_app, name="checkpoint")

@@ -1,0 +1,94 @@
+"""`gpulab checkpoint inspect|export` and `gpulab train --resume` as a user meets them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+
+def gpulab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "mlp"
+    proc = gpulab(
+        "train",
+        "mlp",
+        "--out",
+        str(out),
+        "--max-steps",
+        "12",
+        "--set",
+        "checkpoint_every=6",
+        "--set",
+        "tensorboard=false",
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_inspect_and_export(run_dir, tmp_path):
+    proc = gpulab("checkpoint", "inspect", str(run_dir / "checkpoints"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["valid"] and report["step"] == 12
+    assert {f["name"] for f in report["files"]} >= {"model.safetensors", "state.pt", "meta.json"}
+    dest = tmp_path / "mlp.safetensors"
+    assert gpulab("checkpoint", "export", str(run_dir / "checkpoints"), "--to", str(dest)).returncode == 0
+    assert "0.weight" in load_file(dest)
+
+
+def test_resume_with_changed_batch_size_is_refused_with_the_differences(run_dir):
+    proc = gpulab(
+        "train",
+        "mlp",
+        "--out",
+        str(run_dir),
+        "--max-steps",
+        "20",
+        "--resume",
+        "latest",
+        "--batch-size",
+        "32",
+        "--seed",
+        "5",
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert (
+        "batch_size 64 -> 32" in proc.stderr
+        and "seed 0 -> 5" in proc.stderr
+        and "force_resume" in proc.stderr
+    )
+
+
+def test_corrupt_checkpoint_is_one_line_and_loses_nothing(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    weights = copy / "checkpoints" / "step-00000012" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # same size, one bit flipped: only the checksum can tell
+    weights.write_bytes(bytes(data))
+    before = sorted(p.name for p in (copy / "checkpoints").iterdir())
+    proc = gpulab("train", "mlp", "--out", str(copy), "--max-steps", "20", "--resume", str(weights.parent))
+    assert proc.returncode == 2
+    assert "model.safetensors" in proc.stderr and "sha256" in proc.stderr.lower()
+    assert proc.stderr.count("\n") == 1
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == before
+    assert gpulab("checkpoint", "inspect", str(weights.parent)).returncode == 1
+
+
+def test_resume_continues_to_the_new_step_count(run_dir):
+    proc = gpulab("train", "mlp", "--out", str(run_dir), "--max-steps", "18", "--resume", "latest")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 18
