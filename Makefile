@@ -1,26 +1,33 @@
 # Two entry points: `make run` (set up, check the environment, run the main job) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.gpulab-installed
+BASE := $(VENV)/.installed-base
+DEV := $(VENV)/.installed-dev
 
 .PHONY: run test lint setup clean
 
-$(STAMP): pyproject.toml scripts/setup_env.sh
+# Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
+$(BASE): pyproject.toml scripts/setup_env.sh
+	scripts/setup_env.sh $(VENV)
+	@touch $@
+
+$(DEV): pyproject.toml scripts/setup_env.sh
 	scripts/setup_env.sh $(VENV) dev
-	@touch $(STAMP)
+	@touch $@ $(BASE)
 
-setup: $(STAMP)
+setup: $(DEV)
 
-run: $(STAMP)
-	$(VENV)/bin/gpulab doctor
-	$(VENV)/bin/gpulab devices --check
+# The main job: check the environment (and time a matmul), then train the digits CNN on real data.
+run: $(BASE)
+	$(VENV)/bin/gpulab doctor --peak
+	$(VENV)/bin/gpulab train digits --out runs/digits
 
-test: $(STAMP)
+test: $(DEV)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(VENV)/bin/ruff check --fix src tests benchmarks
 	$(VENV)/bin/ruff format src tests benchmarks
 

@@ -1,16 +1,43 @@
-"""gpulab: take a PyTorch training job from a laptop CPU to one GPU to many GPUs and nodes."""
+"""gpulab: take a PyTorch training job from a laptop CPU to one GPU to many GPUs and nodes.
 
-from gpulab.config import TrainerSettings
+The public API: ``Runtime`` (device x precision x strategy, used like Lightning Fabric), ``Trainer`` and
+its ``FitResult``, ``Recipe``, the settings types and the exceptions. The torch-backed names load on first
+use, so ``gpulab --help`` and ``gpulab doctor`` start fast (and work without torch).
+"""
+
+from gpulab.config import RunConfig, TrainerSettings
 from gpulab.errors import CheckpointError, ConfigError, DataError, DeviceError, GpulabError
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "Runtime": "gpulab.runtime",
+    "Trainer": "gpulab.train.trainer",
+    "FitResult": "gpulab.train.state",
+    "Callback": "gpulab.train.callbacks",
+    "Recipe": "gpulab.train.recipes.base",
+}
+
 __all__ = [
+    "Callback",
     "CheckpointError",
     "ConfigError",
     "DataError",
     "DeviceError",
+    "FitResult",
     "GpulabError",
+    "Recipe",
+    "RunConfig",
+    "Runtime",
+    "Trainer",
     "TrainerSettings",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gpulab' has no attribute {name!r}")

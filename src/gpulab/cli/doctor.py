@@ -56,9 +56,11 @@ def doctor(
     else:
         render(report, console)
         for p in out.get("peak", []):
+            cached = " (cached measurement)" if p["cached"] else ""
             console.print(
                 f"measured {p['dtype']} matmul peak on {p['device']} ({p['device_name']}): "
                 f"[bold]{p['flops_per_s'] / 1e12:.3f} TFLOP/s[/] (n={p['n']}, median of {p['repeats']})"
+                + cached
             )
     if report.failed:
         raise typer.Exit(1)

@@ -15,6 +15,7 @@ import torch
 
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.recipes.base import load_recipe
 from gpulab.train.state import FitResult
@@ -81,6 +82,6 @@ def environment() -> dict[str, Any]:
         "gpulab": gpulab.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "device_name": torch.cuda.get_device_name() if cuda else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name() if cuda else cpu_model(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

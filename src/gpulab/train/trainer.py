@@ -43,6 +43,7 @@ class Trainer:
         self.runtime = runtime
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
+        self.resumed_from = None  # the checkpoint path a fit resumed from
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -79,7 +80,7 @@ class Trainer:
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
-            self.checkpointer.resume(self, resume, force=s.force_resume)
+            self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
         callbacks = self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
 
         reset_peak_memory(rt.device)

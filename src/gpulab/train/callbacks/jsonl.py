@@ -15,8 +15,8 @@ class JsonlLogger(Callback):
 
     def on_fit_start(self, trainer, state):
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Append: a resumed run continues the same file.
-        self._file = self.path.open("a", buffering=1)
+        # A resumed run continues the file; a fresh run starts it anew.
+        self._file = self.path.open("a" if trainer.resumed_from else "w", buffering=1)
 
     def _write(self, record: dict) -> None:
         if self._file is not None:
