@@ -28,8 +28,12 @@ class Mean:
         self.count = 0
 
     def add(self, value: torch.Tensor, weight: int = 1) -> None:
-        value = value.detach().float() * weight
-        self.total = value if self.total is None else self.total + value
+        # In place after the first call: one small kernel per step, no allocation.
+        value = value.detach()
+        if self.total is None:
+            self.total = value.float() * weight
+        else:
+            self.total.add_(value, alpha=weight)
         self.count += weight
 
     def read(self, reduce=None) -> float | None:

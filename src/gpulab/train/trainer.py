@@ -117,7 +117,7 @@ class Trainer:
             with rt.no_sync(self.model, enabled=not steps_now):
                 with rt.autocast():
                     loss = self.loss_fn(self.forward(*inputs), target)
-                rt.backward(loss / window)  # mean over the window, as one big batch would give
+                rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
             self._train_loss.add(loss)
             state.batch_in_epoch += 1
             state.samples_seen += batch_size_of(target)

@@ -30,13 +30,15 @@ class CallbackList(Callback):
 
     def __init__(self, callbacks: list[Callback]) -> None:
         self.callbacks = list(callbacks)
+        # on_step_end runs every step: call only the callbacks that override it.
+        self._per_step = [cb for cb in self.callbacks if type(cb).on_step_end is not Callback.on_step_end]
 
     def on_fit_start(self, trainer, state):
         for cb in self.callbacks:
             cb.on_fit_start(trainer, state)
 
     def on_step_end(self, trainer, state):
-        for cb in self.callbacks:
+        for cb in self._per_step:
             cb.on_step_end(trainer, state)
 
     def on_log(self, trainer, state, metrics):

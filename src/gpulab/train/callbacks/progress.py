@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from gpulab.train.callbacks.base import Callback
@@ -11,6 +13,7 @@ class ProgressBar(Callback):
     def __init__(self) -> None:
         self._progress: Progress | None = None
         self._task = None
+        self._last = 0.0
 
     def on_fit_start(self, trainer, state):
         self._progress = Progress(
@@ -27,7 +30,11 @@ class ProgressBar(Callback):
         self._progress.start()
 
     def on_step_end(self, trainer, state):
-        self._progress.update(self._task, completed=state.global_step, epoch=state.epoch)
+        # Redraw at most 10 times a second: a rich update per step would cost more than a small step.
+        now = time.monotonic()
+        if now - self._last >= 0.1:
+            self._last = now
+            self._progress.update(self._task, completed=state.global_step, epoch=state.epoch)
 
     def on_log(self, trainer, state, metrics):
         speed = metrics.get("samples_per_s")
