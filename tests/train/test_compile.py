@@ -1,0 +1,98 @@
+"""``compile=True`` through the Trainer: the compiled model trains like the eager one, a failing backend
+falls back to eager with a RuntimeWarning and keeps training, an unknown backend is a ConfigError."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from gpulab.errors import ConfigError
+from gpulab.train.trainer import Trainer
+
+FEATURES = 8
+BROKEN_BACKEND = "gpulab_test_broken"
+
+
+def _broken_backend(gm, example_inputs):
+    raise RuntimeError("this backend always fails (test)")
+
+
+if BROKEN_BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(name=BROKEN_BACKEND)(_broken_backend)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Compiled graphs and guards are process-wide: each test starts and ends with none."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _regression(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, FEATURES, generator=g)
+    return x, x @ torch.randn(FEATURES, 1, generator=g)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def _fit(**settings):
+    model = _model()
+    trainer = Trainer(
+        device="cpu", precision="fp32", batch_size=32, epochs=2, log_every=1, progress=False, **settings
+    )
+    result = trainer.fit(
+        model, _regression(), loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.05)
+    )
+    return model, result, [h["loss"] for h in result.history]
+
+
+def _compare_with_eager(backend: str, tol: float) -> None:
+    eager_model, eager, eager_losses = _fit()
+    model, result, losses = _fit(compile=True, compile_backend=backend)
+    assert result.compiled is True and eager.compiled is False
+    assert result.steps == eager.steps == 16
+    assert losses[-1] < 0.2 * losses[0]
+    torch.testing.assert_close(losses, eager_losses, rtol=tol, atol=tol)
+    for p, q in zip(model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=tol, atol=tol)
+
+
+def test_compile_aot_eager_matches_eager():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no silent fallback
+        _compare_with_eager("aot_eager", 1e-5)
+
+
+@pytest.mark.slow
+def test_compile_inductor_matches_eager():
+    """A real inductor compile (C++ codegen on CPU): ~20 s cold on 2 cores, seconds from its disk cache."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _compare_with_eager("inductor", 1e-4)
+
+
+def test_failing_backend_falls_back_with_a_warning_and_trains():
+    with pytest.warns(
+        RuntimeWarning, match=r"torch\.compile failed.*continuing without compilation"
+    ) as record:
+        model, result, losses = _fit(compile=True, compile_backend=BROKEN_BACKEND)
+    assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1  # warned once
+    assert result.compiled is False
+    assert result.steps == 16
+    assert losses[-1] < 0.2 * losses[0]
+    _, _, eager_losses = _fit()
+    assert losses == eager_losses  # the fallback is the eager model itself
+
+
+def test_unknown_backend_is_a_config_error():
+    with pytest.raises(ConfigError, match="no_such_backend"):
+        _fit(compile=True, compile_backend="no_such_backend")
