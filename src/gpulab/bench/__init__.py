@@ -1,0 +1,142 @@
+"""``gpulab bench``: the classic GPU experiments as one reproducible report.
+
+run_bench = resolve the device -> record the environment -> run each suite (harness: warm-up, sync,
+repeats, median and spread) -> draw its plots -> write results.json after every suite -> report.html.
+
+``SUITES`` is the registry: name -> ``run(ctx) -> SuiteResult``, in run order. It is built on first use
+because it imports torch and every suite: ``gpulab bench compare`` only reads JSON and starts without.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpulab.bench.plots import matplotlib_missing, render
+from gpulab.bench.report import write_report
+from gpulab.bench.results import SuiteResult, environment, gpu_readings, new_document, write_results
+from gpulab.errors import ConfigError, GpulabError, choices
+
+SUITE_NAMES = ("matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer")
+PROFILE_NAMES = ("full", "quick", "smoke")
+BUSY_WARNING = 0.2  # share of the machine's CPU time other processes may use before a suite says so
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SUITES":
+        registry = {n: importlib.import_module(f"gpulab.bench.suites.{n}").run for n in SUITE_NAMES}
+        globals()["SUITES"] = registry  # built once; a test may replace it
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _suites() -> dict[str, Any]:
+    return sys.modules[__name__].SUITES  # through __getattr__ the first time
+
+
+@dataclass
+class BenchConfig:
+    """What ``gpulab bench`` was asked for. ``profile``: full | quick | smoke (tiny, for tests)."""
+
+    suites: list[str] = field(default_factory=list)  # empty: all of them
+    profile: str = "full"
+    device: str = "auto"
+    out_dir: Path = Path("runs/bench")
+    repeats: int | None = None
+    warmup: int | None = None
+    memory_limit_mib: int | None = None
+    threads: int | None = None  # torch's CPU threads; None leaves torch's default
+
+    def suite_names(self) -> list[str]:
+        known = _suites()
+        unknown = [s for s in self.suites if s not in known]
+        if unknown:
+            raise ConfigError(f"unknown bench suite {unknown[0]!r}; valid choices: {choices(known)}")
+        if self.profile not in PROFILE_NAMES:
+            raise ConfigError(
+                f"unknown bench profile {self.profile!r}; valid choices: {choices(PROFILE_NAMES)}"
+            )
+        return list(dict.fromkeys(self.suites)) or list(known)
+
+
+def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the suites, writing ``out_dir/results.json`` (after each suite), plots and ``report.html``."""
+    import torch
+
+    from gpulab.hardware.devices import select_device
+
+    names = config.suite_names()
+    device = torch.device(select_device(config.device).device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads or threads)
+    try:
+        return _run_all(config, names, device, log)
+    finally:
+        torch.set_num_threads(threads)  # a library call leaves the process as it found it
+
+
+def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[str], None]) -> dict:
+    from gpulab.bench.harness import MIB, PROFILES, BenchContext
+
+    defaults = PROFILES[config.profile]
+    ctx = BenchContext(
+        device=device,
+        profile=config.profile,
+        warmup=defaults["warmup"] if config.warmup is None else config.warmup,
+        repeats=defaults["repeats"] if config.repeats is None else config.repeats,
+        memory_limit_bytes=None if config.memory_limit_mib is None else config.memory_limit_mib * MIB,
+        log=log,
+    )
+    settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
+    settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats}
+    doc = new_document(settings, environment(device))
+    out = Path(config.out_dir)
+    for name in names:
+        log(f"[{name}] running on {device} ({config.profile})")
+        doc["suites"][name] = _run_suite(name, ctx, out)
+        suite = doc["suites"][name]
+        log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
+        write_results(doc, out)
+    write_report(doc, out)
+    return doc
+
+
+def _run_suite(name: str, ctx: Any, out: Path) -> dict[str, Any]:
+    from gpulab.bench.harness import OtherCpuLoad
+
+    others = OtherCpuLoad()
+    start = time.perf_counter()
+    try:
+        result = _suites()[name](ctx)
+        status = "ok"
+    except GpulabError:
+        raise  # a user's mistake (a device that is not there...): one line from the CLI
+    except Exception as exc:  # a failing suite must not lose the others' results
+        result = SuiteResult(
+            title=name, notes=[f"FAILED: {type(exc).__name__}: {exc}", traceback.format_exc()]
+        )
+        status = "error"
+    busy = others.fraction()
+    if busy is not None and busy > BUSY_WARNING:
+        result.notes.append(
+            f"Other processes used {busy:.0%} of this machine's CPU time while this suite ran: CPU figures "
+            "are slower and noisier than on an idle machine; multi-threaded kernels suffer most, as their "
+            "threads wait for each other (--threads 1 gives steadier numbers)."
+        )
+    missing = matplotlib_missing()
+    if missing:
+        result.notes.append(missing)
+    else:
+        for plot in result.plots:
+            render(plot, out)
+    suite = {**result.to_json(), "status": status, "seconds": round(time.perf_counter() - start, 3)}
+    suite["cpu_used_by_others"] = None if busy is None else round(busy, 3)
+    if ctx.on_gpu:
+        suite["gpu_readings"] = gpu_readings()  # clocks and power just after the load
+    return suite

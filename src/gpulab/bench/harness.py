@@ -1,0 +1,301 @@
+"""The one way a bench figure is measured: warm-up, device synchronised around every clock read,
+repeats, and the median with its spread.
+
+``measure(fn)`` returns a ``Timing`` (the raw samples); a ``Figure`` is what gets stored: a value with
+its unit, how many repeats it came from, and the spread of those repeats, so that every number in
+``results.json`` can be judged against its own noise (``gpulab bench compare`` does exactly that).
+
+Peak memory is measured the same way, per repeat: CUDA's allocator peak on a GPU; on the CPU, the
+growth of the process's resident set during the call (see ``cpu_peak_rss_growth`` for how it is made
+honest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.bench.results import Figure, spread_of
+from gpulab.runtime.memory import synchronize
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call, one sample per repeat (each sample may average ``inner`` back-to-back calls)."""
+
+    samples: tuple[float, ...]
+    inner: int = 1
+
+    @property
+    def repeats(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread_s(self) -> tuple[float, float]:
+        low, high, _ = spread_of(sorted(self.samples))
+        return low, high
+
+    def seconds(self, unit: str = "ms") -> Figure:
+        """The time per call as a figure in s, ms or us (lower is better)."""
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+        return Figure.from_samples([s * scale for s in self.samples], unit, "lower")
+
+    def rate(self, work_per_call: float, unit: str, scale: float = 1.0) -> Figure:
+        """Work per second (samples/s, TFLOP/s with ``scale=1e-12``, GB/s), one value per sample."""
+        return Figure.from_samples([work_per_call * scale / s for s in self.samples], unit, "higher")
+
+
+def measure(
+    fn: Callable[[], Any],
+    *,
+    device: torch.device | str,
+    warmup: int = 2,
+    repeats: int = 5,
+    min_sample_s: float = 0.0,
+) -> Timing:
+    """Call ``fn`` ``warmup`` times untimed, then time ``repeats`` samples of it.
+
+    The device is synchronised before each clock read, so a sample covers the work ``fn`` queued and
+    nothing else. Calls too short for the clock (a small kernel on a GPU) are batched: with
+    ``min_sample_s`` each sample times as many back-to-back calls as fill it, and reports the mean.
+    """
+    device = torch.device(device)
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats=}, {warmup=}")
+    for _ in range(warmup):
+        fn()
+    inner = 1
+    if min_sample_s > 0:
+        once = _timed(fn, device, 1)
+        inner = max(1, math.ceil(min_sample_s / max(once, 1e-9)))
+    return Timing(tuple(_timed(fn, device, inner) for _ in range(repeats)), inner)
+
+
+def _timed(fn: Callable[[], Any], device: torch.device, inner: int) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    synchronize(device)
+    return (time.perf_counter() - start) / inner
+
+
+# --------------------------------------------------------------------------------------------------------
+# Peak memory
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """What ``peak_memory`` measured, or why it could not."""
+
+    figure: Figure | None
+    kind: str  # what the number is, in words, for notes and the report
+
+
+def memory_kind(device: torch.device) -> str:
+    if device.type == "cuda":
+        return "peak bytes allocated by tensors on the GPU (torch.cuda.max_memory_allocated)"
+    return (
+        "peak growth of the process's resident memory during the call (VmHWM reset per repeat, "
+        "glibc told to return large blocks to the OS so RSS follows live tensors)"
+    )
+
+
+def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: int = 2) -> MemoryReading:
+    """Peak memory of one call of ``fn`` in MiB, once per repeat (call ``fn`` once before, to warm up)."""
+    device = torch.device(device)
+    kind = memory_kind(device)
+    if device.type == "cuda":
+        samples = [_cuda_peak(fn, device) for _ in range(repeats)]
+    elif device.type == "cpu" and cpu_peak_supported():
+        with _malloc_returns_large_blocks():
+            samples = [cpu_peak_rss_growth(fn) for _ in range(repeats)]
+    else:
+        return MemoryReading(None, f"peak memory not measurable on {device.type} here")
+    return MemoryReading(Figure.from_samples([s / MIB for s in samples], "MiB", "lower"), kind)
+
+
+def _cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device))
+
+
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def cpu_peak_supported() -> bool:
+    """Linux lets a process reset its own high-water mark (``echo 5 > /proc/self/clear_refs``)."""
+    if not sys.platform.startswith("linux") or _libc_mallopt() is None:
+        return False
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return _status_bytes("VmHWM") is not None
+
+
+def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
+    """Bytes the resident set grew above its level at the start of ``fn``, at its highest.
+
+    Without help this under-reports: glibc keeps freed memory for reuse, so after the first call the
+    step's tensors come from memory already resident and the high-water mark never moves. Inside
+    ``_malloc_returns_large_blocks`` large blocks are mapped and unmapped per allocation, so the resident
+    set follows the live tensors and its peak is the call's working memory (to page granularity).
+    """
+    start = _status_bytes("VmRSS") or 0
+    _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
+    fn()
+    return max(0, (_status_bytes("VmHWM") or 0) - start)
+
+
+def _status_bytes(field_name: str) -> int | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_GLIBC_DEFAULT_THRESHOLD = 128 * 1024
+
+
+def _libc_mallopt() -> Callable[[int, int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def _malloc_returns_large_blocks() -> Iterator[None]:
+    """Blocks from 64 KiB up are mmapped and given back on free; restored to glibc's 128 KiB after.
+
+    Setting the thresholds at all switches off glibc's dynamic threshold for the rest of the process;
+    that only changes where large blocks come from, not what is computed.
+    """
+    mallopt = _libc_mallopt()
+    if mallopt is None:
+        yield
+        return
+    mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+    mallopt(_M_TRIM_THRESHOLD, 128 * 1024)
+    try:
+        yield
+    finally:
+        mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+        mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
+
+
+class OtherCpuLoad:
+    """The share of the machine's CPU time that *other* processes used since this object was made.
+
+    Busy time of all CPUs (/proc/stat, steal included: a VM's neighbours count) minus this process's
+    own CPU time and its waited-for children's, over wall time x cores. None where /proc/stat is not.
+    A benchmark on a shared machine is only as good as this number is small.
+    """
+
+    def __init__(self) -> None:
+        self._start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float, float] | None:
+        busy = _all_cpus_busy_s()
+        if busy is None:
+            return None
+        own = sum(
+            getattr(resource.getrusage(who), f)
+            for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            for f in ("ru_utime", "ru_stime")
+        )
+        return time.monotonic(), busy, own
+
+    def fraction(self) -> float | None:
+        end = self._now()
+        if self._start is None or end is None:
+            return None
+        wall = end[0] - self._start[0]
+        cores = os.cpu_count() or 1
+        if wall <= 0:
+            return None
+        others = (end[1] - self._start[1]) - (end[2] - self._start[2])
+        return min(1.0, max(0.0, others / (wall * cores)))
+
+
+def _all_cpus_busy_s() -> float | None:
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already inside user/nice]
+    values = [int(v) for v in fields[1:9]]
+    busy = sum(values) - values[3] - values[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a suite gets to work with
+
+
+@dataclass
+class BenchContext:
+    """The settings every suite reads: where to run, how hard to try, and where to say what happens.
+
+    ``profile`` is "full", "quick" or "smoke" (a hidden, tiny one for tests); each suite keeps a table of
+    its own sizes per profile. ``repeats``/``warmup`` are the defaults a suite uses unless it says why
+    it needs others.
+    """
+
+    device: torch.device
+    profile: str = "full"
+    warmup: int = 3
+    repeats: int = 10
+    memory_limit_bytes: int | None = None
+    log: Callable[[str], None] = print
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def pick(self, by_profile: dict[str, Any]) -> Any:
+        """This profile's entry of a suite's ``{"full": ..., "quick": ..., "smoke": ...}`` table."""
+        return by_profile[self.profile]
+
+    def measure(self, fn: Callable[[], Any], **kwargs: Any) -> Timing:
+        kwargs.setdefault("warmup", self.warmup)
+        kwargs.setdefault("repeats", self.repeats)
+        kwargs.setdefault("device", self.device)
+        return measure(fn, **kwargs)
+
+
+PROFILES: dict[str, dict[str, int]] = {
+    "full": {"warmup": 3, "repeats": 10},
+    "quick": {"warmup": 2, "repeats": 5},
+    "smoke": {"warmup": 1, "repeats": 2},
+}

@@ -1,0 +1,135 @@
+"""Plots as data (``Plot`` of ``Panel``s of ``Series``), drawn to PNG with matplotlib.
+
+Suites describe what to plot; only ``render`` touches matplotlib, through its object API (no pyplot
+global state, no display needed). Every point carries its spread, drawn as an error bar, so a plot
+shows the noise of what it plots. The specs are stored in results.json too, so a plot can be redrawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpulab.bench.results import Row
+
+
+@dataclass
+class Series:
+    label: str
+    x: list[Any]  # numbers for a line panel, category names for a bar panel
+    y: list[float]
+    low: list[float]
+    high: list[float]
+
+
+@dataclass
+class Panel:
+    title: str
+    xlabel: str
+    ylabel: str
+    kind: str = "line"  # line | bar
+    series: list[Series] = field(default_factory=list)
+    xscale: str = "linear"  # linear | log2
+    yscale: str = "linear"  # linear | log
+    hlines: list[dict[str, Any]] = field(default_factory=list)  # {"y": float, "label": str}
+    marks: list[dict[str, Any]] = field(default_factory=list)  # {"x": value, "label": str}
+
+
+@dataclass
+class Plot:
+    file: str  # a file name inside the output directory
+    title: str
+    panels: list[Panel] = field(default_factory=list)
+
+
+def series_from_rows(
+    rows: Iterable[Row],
+    label: str,
+    x: str | Callable[[Row], Any],
+    figure: str,
+    *,
+    where: Callable[[Row], bool] = lambda r: True,
+) -> Series:
+    """One series: ``row.key[x]`` (or ``x(row)``) against ``row.figures[figure]``, value and spread,
+    for the rows ``where`` accepts that have that figure."""
+    x_of = x if callable(x) else (lambda r: r.key[x])
+    points = [(x_of(r), r.figures[figure]) for r in rows if where(r) and r.figures.get(figure)]
+    return Series(
+        label=label,
+        x=[px for px, _ in points],
+        y=[f.value for _, f in points],
+        low=[f.low for _, f in points],
+        high=[f.high for _, f in points],
+    )
+
+
+def render(plot: Plot, out_dir: Path) -> Path:
+    """Draw ``plot`` to ``out_dir / plot.file`` (PNG) and return the path."""
+    from matplotlib.figure import Figure
+
+    panels = [p for p in plot.panels if any(s.y for s in p.series)] or plot.panels[:1]
+    fig = Figure(figsize=(6.4 * len(panels), 4.4), dpi=100, layout="constrained")
+    fig.suptitle(plot.title)
+    for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        _DRAW[panel.kind](ax, panel)
+        for line in panel.hlines:
+            ax.axhline(line["y"], color="grey", linestyle="--", linewidth=1, label=line.get("label"))
+        ax.set_title(panel.title)
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
+        if panel.yscale == "log":
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    path = out_dir / plot.file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _errors(s: Series) -> list[list[float]]:
+    # matplotlib wants distances below and above each point, never negative.
+    below = [max(0.0, y - lo) for y, lo in zip(s.y, s.low, strict=True)]
+    above = [max(0.0, hi - y) for y, hi in zip(s.y, s.high, strict=True)]
+    return [below, above]
+
+
+def _draw_line(ax: Any, panel: Panel) -> None:
+    for s in panel.series:
+        if s.y:
+            ax.errorbar(s.x, s.y, yerr=_errors(s), marker="o", markersize=4, capsize=3, label=s.label)
+    if panel.xscale == "log2":
+        ax.set_xscale("log", base=2)
+    for mark in panel.marks:
+        ax.axvline(mark["x"], color="tab:red", linestyle=":", linewidth=1.5, label=mark.get("label"))
+
+
+def _draw_bar(ax: Any, panel: Panel) -> None:
+    categories: list[Any] = []
+    for s in panel.series:
+        categories += [x for x in s.x if x not in categories]
+    n = max(1, len(panel.series))
+    width = 0.8 / n
+    for i, s in enumerate(panel.series):
+        xs = [categories.index(x) - 0.4 + width * (i + 0.5) for x in s.x]
+        ax.bar(xs, s.y, width=width, yerr=_errors(s), capsize=3, label=s.label if n > 1 else None)
+    ax.set_xticks(range(len(categories)))
+    tilt = len(categories) > 4
+    ax.set_xticklabels(
+        [str(c) for c in categories], rotation=20 if tilt else 0, ha="right" if tilt else "center"
+    )
+
+
+_DRAW: dict[str, Callable[[Any, Panel], None]] = {"line": _draw_line, "bar": _draw_bar}
+
+
+def matplotlib_missing() -> str | None:
+    """Why plots cannot be drawn here, or None when they can."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib): results and report have no plots"
+    return None

@@ -1,0 +1,171 @@
+"""``report.html``: one self-contained page (styles inline, PNGs embedded as base64) per bench run.
+
+Sections: the run's settings and environment, then one section per suite with its notes, its table
+(every figure as median with its spread and repeats) and its plots. It opens in any browser, offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+REPORT_FILE = "report.html"
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; }
+h1 { margin-bottom: 0.2rem; }
+h2 { border-bottom: 2px solid #446; padding-bottom: 0.2rem; margin-top: 2.5rem; }
+table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #bbc; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #e8e8f0; } tr:nth-child(even) td { background: #f7f7fa; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.spread { color: #667; font-size: 0.8em; } .error { color: #b00; font-weight: bold; }
+.notes li { margin: 0.2rem 0; } img { max-width: 100%; border: 1px solid #ddd; margin: 0.5rem 0; }
+.meta { color: #555; } pre { white-space: pre-wrap; font-size: 0.8rem; background: #f4f4f4; padding: 0.5rem; }
+"""
+
+
+def write_report(doc: dict[str, Any], out_dir: Path) -> Path:
+    """Write ``out_dir/report.html`` from a results document and the PNGs beside it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / REPORT_FILE
+    path.write_text(render_html(doc, out_dir), encoding="utf-8")
+    return path
+
+
+def render_html(doc: dict[str, Any], out_dir: Path) -> str:
+    config, env = doc.get("config", {}), doc.get("environment", {})
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>gpulab bench {escape(str(doc.get('created', '')))}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>gpulab bench</h1>",
+        f'<p class="meta">{escape(str(doc.get("created", "")))} &middot; device '
+        f"{escape(str(config.get('device')))} ({escape(str(env.get('device_name')))}) &middot; profile "
+        f"{escape(str(config.get('profile')))} &middot; results schema {doc.get('schema_version')}</p>",
+        "<p>Every figure is the median of its repeats; the small print under it is the spread "
+        "(interquartile range from 4 repeats up, min..max below that) and the number of repeats.</p>",
+        _contents(doc),
+        '<h2 id="environment">Environment</h2>',
+        _key_values({**{f"config.{k}": v for k, v in config.items()}, **env}),
+    ]
+    for name, suite in doc.get("suites", {}).items():
+        parts.append(_suite(name, suite, out_dir))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _contents(doc: dict[str, Any]) -> str:
+    items = [
+        f'<li><a href="#suite-{escape(name)}">{escape(suite.get("title", name))}</a> '
+        f"({escape(suite.get('status', '?'))}, {suite.get('seconds', 0):.1f} s)</li>"
+        for name, suite in doc.get("suites", {}).items()
+    ]
+    return "<ul>" + "".join(items) + "</ul>"
+
+
+def _key_values(values: dict[str, Any]) -> str:
+    rows = [f"<tr><th>{escape(str(k))}</th><td>{escape(_text(v))}</td></tr>" for k, v in values.items()]
+    return '<table class="environment">' + "".join(rows) + "</table>"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _suite(name: str, suite: dict[str, Any], out_dir: Path) -> str:
+    status = suite.get("status", "?")
+    parts = [
+        f'<section id="suite-{escape(name)}" data-suite="{escape(name)}">',
+        f"<h2>{escape(suite.get('title', name))} <small>({escape(name)})</small></h2>",
+        f"<p>{escape(suite.get('description', ''))}</p>",
+        f'<p class="meta{" error" if status != "ok" else ""}">status {escape(status)}, '
+        f"{suite.get('seconds', 0):.1f} s</p>",
+    ]
+    notes = suite.get("notes") or []
+    if notes:
+        parts.append('<ul class="notes">')
+        parts += [f"<li>{_note(n)}</li>" for n in notes]
+        parts.append("</ul>")
+    parts.append(_table(suite.get("rows") or []))
+    for plot in suite.get("plots") or []:
+        parts.append(_image(plot, out_dir))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _note(note: str) -> str:
+    return f"<pre>{escape(note)}</pre>" if "\n" in note else escape(note)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>No rows.</p>"
+    keys = _columns(rows, "key")
+    figures = _columns(rows, "figures")
+    infos = _columns(rows, "info")
+    head = "".join(f"<th>{escape(c)}</th>" for c in keys)
+    head += "".join(f"<th>{escape(c)}</th>" for c in figures)
+    head += "".join(f"<th>{escape(c)}</th>" for c in infos)
+    body = []
+    for row in rows:
+        cells = [f"<td>{escape(_plain(row['key'].get(c)))}</td>" for c in keys]
+        cells += [_figure_cell(row["figures"].get(c)) for c in figures]
+        cells += [f"<td>{escape(_plain(row['info'].get(c)))}</td>" for c in infos]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _columns(rows: list[dict[str, Any]], part: str) -> list[str]:
+    return list(dict.fromkeys(c for row in rows for c in row.get(part, {})))
+
+
+def _figure_cell(fig: dict[str, Any] | None) -> str:
+    if fig is None:
+        return '<td class="num">&ndash;</td>'
+    unit = escape(fig["unit"])
+    spread = (
+        f"{fig['spread']} {format_number(fig['low'])}&ndash;{format_number(fig['high'])}, "
+        if fig["spread"] != "none"
+        else ""
+    )
+    return (
+        f'<td class="num">{format_number(fig["value"])} {unit}<br>'
+        f'<span class="spread">{spread}n={fig["repeats"]}</span></td>'
+    )
+
+
+def format_number(x: Any) -> str:
+    """Three significant figures, thousands separated; '-' for a missing value."""
+    if x is None:
+        return "-"
+    x = float(x)
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if x == 0:
+        return "0"
+    return f"{x:.3g}" if abs(x) >= 1e-3 else f"{x:.2e}"
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format_number(value)
+    return str(value)
+
+
+def _image(plot: dict[str, Any], out_dir: Path) -> str:
+    path = out_dir / plot["file"]
+    title = escape(plot.get("title", plot["file"]))
+    if not path.is_file():
+        return f'<p class="error">plot {escape(plot["file"])} was not drawn</p>'
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    image = f'<img alt="{title}" src="data:image/png;base64,{data}">'
+    return f"<figure>{image}<figcaption>{title}</figcaption></figure>"

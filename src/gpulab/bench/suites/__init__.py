@@ -1,0 +1,139 @@
+"""The bench suites, one module each, and the training workload several of them time.
+
+Each suite module has ``run(ctx: BenchContext) -> SuiteResult`` and a ``PROFILES`` table of its sizes
+for the "full", "quick" and "smoke" profiles; ``gpulab.bench.SUITES`` maps names to them.
+
+A ``Stepper`` is one training step of a built-in recipe's model through a ``Runtime`` (so precision
+policies and strategies are the project's own), over batches already on the device: the suites time
+the step, not the data loading (the transfer suite times that on its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpulab.runtime import Runtime
+from gpulab.train.recipes.base import load_recipe
+
+# Model sizes the suites use, by name: recipe + options with dropout off (timing and loss comparisons
+# between precisions or accumulation settings should not depend on dropout's random masks).
+MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
+    # name: (recipe, options, batch size)
+    "mlp": ("mlp", {}, 64),
+    "digits": ("digits", {"dropout": 0.0}, 64),
+    "chargpt-tiny": (
+        "chargpt",
+        {"dropout": 0.0, "n_layer": 1, "n_embd": 64, "n_head": 4, "block_size": 32, "max_chars": 50_000},
+        16,
+    ),
+    "chargpt": ("chargpt", {"dropout": 0.0, "max_chars": 200_000}, 32),
+    "chargpt-gpu": (
+        "chargpt",
+        {"dropout": 0.0, "n_layer": 6, "n_embd": 384, "n_head": 6, "block_size": 256},
+        64,
+    ),
+}
+
+
+def single_runtime(device: torch.device, precision: str = "fp32") -> Runtime:
+    """A one-process Runtime, whatever the environment says (the parallel suite starts its own ranks)."""
+    return Runtime(device, precision, "single")
+
+
+@dataclass
+class Workload:
+    """A model (initialised from ``seed``), its loss and optimizer factory, and training tensors."""
+
+    name: str
+    model: nn.Module
+    loss_fn: Callable
+    optimizer: Callable
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    batch_size: int
+    flops_per_sample: float | None = None
+
+
+def load_workload(name: str, *, seed: int = 0, batch_size: int | None = None) -> Workload:
+    """A fresh copy of model ``name`` (a key of ``MODELS``): the same seed gives the same weights."""
+    recipe_name, options, default_batch = MODELS[name]
+    torch.manual_seed(seed)
+    recipe = load_recipe(recipe_name, dict(options))
+    inputs, targets = recipe.train_data
+    return Workload(
+        name=name,
+        model=recipe.model,
+        loss_fn=recipe.loss_fn,
+        optimizer=recipe.optimizer,
+        inputs=inputs,
+        targets=targets,
+        batch_size=batch_size or default_batch,
+        flops_per_sample=recipe.info.get("flops_per_sample"),
+    )
+
+
+class Stepper:
+    """One optimizer step per ``step()`` call, over device-resident batches taken in turn.
+
+    ``accumulate=k`` splits each batch into k micro-batches whose gradients add up before the step,
+    each loss divided by k so the result is the mean over the whole batch, as the Trainer does.
+    ``forward`` replaces the model's call (a compiled model); the optimizer sees the model's parameters.
+    """
+
+    def __init__(
+        self,
+        work: Workload,
+        runtime: Runtime,
+        *,
+        optimizer: Callable | None = None,
+        forward: Callable[[nn.Module], Callable] | None = None,
+        accumulate: int = 1,
+    ) -> None:
+        self.rt = runtime
+        self.model, self.optimizer = runtime.setup(work.model, optimizer or work.optimizer)
+        self.forward = forward(self.model) if forward else self.model
+        self.loss_fn = work.loss_fn
+        self.batch_size, self.accumulate = work.batch_size, accumulate
+        n = (len(work.inputs) // work.batch_size) * work.batch_size
+        if n == 0:
+            raise ValueError(
+                f"{work.name}: {len(work.inputs)} samples, fewer than one batch of {work.batch_size}"
+            )
+        self.inputs, self.targets = runtime.to_device((work.inputs[:n], work.targets[:n]))
+        self.batches = n // work.batch_size
+        self.cursor = 0
+
+    def step(self) -> torch.Tensor:
+        """One optimizer step; returns the (device) loss of its last micro-batch."""
+        start = (self.cursor % self.batches) * self.batch_size
+        self.cursor += 1
+        x = self.inputs[start : start + self.batch_size]
+        y = self.targets[start : start + self.batch_size]
+        loss = None
+        for xs, ys in zip(x.chunk(self.accumulate), y.chunk(self.accumulate), strict=True):
+            with self.rt.autocast():
+                loss = self.loss_fn(self.forward(xs), ys)
+            self.rt.backward(loss / self.accumulate)
+        self.rt.step(self.optimizer)
+        return loss
+
+    @torch.no_grad()
+    def eval_loss(self) -> float:
+        """The loss on the first batch, the same one before and after training."""
+        self.model.eval()
+        try:
+            with self.rt.autocast():
+                loss = self.loss_fn(
+                    self.forward(self.inputs[: self.batch_size]), self.targets[: self.batch_size]
+                )
+            return float(loss.float().item())
+        finally:
+            self.model.train()
+
+    def parameters_vector(self) -> torch.Tensor:
+        return torch.cat([p.detach().float().reshape(-1).cpu() for p in self.model.parameters()])

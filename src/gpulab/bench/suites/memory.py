@@ -1,0 +1,166 @@
+"""memory: peak memory and throughput of a training step against batch size; the largest batch that fits.
+
+The batch doubles until a step no longer fits (out of memory on a GPU; over ``--memory-limit``, by
+default the device's memory on a GPU and a quarter of the available RAM on a CPU), a step takes longer
+than the profile's budget, or the profile's largest batch is reached. When the limit was not reached,
+a straight-line fit of memory against batch predicts where it would be, labelled as a prediction.
+"""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+from gpulab.bench.harness import MIB, BenchContext, memory_kind, peak_memory
+from gpulab.bench.plots import Panel, Plot, series_from_rows
+from gpulab.bench.results import Row, SuiteResult
+from gpulab.bench.suites import Stepper, load_workload, single_runtime
+
+PROFILES = {
+    "full": {"model": "chargpt", "first": 8, "last": 4096, "step_budget_s": 2.0, "repeats": 5},
+    "quick": {"model": "chargpt-tiny", "first": 8, "last": 512, "step_budget_s": 0.5, "repeats": 3},
+    "smoke": {"model": "chargpt-tiny", "first": 2, "last": 4, "step_budget_s": 1.0, "repeats": 2},
+}
+GPU_MODELS = {"chargpt": "chargpt-gpu", "chargpt-tiny": "chargpt"}
+GPU_LAST = {"full": 1 << 14, "quick": 1 << 12, "smoke": 4}
+
+
+def run(ctx: BenchContext) -> SuiteResult:
+    cfg = dict(ctx.pick(PROFILES))
+    if ctx.on_gpu:
+        cfg["model"], cfg["last"] = GPU_MODELS.get(cfg["model"], cfg["model"]), GPU_LAST[ctx.profile]
+    limit = ctx.memory_limit_bytes or default_limit(ctx.device)
+    result = SuiteResult(
+        title="Memory",
+        description=f"fp32 training step of {cfg['model']} at doubling batch sizes: peak memory and "
+        f"throughput; limit {limit / MIB:,.0f} MiB.",
+    )
+    rows, stop = _sweep(ctx, cfg, limit)
+    fitting = [r for r in rows if r.info["fits"]]
+    if fitting:
+        fitting[-1].info["largest_fit"] = True
+        result.notes.append(
+            f"Largest batch that fits under {limit / MIB:,.0f} MiB: {fitting[-1].key['batch']} ({stop})."
+        )
+    if fitting and len(fitting) == len(rows):
+        result.notes.append(_prediction(rows, limit))
+    result.notes.append(f"Memory figure: {_kind(ctx)}.")
+    result.rows = rows
+    result.plots.append(_plot(rows, limit))
+    return result
+
+
+def default_limit(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(psutil.virtual_memory().available // 4)
+
+
+def _sweep(ctx: BenchContext, cfg: dict, limit: int) -> tuple[list[Row], str]:
+    rows: list[Row] = []
+    batch = cfg["first"]
+    while True:
+        try:
+            row = _measure(ctx, cfg, batch, limit)
+        except torch.cuda.OutOfMemoryError:
+            row = None  # freed below, once the exception no longer holds the step's tensors
+        if row is None:
+            _free(ctx.device)
+            rows.append(Row({"batch": batch}, {}, {"fits": False, "why": "out of memory"}))
+            return rows, f"batch {batch} ran out of device memory"
+        rows.append(row)
+        if not row.info["fits"]:
+            return rows, f"batch {batch} needs more than the limit"
+        if row.figures["step_time"].value / 1e3 > cfg["step_budget_s"]:
+            return rows, f"stopped at batch {batch}: a step takes over {cfg['step_budget_s']:g} s"
+        if batch * 2 > cfg["last"]:
+            return rows, f"the profile's largest batch, {batch}, was reached without hitting the limit"
+        batch *= 2
+
+
+def _measure(ctx: BenchContext, cfg: dict, batch: int, limit: int) -> Row:
+    work = load_workload(cfg["model"], seed=0, batch_size=batch)
+    work.inputs, work.targets = _synthetic(work, batch)
+    with single_runtime(ctx.device, "fp32") as rt:
+        stepper = Stepper(work, rt)
+        timing = ctx.measure(stepper.step, warmup=1, repeats=cfg["repeats"])
+        memory = peak_memory(stepper.step, device=ctx.device, repeats=2)
+        state = _state_bytes(stepper)
+    _free(ctx.device)
+    figures = {"step_time": timing.seconds("ms"), "samples_per_s": timing.rate(batch, "samples/s")}
+    footprint = None
+    if memory.figure is not None:
+        figures["peak_memory"] = memory.figure
+        # On a GPU the allocator's peak already holds the model and optimizer state; on a CPU the
+        # measured growth does not, so the state is added before comparing with the limit.
+        footprint = memory.figure.value * MIB + (0 if ctx.on_gpu else state)
+    fits = footprint is None or footprint <= limit
+    return Row({"batch": batch}, figures, {"fits": fits, "state_mib": round(state / MIB, 3)})
+
+
+def _synthetic(work, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two batches of inputs shaped like the workload's (token ids stay within the vocabulary)."""
+    shape = (2 * batch, *work.inputs.shape[1:])
+    if work.inputs.dtype.is_floating_point:
+        return torch.randn(shape), torch.randint(0, int(work.targets.max()) + 1, (2 * batch,))
+    vocab = int(work.inputs.max()) + 1
+    return torch.randint(0, vocab, shape), torch.randint(0, vocab, shape)
+
+
+def _state_bytes(stepper: Stepper) -> int:
+    params = list(stepper.model.parameters())
+    total = sum(p.numel() * p.element_size() * (2 if p.grad is not None else 1) for p in params)
+    for state in stepper.optimizer.state.values():
+        total += sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t))
+    return total
+
+
+def _free(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _kind(ctx: BenchContext) -> str:
+    if ctx.on_gpu:
+        return memory_kind(ctx.device)
+    return (
+        memory_kind(ctx.device) + "; the model and optimizer state is added before comparing with the limit"
+    )
+
+
+def _prediction(rows: list[Row], limit: int) -> str:
+    points = [
+        (r.key["batch"], r.figures["peak_memory"].value * MIB) for r in rows if "peak_memory" in r.figures
+    ]
+    if len(points) < 2:
+        return "Too few points to predict where the limit would be reached."
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx if sxx else 0.0
+    if slope <= 0:
+        return "Memory did not grow with the batch here, so no prediction of where the limit is reached."
+    intercept = mean_y - slope * mean_x
+    state = rows[-1].info["state_mib"] * MIB
+    predicted = int((limit - state - intercept) / slope)
+    return (
+        f"Predicted (straight-line fit of the measured points, not measured): about {slope / MIB * 1024:.1f} "
+        f"MiB per 1024 samples, so batches up to about {predicted:,} would fit under the limit."
+    )
+
+
+def _plot(rows: list[Row], limit: int) -> Plot:
+    memory = Panel("Peak memory", "batch size", "MiB", xscale="log2")
+    memory.series.append(series_from_rows(rows, "peak memory", "batch", "peak_memory"))
+    highest = max(memory.series[0].high, default=0.0)
+    if limit / MIB <= 4 * highest:  # drawn only where it does not flatten the curve to the axis
+        memory.hlines.append({"y": limit / MIB, "label": f"limit {limit / MIB:,.0f} MiB"})
+    else:
+        memory.title += f" (limit {limit / MIB:,.0f} MiB, off the scale)"
+    largest = [r.key["batch"] for r in rows if r.info.get("largest_fit")]
+    if largest:
+        memory.marks.append({"x": largest[0], "label": f"largest that fits: {largest[0]}"})
+    speed = Panel("Throughput", "batch size", "samples/s", xscale="log2")
+    speed.series.append(series_from_rows(rows, "samples/s", "batch", "samples_per_s"))
+    return Plot("memory.png", "Memory and throughput against batch size", [memory, speed])

@@ -1,0 +1,97 @@
+"""precision: the same training step of the digits CNN and the chargpt transformer in each precision.
+
+Every precision starts from the same weights and sees the same batches, so step time, samples/s, peak
+memory and the loss after N steps compare like for like. A precision whose loss is not finite, or no
+lower than where it started, after N steps is flagged as diverged.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpulab.bench.harness import BenchContext, memory_kind, peak_memory
+from gpulab.bench.plots import Panel, Plot, series_from_rows
+from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.bench.suites import Stepper, load_workload, single_runtime
+
+PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+PROFILES = {
+    "full": {"models": ("digits", "chargpt"), "warmup": 5, "steps": 50},
+    "quick": {"models": ("digits", "chargpt-tiny"), "warmup": 3, "steps": 20},
+    "smoke": {"models": ("digits", "chargpt-tiny"), "warmup": 1, "steps": 3, "batch_size": 8},
+}
+GPU_MODELS = {"chargpt": "chargpt-gpu", "chargpt-tiny": "chargpt"}  # a GPU needs a bigger model to show
+
+
+def run(ctx: BenchContext) -> SuiteResult:
+    cfg = ctx.pick(PROFILES)
+    models = [GPU_MODELS.get(m, m) if ctx.on_gpu else m for m in cfg["models"]]
+    result = SuiteResult(
+        title="Precision",
+        description=f"One training step per precision, same initial weights and batches; loss on a fixed "
+        f"batch after {cfg['steps']} steps.",
+    )
+    for model in models:
+        rows = [_one(ctx, model, precision, cfg, result.notes) for precision in PRECISIONS]
+        base = rows[0].figures["step_time"]
+        for row in rows:
+            row.figures["speedup_vs_fp32"] = Figure.ratio(base, row.figures["step_time"])
+        result.rows += rows
+    result.notes += _notes(ctx, result.rows)
+    result.plots.append(_plot(result.rows, cfg["steps"]))
+    return result
+
+
+def _one(ctx: BenchContext, model: str, precision: str, cfg: dict, notes: list[str]) -> Row:
+    work = load_workload(model, seed=0, batch_size=cfg.get("batch_size"))
+    with single_runtime(ctx.device, precision) as rt:
+        stepper = Stepper(work, rt)
+        loss_before = stepper.eval_loss()
+        timing = ctx.measure(stepper.step, warmup=cfg["warmup"], repeats=cfg["steps"] - cfg["warmup"])
+        loss_after = stepper.eval_loss()
+        memory = peak_memory(stepper.step, device=ctx.device, repeats=2)
+        skipped = int(getattr(rt.precision, "skipped_steps", 0))
+    diverged = not math.isfinite(loss_after) or loss_after >= loss_before
+    if diverged:
+        notes.append(f"{model} {precision} DIVERGED: loss {loss_before:.4g} -> {loss_after:.4g}")
+    figures = {
+        "step_time": timing.seconds("ms"),
+        "samples_per_s": timing.rate(work.batch_size, "samples/s"),
+        "loss_after": Figure.single(loss_after, "loss"),
+    }
+    if memory.figure is not None:
+        figures["peak_memory"] = memory.figure
+    info = {"loss_before": loss_before, "diverged": diverged, "batch_size": work.batch_size}
+    info |= {"steps": cfg["steps"], "skipped_steps": skipped}
+    return Row({"model": model, "precision": precision}, figures, info)
+
+
+def _notes(ctx: BenchContext, rows: list[Row]) -> list[str]:
+    notes = []
+    if not ctx.on_gpu:
+        notes += [
+            "On a CPU, tf32 is fp32 (no TF32 units); differences between them are noise.",
+            "On a CPU, fp16 has no fast kernels for many ops (matmul, convolution): expect it slowest. "
+            "bf16 is fast where the CPU has AVX512-BF16 or AMX.",
+        ]
+    cpu = (
+        "" if ctx.on_gpu else ": the step's working memory, not the model and optimizer state held before it"
+    )
+    notes.append(f"Peak memory: {memory_kind(ctx.device)}{cpu}.")
+    if not any(r.info["diverged"] for r in rows):
+        notes.append("No precision diverged: every loss is finite and lower than before training.")
+    return notes
+
+
+def _plot(rows: list[Row], steps: int) -> Plot:
+    models = list(dict.fromkeys(r.key["model"] for r in rows))
+    panels = [
+        Panel("Speedup over fp32", "precision", "x", kind="bar"),
+        Panel(f"Loss after {steps} steps", "precision", "loss", kind="bar"),
+        Panel("Peak memory", "precision", "MiB", kind="bar"),
+    ]
+    for panel, figure in zip(panels, ("speedup_vs_fp32", "loss_after", "peak_memory"), strict=True):
+        for model in models:
+            where = lambda r, m=model: r.key["model"] == m  # noqa: E731
+            panel.series.append(series_from_rows(rows, model, "precision", figure, where=where))
+    return Plot("precision.png", "Precision: the same training step (median, spread of repeats)", panels)

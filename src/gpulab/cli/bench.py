@@ -1,0 +1,135 @@
+"""`gpulab bench [SUITE...] [--quick] [--device D] [--out DIR]` and `gpulab bench compare A.json B.json`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+_VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within noise": "", "info": "dim"}
+
+
+def bench(
+    suites: list[str] = typer.Argument(
+        None,
+        help="Suites to run, in order (default: all): matmul precision memory accumulate compile parallel "
+        "transfer. Or `compare A.json B.json` to compare two runs.",
+    ),
+    quick: bool = typer.Option(
+        False, "--quick", help="Fewer sizes and steps: a few minutes on a laptop CPU."
+    ),
+    device: str = typer.Option("auto", help="auto|cpu|cuda|cuda:N"),
+    out: Path = typer.Option(
+        Path("runs/bench"), "--out", help="Directory for results.json, PNGs, report.html"
+    ),
+    repeats: int = typer.Option(
+        None, "--repeats", min=1, help="Timed repeats per figure (default: per profile)"
+    ),
+    memory_limit: int = typer.Option(
+        None,
+        "--memory-limit",
+        min=1,
+        help="memory suite: MiB a batch may use (default: GPU memory, 1/4 of free RAM)",
+    ),
+    tolerance: float = typer.Option(
+        0.05, "--tolerance", min=0.0, help="compare: relative change never flagged, even outside the spread"
+    ),
+    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch (default: torch's)"),
+    smoke: bool = typer.Option(False, "--smoke", hidden=True, help="Tiny sizes, for tests."),
+) -> None:
+    """Benchmark this machine: matmul, precision, memory, accumulation, compile, data parallel, transfer.
+
+    Writes OUT/results.json (every figure with its repeats and spread, and the environment), a PNG per
+    suite and OUT/report.html (self-contained). `gpulab bench compare A.json B.json` exits 1 when B has
+    a regression beyond the measured spread.
+    """
+    # Piped to a file or a CI log, rich would wrap tables at 80 columns; wide tables read better there.
+    console = Console() if sys.stdout.isatty() else Console(width=180)
+    if suites and suites[0] == "compare":
+        raise typer.Exit(_compare(suites[1:], tolerance, console))
+    from gpulab.bench import BenchConfig, run_bench
+
+    config = BenchConfig(
+        suites=list(suites or []),
+        profile="smoke" if smoke else "quick" if quick else "full",
+        device=device,
+        out_dir=out,
+        repeats=repeats,
+        memory_limit_mib=memory_limit,
+        threads=threads,
+    )
+    doc = run_bench(config, log=lambda line: console.print(line, highlight=False, markup=False))
+    for name, suite in doc["suites"].items():
+        console.print(_suite_table(name, suite))
+        for note in suite["notes"]:
+            console.print(f"  note: {note}", highlight=False, markup=False)
+    console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}")
+    if any(s["status"] != "ok" for s in doc["suites"].values()):
+        raise typer.Exit(1)
+
+
+def _suite_table(name: str, suite: dict) -> Table:
+    from gpulab.bench.report import format_number
+
+    rows = suite["rows"]
+    keys = list(dict.fromkeys(k for r in rows for k in r["key"]))
+    figures = list(dict.fromkeys(f for r in rows for f in r["figures"]))
+    table = Table(
+        title=f"{suite['title']} ({name}, {suite['status']}, {suite['seconds']:.1f} s)", title_justify="left"
+    )
+    units = {f: next(r["figures"][f]["unit"] for r in rows if f in r["figures"]) for f in figures}
+    for column in keys:
+        table.add_column(column)
+    for f in figures:
+        table.add_column(f"{f} ({units[f]})", justify="right")
+    for r in rows:
+        cells = [str(r["key"].get(k, "")) for k in keys]
+        cells += [format_number(r["figures"][f]["value"]) if f in r["figures"] else "-" for f in figures]
+        table.add_row(*cells)
+    return table
+
+
+def _compare(paths: list[str], tolerance: float, console: Console) -> int:
+    from gpulab.bench.compare import compare_results, environment_differences, unmatched
+    from gpulab.bench.report import format_number
+    from gpulab.bench.results import load_results
+    from gpulab.errors import ConfigError
+
+    if len(paths) != 2:
+        raise ConfigError("compare needs two results files: gpulab bench compare A.json B.json")
+    a, b = (load_results(p) for p in paths)
+    for diff in environment_differences(a, b):
+        console.print(f"[yellow]environment differs[/] {diff}", highlight=False)
+    comparisons = compare_results(a, b, tolerance)
+    table = Table(
+        "suite", "row", "figure", "A", "B", "B/A", "verdict", title=f"{paths[1]} against {paths[0]}"
+    )
+    for c in comparisons:
+        ratio = "-" if c.ratio is None else f"{c.ratio:.3f}"
+        style = _VERDICT_STYLE[c.verdict]
+        a_text = f"{format_number(c.a.value)} {c.a.unit} ±{format_number((c.a.high - c.a.low) / 2)}"
+        b_text = f"{format_number(c.b.value)} {c.b.unit} ±{format_number((c.b.high - c.b.low) / 2)}"
+        table.add_row(
+            c.suite,
+            c.key,
+            c.figure,
+            a_text,
+            b_text,
+            ratio,
+            f"[{style}]{c.verdict}[/]" if style else c.verdict,
+        )
+    console.print(table)
+    for missing in unmatched(a, b):
+        console.print(f"[dim]not in B:[/] {missing}", highlight=False)
+    counts = {
+        v: sum(c.verdict == v for c in comparisons) for v in ("regression", "improvement", "within noise")
+    }
+    console.print(", ".join(f"{n} {v}" for v, n in counts.items()))
+    return 1 if counts["regression"] else 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(bench)

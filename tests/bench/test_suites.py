@@ -1,0 +1,194 @@
+"""Every suite on the CPU with the tiny "smoke" profile: the schema, the figures, the plots."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+import gpulab.bench as bench
+from gpulab.bench import SUITES, BenchConfig, harness, run_bench
+from gpulab.bench.harness import BenchContext
+from gpulab.bench.results import RESULTS_FILE, SPREADS, SuiteResult, load_results, validate
+from gpulab.bench.suites import parallel
+from gpulab.errors import ConfigError
+
+FIGURE_FIELDS = {"value", "unit", "repeats", "low", "high", "spread", "better"}
+# parallel starts real processes: it has its own test below.
+IN_PROCESS = [name for name in SUITES if name != "parallel"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    # One thread: on a shared CI machine a second OpenMP thread mostly waits for a core.
+    config = BenchConfig(suites=IN_PROCESS, profile="smoke", device="cpu", out_dir=out, threads=1)
+    doc = run_bench(config, log=lambda _: None)
+    return doc, out
+
+
+def test_the_registry_holds_the_seven_suites_of_the_issue_each_with_every_profile():
+    assert list(SUITES) == ["matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer"]
+    assert tuple(harness.PROFILES) == bench.PROFILE_NAMES
+    for name in SUITES:
+        module = importlib.import_module(f"gpulab.bench.suites.{name}")
+        assert set(module.PROFILES) == set(bench.PROFILE_NAMES), name
+
+
+def test_results_json_follows_the_schema(smoke):
+    doc, out = smoke
+    assert validate(doc) == []
+    on_disk = load_results(out / RESULTS_FILE)
+    assert on_disk["schema_version"] == 1
+    assert list(on_disk["suites"]) == IN_PROCESS
+    for name, suite in on_disk["suites"].items():
+        assert suite["status"] == "ok", (name, suite["notes"])
+        assert suite["rows"], name
+        assert suite["seconds"] > 0
+
+
+def test_every_figure_carries_its_repeats_and_spread(smoke):
+    doc, _ = smoke
+    count = 0
+    for suite in doc["suites"].values():
+        for row in suite["rows"]:
+            for fig in row["figures"].values():
+                assert set(fig) == FIGURE_FIELDS
+                assert isinstance(fig["repeats"], int) and fig["repeats"] >= 1
+                assert fig["spread"] in SPREADS
+                assert fig["low"] <= fig["value"] <= fig["high"]
+                count += 1
+    assert count > 50
+
+
+def test_the_environment_is_recorded(smoke):
+    env = smoke[0]["environment"]
+    for key in (
+        "gpulab",
+        "torch",
+        "python",
+        "device_name",
+        "date",
+        "devices",
+        "torch_threads",
+        "nvml_status",
+    ):
+        assert key in env, key
+    assert env["devices"][0]["type"] == "cpu"
+    assert smoke[0]["config"]["profile"] == "smoke"
+
+
+def test_every_plot_is_a_valid_non_blank_png(smoke):
+    doc, out = smoke
+    for name, suite in doc["suites"].items():
+        assert suite["plots"], name
+        for plot in suite["plots"]:
+            path = out / plot["file"]
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            with Image.open(path) as image:
+                image.verify()
+            with Image.open(path) as image:
+                assert image.width > 300 and image.height > 200
+                extrema = image.convert("L").getextrema()
+                assert extrema[0] < 100 < extrema[1], f"{path} looks blank"
+
+
+def _rows(doc, suite):
+    return doc["suites"][suite]["rows"]
+
+
+def test_matmul_covers_the_four_dtypes_on_the_cpu_with_a_note(smoke):
+    doc, _ = smoke
+    rows = _rows(doc, "matmul")
+    assert {r["key"]["dtype"] for r in rows} == {"fp32", "tf32", "bf16", "fp16"}
+    assert all(r["figures"]["tflops"]["value"] > 0 for r in rows)
+    assert any("No GPU" in n for n in doc["suites"]["matmul"]["notes"])
+
+
+def test_precision_runs_both_models_in_every_precision(smoke):
+    rows = _rows(smoke[0], "precision")
+    assert {(r["key"]["model"], r["key"]["precision"]) for r in rows} == {
+        (m, p) for m in ("digits", "chargpt-tiny") for p in ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+    }
+    for r in rows:
+        assert {"step_time", "samples_per_s", "loss_after", "peak_memory"} <= set(r["figures"])
+        assert isinstance(r["info"]["diverged"], bool)
+
+
+def test_memory_marks_the_largest_batch_that_fits(smoke):
+    rows = _rows(smoke[0], "memory")
+    assert [r["key"]["batch"] for r in rows] == [2, 4]
+    assert [r["info"].get("largest_fit", False) for r in rows] == [False, True]
+
+
+def test_memory_limit_stops_the_sweep(tmp_path):
+    ctx = BenchContext(torch.device("cpu"), "smoke", warmup=0, repeats=1, memory_limit_bytes=1, log=print)
+    result = SUITES["memory"](ctx)
+    assert [r.info["fits"] for r in result.rows] == [False]
+    assert not any(r.info.get("largest_fit") for r in result.rows)
+
+
+def test_accumulation_is_equivalent(smoke):
+    rows = _rows(smoke[0], "accumulate")
+    assert [r["key"]["k"] for r in rows] == [1, 2]
+    assert all(r["info"]["equivalent"] for r in rows)
+
+
+def test_compile_shows_compile_time_apart(smoke):
+    rows = {r["key"]["variant"]: r for r in _rows(smoke[0], "compile")}
+    assert "compile_time" not in rows["eager"]["figures"]
+    assert rows["default"]["figures"]["compile_time"]["unit"] == "s"
+    assert rows["default"]["info"]["compiled"] is True
+
+
+def test_transfer_without_gpu_says_so(smoke):
+    doc, _ = smoke
+    rows = _rows(doc, "transfer")
+    assert {r["key"]["test"] for r in rows} == {"copy", "train step"}
+    assert any("n/a" in n for n in doc["suites"]["transfer"]["notes"])
+
+
+@pytest.mark.distributed
+def test_parallel_ddp_over_two_gloo_processes_matches_one_process():
+    ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=2, log=print)
+    result = parallel.run(ctx)
+    single, ddp = result.rows
+    assert (single.key["mode"], ddp.key["mode"], ddp.key["processes"]) == ("single", "ddp", 2)
+    assert ddp.info["equal_to_single"], ddp.info
+    assert ddp.figures["time_vs_single"].repeats == 2
+    assert json.dumps(result.to_json(), allow_nan=False)
+
+
+def test_unknown_suite_is_a_config_error():
+    with pytest.raises(ConfigError, match="valid choices: matmul"):
+        BenchConfig(suites=["matmull"]).suite_names()
+
+
+def test_a_failing_suite_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("kaput")
+
+    def fine(ctx):
+        return SuiteResult(title="fine")
+
+    monkeypatch.setattr(bench, "SUITES", {"boom": boom, "fine": fine})
+    threads = torch.get_num_threads()
+    config = BenchConfig(profile="smoke", device="cpu", out_dir=tmp_path, threads=1)
+    doc = run_bench(config, log=lambda _: None)
+    assert torch.get_num_threads() == threads  # --threads does not outlive the run
+    assert doc["environment"]["torch_threads"] == 1
+    assert doc["suites"]["boom"]["status"] == "error"
+    assert "kaput" in doc["suites"]["boom"]["notes"][0]
+    assert doc["suites"]["fine"]["status"] == "ok"
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_the_report_holds_every_suite_that_ran(smoke):
+    doc, out = smoke
+    html = (out / "report.html").read_text()
+    for name in doc["suites"]:
+        assert f'data-suite="{name}"' in html
+    assert html.count("data:image/png;base64,") == sum(len(s["plots"]) for s in doc["suites"].values())
