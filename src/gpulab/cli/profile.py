@@ -1,0 +1,155 @@
+"""`gpulab profile RECIPE|--config FILE --out DIR`: where a training step's time goes.
+
+Writes DIR/trace.json (open in https://ui.perfetto.dev or chrome://tracing), DIR/key_averages.txt and
+DIR/profile.json (breakdown, FLOPs, MFU, memory, GPU utilisation, diagnosis), and prints the breakdown.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpulab.config import load_yaml, merge, parse_overrides
+
+_ROWS = (
+    ("data", "data wait"),
+    ("forward", "forward"),
+    ("backward", "backward"),
+    ("communication", "communication"),
+    ("optimizer", "optimizer"),
+    ("idle", "idle"),
+)
+
+
+def profile(
+    recipe: str = typer.Argument(
+        None, help="mlp|digits|chargpt, or package.module:function (or set in --config)"
+    ),
+    out: Path = typer.Option(None, "--out", help="Output directory [default: runs/profile-RECIPE]"),
+    config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
+    device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
+    precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
+    batch_size: int = typer.Option(None, "--batch-size", help="Samples per step (per device)"),
+    compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
+    seed: int = typer.Option(None, help="Random seed"),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed steps first"),
+    steps: int = typer.Option(10, "--steps", min=1, help="Timed steps (the breakdown)"),
+    active: int = typer.Option(3, "--active", min=1, help="Steps recorded by torch.profiler"),
+    peak: bool = typer.Option(True, "--peak/--no-peak", help="Measure this device's matmul peak for MFU"),
+    memory_snapshot: bool = typer.Option(
+        False,
+        "--memory-snapshot",
+        help="CUDA: also write DIR/memory_snapshot.pickle for pytorch.org/memory_viz",
+    ),
+    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+) -> None:
+    """Time and profile training steps; write DIR/trace.json, key_averages.txt and profile.json."""
+    from gpulab.profiling.profiler import ProfileOptions, profile_recipe
+
+    user = load_yaml(config) if config else {}
+    flags = {
+        "recipe": recipe,
+        "device": device,
+        "precision": precision,
+        "batch_size": batch_size,
+        "compile": compile,
+        "seed": seed,
+    }
+    user = merge(merge(user, {k: v for k, v in flags.items() if v is not None}), parse_overrides(set_))
+    out_dir = out or Path(f"runs/profile-{str(user.get('recipe', 'run')).replace(':', '.')}")
+    user.pop("out_dir", None)  # profile writes only to --out
+    options = ProfileOptions(
+        warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
+    )
+    result = profile_recipe(user, out_dir, options)
+    if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
+        return  # not rank zero: rank 0 prints
+    render(result.report, Console())
+    for name, path in result.files.items():
+        Console().print(f"wrote {name}: {path}", highlight=False)
+
+
+def render(report: dict, console: Console) -> None:
+    """The breakdown table, then FLOPs/MFU, memory and the diagnosis."""
+    b, frac = report["breakdown_s"], report["breakdown_fraction"]
+    table = Table(
+        title=f"{report.get('recipe', '')} on {report['device']} ({report['precision']}), "
+        f"batch {report['batch_size']}: mean of {_kept(report)}",
+        title_justify="left",
+    )
+    for col in ("phase", "ms / step", "share"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for key, label in _ROWS:
+        table.add_row(label, f"{b.get(key, 0.0) * 1e3:.2f}", f"{frac.get(key, 0.0):.1%}")
+    table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
+    console.print(table)
+    console.print(
+        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s'] or 0:,.0f} samples/s; "
+        f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
+        f"achieved {_flops(report['achieved_flops_per_s'])}/s",
+        highlight=False,
+    )
+    peaks = report["peaks"]
+    sheet = peaks["datasheet_flops_per_s"]
+    against_sheet = (
+        f"MFU {_pct(report['mfu'])} of the datasheet peak ({_flops(sheet)}/s)"
+        if sheet
+        else "no datasheet peak for this device"
+    )
+    measured = peaks["measured_flops_per_s"]
+    against_measured = (
+        f"{_pct(report['mfu_measured'])} of the measured {peaks['dtype']} peak ({_flops(measured)}/s)"
+        if measured
+        else "no measured peak"
+    )
+    console.print(
+        f"{against_sheet}; {against_measured}; a one-sample step takes {report['fixed_cost_s'] * 1e3:.2f} ms",
+        highlight=False,
+    )
+    mem = report["memory"]
+    util = report["nvml"]["mean"].get("utilization_gpu_pct") if report["nvml"]["available"] else None
+    console.print(
+        f"memory ({mem['kind']}): peak {mem['peak_bytes'] / 2**20:,.1f} MiB, reserved "
+        f"{mem['reserved_bytes'] / 2**20:,.1f} MiB"
+        + (f"; GPU utilisation {util:.0f}%" if util is not None else ""),
+        highlight=False,
+    )
+    load = report.get("machine_load") or {}
+    if load.get("busy"):
+        console.print(
+            f"[yellow]note:[/] the machine was busy (load {load['load_1min']} on {load['cores']} cores): "
+            "other processes competed for the CPU, so these times are inflated",
+        )
+    d = report["diagnosis"]
+    console.print(f"[bold]{d['bound']}[/]: {d['reason']}")
+    console.print(f"fix: {d['fix']}", highlight=False)
+
+
+def _kept(report: dict) -> str:
+    dropped = len(report.get("outlier_steps") or [])
+    total = report["timed_steps"]
+    return (
+        f"{total} steps"
+        if not dropped
+        else f"{total - dropped} of {total} steps ({dropped} outliers left out)"
+    )
+
+
+def _flops(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if value >= scale:
+            return f"{value / scale:,.2f} {unit}"
+    return f"{value:,.0f} FLOP"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(profile)

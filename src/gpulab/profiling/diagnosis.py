@@ -1,0 +1,182 @@
+"""What bounds a run, and the concrete fix: a pure function of measured numbers.
+
+The rules, first match wins (thresholds are module constants, documented in docs/PERF.md's spirit:
+rough but stated):
+
+1. input-bound: waiting for data takes more than 10 % of the step.
+2. communication-bound: collectives take more than 25 % of the step (several processes only).
+3. host/launch-bound: on a GPU, utilisation under 70 % although data arrives in time -- the GPU idles
+   between kernels the host launches too slowly; or a step on a single sample takes more than half as
+   long as the real step (the fixed cost per step -- Python, dispatch, launches -- dominates the work);
+   or, without either reading, more than 25 % of the step outside every timed phase.
+4. memory-bound: the peak holds more than 90 % of the memory (capacity), or the device is busy but at
+   under 20 % of its measured matmul peak (bandwidth: element-wise work moving bytes, not multiplying).
+5. compute-bound: otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+INPUT_FRACTION = 0.10
+COMMUNICATION_FRACTION = 0.25
+LOW_UTILIZATION_PCT = 70.0
+IDLE_FRACTION = 0.25
+FIXED_COST_FRACTION = 0.5
+MEMORY_FULL_FRACTION = 0.90
+LOW_MFU = 0.20
+
+BOUNDS = ("input-bound", "communication-bound", "host-bound", "memory-bound", "compute-bound")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    bound: str  # one of BOUNDS
+    reason: str  # the numbers that decided it
+    fix: str  # what to change, concretely
+    fractions: dict[str, float] = field(default_factory=dict)  # share of the step per phase
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def diagnose(
+    breakdown: dict[str, float],
+    *,
+    device_type: str,
+    gpu_utilization_pct: float | None = None,
+    memory_peak_fraction: float | None = None,
+    mfu: float | None = None,
+    fixed_cost_fraction: float | None = None,
+    precision: str = "fp32",
+    compiled: bool = False,
+) -> Diagnosis:
+    """Name the bound of a run from its step ``breakdown`` (seconds per phase and ``step``), the GPU's
+    mean utilisation (None on a CPU or without NVML), the peak memory over the capacity or limit, MFU
+    against the measured peak, and the time of a one-sample step over the real step's (each None if
+    unknown)."""
+    step = breakdown.get("step") or 0.0
+    fractions = {k: v / step for k, v in breakdown.items() if k != "step"} if step > 0 else {}
+    on_gpu = device_type == "cuda"
+
+    def verdict(bound: str, reason: str, fix: str) -> Diagnosis:
+        return Diagnosis(bound, reason, fix, fractions)
+
+    data = fractions.get("data", 0.0)
+    if data > INPUT_FRACTION:
+        return verdict("input-bound", f"waiting for data takes {data:.0%} of the step", _input_fix(on_gpu))
+    comm = fractions.get("communication", 0.0)
+    if comm > COMMUNICATION_FRACTION:
+        return verdict(
+            "communication-bound",
+            f"collectives take {comm:.0%} of the step",
+            "more work per collective: a larger batch per rank or gradient accumulation (fewer all-reduces), "
+            "bf16 gradients, bigger DDP buckets (ddp_bucket_cap_mb); or fewer, faster-connected ranks",
+        )
+    host = _host_bound(fractions, gpu_utilization_pct, fixed_cost_fraction, on_gpu)
+    if host is not None:
+        return verdict("host-bound", host, _host_fix(on_gpu, compiled))
+    if memory_peak_fraction is not None and memory_peak_fraction > MEMORY_FULL_FRACTION:
+        return verdict(
+            "memory-bound",
+            f"the peak holds {memory_peak_fraction:.0%} of the memory",
+            "free memory: bf16-mixed (half the activations), activation checkpointing of the large blocks, "
+            "micro_batch: auto (smaller micro-batches, same effective batch), or FSDP to shard the state",
+        )
+    if (
+        mfu is not None
+        and mfu < LOW_MFU
+        and (gpu_utilization_pct is None or not on_gpu or gpu_utilization_pct >= 70)
+    ):
+        busy = f", GPU {gpu_utilization_pct:.0f}% busy" if gpu_utilization_pct is not None else ""
+        return verdict(
+            "memory-bound",
+            f"MFU {mfu:.0%} of the measured peak{busy}: time goes to moving bytes, not multiplying",
+            _bandwidth_fix(precision, compiled),
+        )
+    mfu_text = f" at {mfu:.0%} of the measured peak" if mfu is not None else ""
+    return verdict(
+        "compute-bound", f"the device computes most of the step{mfu_text}", _compute_fix(precision, on_gpu)
+    )
+
+
+def _host_bound(
+    fractions: dict[str, float], util: float | None, fixed: float | None, on_gpu: bool
+) -> str | None:
+    if on_gpu and util is not None and util < LOW_UTILIZATION_PCT:
+        return f"GPU busy only {util:.0f}% of the time while data arrives in time"
+    if fixed is not None and fixed > FIXED_COST_FRACTION:
+        return f"a step on one sample takes {fixed:.0%} of the real step: per-step overhead dominates"
+    idle = fractions.get("idle")
+    if util is None and fixed is None and idle is not None and idle > IDLE_FRACTION:
+        return f"{idle:.0%} of the step is spent outside forward, backward and the optimizer"
+    return None
+
+
+def _input_fix(on_gpu: bool) -> str:
+    if on_gpu:
+        return (
+            "feed faster: more DataLoader workers (num_workers), pin_memory=True and persistent workers, "
+            "a deeper prefetch; or give tensors (kept on the GPU) instead of a per-sample Dataset, and "
+            "decode/augment once ahead of training or on the GPU"
+        )
+    return (
+        "feed faster: DataLoader workers (LoaderPolicy(num_workers=...)) so samples load in parallel with "
+        "compute; cache decoded samples, or give tensors instead of a per-sample Dataset"
+    )
+
+
+def _host_fix(on_gpu: bool, compiled: bool) -> str:
+    compile_hint = (
+        "CUDA graphs (torch.compile mode='reduce-overhead')"
+        if compiled
+        else "torch.compile (--compile; mode='reduce-overhead' adds CUDA graphs)"
+    )
+    if on_gpu:
+        return (
+            f"launch less per sample: a larger batch, {compile_hint}, and no host syncs (.item(), "
+            "printing tensors) inside the step"
+        )
+    return "less Python per sample: a larger batch, or torch.compile (--compile) to fuse small operations"
+
+
+def _bandwidth_fix(precision: str, compiled: bool) -> str:
+    parts = []
+    if precision in ("fp32", "tf32"):
+        parts.append("bf16-mixed (half the bytes per element)")
+    if not compiled:
+        parts.append("torch.compile (--compile) to fuse element-wise operations")
+    parts.append("a larger batch or wider layers (more FLOPs per byte)")
+    return "raise arithmetic intensity: " + ", ".join(parts)
+
+
+def _compute_fix(precision: str, on_gpu: bool) -> str:
+    if on_gpu and precision in ("fp32",):
+        return "use the tensor cores: bf16-mixed (or tf32), several times the fp32 peak"
+    if on_gpu:
+        return "already compute-bound: add GPUs (DDP/FSDP), or cut FLOPs (fused attention, a smaller model)"
+    return "the CPU's arithmetic is the limit: train on a GPU, or bf16-mixed on a CPU with AMX/AVX-512 BF16"
+
+
+def diagnose_run(
+    *,
+    train_seconds: float,
+    data_wait_seconds: float,
+    device_type: str,
+    gpu_utilization_pct: float | None = None,
+    memory_peak_fraction: float | None = None,
+    mfu: float | None = None,
+    precision: str = "fp32",
+    compiled: bool = False,
+) -> Diagnosis:
+    """``diagnose`` for a whole training run, from the Trainer's totals (no per-phase timing)."""
+    return diagnose(
+        {"data": data_wait_seconds, "step": train_seconds},
+        device_type=device_type,
+        gpu_utilization_pct=gpu_utilization_pct,
+        memory_peak_fraction=memory_peak_fraction,
+        mfu=mfu,
+        precision=precision,
+        compiled=compiled,
+    )

@@ -1,0 +1,361 @@
+"""``gpulab profile``: where one training step's time goes, measured three ways on one instrumented loop.
+
+The loop is the Trainer's step written out on ``Runtime`` (set up -> data -> forward -> backward ->
+communication -> optimizer), so every phase can be timed on its own:
+
+1. warm-up steps, not timed (allocator, autotuning, compilation, the data pipeline filling);
+2. timed steps: ``PhaseTimer`` marks each phase (CUDA events on a GPU, synchronised ``perf_counter``
+   elsewhere) while ``NvmlSampler`` reads GPU utilisation; the breakdown is the mean per phase, and
+   ``idle`` is the rest of the step, so the parts add up to the step;
+3. profiled steps under ``torch.profiler`` (CPU and CUDA activities, a ``schedule`` with one warm-up
+   step), written to ``trace.json`` (Perfetto / chrome://tracing) and ``key_averages.txt``. They are
+   separate from the timed steps because the profiler's own overhead would inflate the breakdown.
+
+With several processes the gradients are reduced *after* backward (``no_sync`` then one flat
+all-reduce) so that the collective is timed as ``communication``; a real DDP run overlaps it with
+backward, so the profile shows its cost, not what remains after overlap. Strategies that shard state
+(FSDP2) keep their collectives inside forward and backward, and ``communication`` reads 0.
+
+FLOPs of the step come from ``flops.training_step_flops`` (fake tensors: the run is not disturbed), MFU
+against the datasheet and measured peaks, and the bound from ``diagnosis.diagnose``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.data import make_loader
+from gpulab.errors import ConfigError, DataError
+from gpulab.profiling.diagnosis import diagnose
+from gpulab.profiling.flops import device_peaks, training_step_flops
+from gpulab.profiling.sampler import NvmlSampler
+from gpulab.profiling.timers import PHASES, PhaseTimer, phase_timer
+from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
+from gpulab.runtime.oom import sync_gradients
+
+TRACE_FILE = "trace.json"
+TABLE_FILE = "key_averages.txt"
+PROFILE_FILE = "profile.json"
+SNAPSHOT_FILE = "memory_snapshot.pickle"
+
+
+@dataclass
+class ProfileOptions:
+    warmup: int = 3  # untimed steps first
+    steps: int = 10  # timed steps (the breakdown)
+    active: int = 3  # steps recorded by torch.profiler (after one profiler warm-up step)
+    measure_peak: bool = True  # measure this device's matmul peak for MFU (cached)
+    memory_snapshot: bool = False  # CUDA: record allocations during the profiled steps
+    record_shapes: bool = False
+    with_stack: bool = False
+    nvml_interval_s: float = 0.05
+
+
+@dataclass
+class ProfileResult:
+    report: dict[str, Any]
+    out_dir: Path
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        return self.report["breakdown_s"]
+
+    @property
+    def diagnosis(self) -> dict[str, Any]:
+        return self.report["diagnosis"]
+
+
+def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOptions | None = None):
+    """Profile the run ``user`` describes (the same settings as ``gpulab train``); write ``out_dir``."""
+    from gpulab.runtime import Runtime
+    from gpulab.train.run import resolve_config
+
+    config, recipe = resolve_config(user)
+    runtime = Runtime(
+        config.device,
+        config.precision,
+        config.strategy,
+        precision_options={"init_scale": config.init_scale, "growth_interval": config.growth_interval},
+        strategy_options={
+            "collective_timeout_s": config.collective_timeout_s,
+            "ddp_bucket_cap_mb": config.ddp_bucket_cap_mb,
+            "ddp_static_graph": config.ddp_static_graph,
+            "ddp_gradient_as_bucket_view": config.ddp_gradient_as_bucket_view,
+            "find_unused_parameters": config.find_unused_parameters,
+            "fsdp_shard_modules": config.fsdp_shard_modules,
+            "fsdp_reshard_after_forward": config.fsdp_reshard_after_forward,
+        },
+    )
+    try:
+        runtime.seed_everything(config.seed, config.deterministic)
+        result = profile_loop(
+            runtime,
+            recipe.model,
+            recipe.optimizer,
+            recipe.loss_fn,
+            recipe.train_data,
+            batch_size=config.batch_size,
+            out_dir=out_dir,
+            options=options,
+            seed=config.seed,
+            compile=config.compile,
+            compile_mode=config.compile_mode,
+            compile_backend=config.compile_backend,
+            extra={"recipe": config.recipe, **recipe.info},
+        )
+    finally:
+        runtime.teardown()
+    return result
+
+
+def profile_loop(
+    runtime: Any,
+    model: torch.nn.Module,
+    optimizer: Any,
+    loss_fn: Callable,
+    data: Any,
+    *,
+    batch_size: int,
+    out_dir: str | Path,
+    options: ProfileOptions | None = None,
+    seed: int = 0,
+    compile: bool = False,
+    compile_mode: str | None = None,
+    compile_backend: str = "inductor",
+    extra: dict[str, Any] | None = None,
+) -> ProfileResult:
+    """Warm up, time, then profile training steps of ``model`` on ``data``; write the results."""
+    o = options or ProfileOptions()
+    rt, out = runtime, Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output directory {str(out)!r} is a file: choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    model, opt = rt.setup(model, optimizer)
+    forward = model
+    if compile:
+        from gpulab.runtime.compile import compile_model
+
+        forward = compile_model(model, compile_mode, compile_backend)
+    source = make_loader(
+        data, batch_size=batch_size, device=rt.device, shuffle=True, seed=seed, rank=rt.rank,
+        world_size=rt.world_size,
+    )  # fmt: skip
+    batches = _cycle(source)
+    step = _Step(rt, model, forward, opt, loss_fn, batches)
+
+    first = next(batches)
+    flops = training_step_flops(model, loss_fn, tuple(first), autocast=rt.autocast)
+    for _ in range(o.warmup):
+        step.run(None)
+
+    timer = phase_timer(rt.device)
+    synchronize(rt.device)
+    reset_peak_memory(rt.device)
+    with NvmlSampler(rt.device, o.nvml_interval_s) as sampler:
+        for _ in range(o.steps):
+            step.run(timer)
+        timer.finish()
+    nvml = sampler.summary()
+    memory = memory_stats(rt.device)
+    fixed = _fixed_cost(step, first, rt.device)
+
+    files = _profiled_steps(step, rt, out, o)
+    breakdown = timer.summary()
+    report = _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, compile, extra)
+    if rt.is_rank_zero:
+        files["profile"] = str(out / PROFILE_FILE)
+        _write_json(out / PROFILE_FILE, {**report, "files": files})
+    return ProfileResult(report, out, files)
+
+
+class _Step:
+    """One training step on the Runtime, each phase marked on the timer (None: untimed)."""
+
+    def __init__(self, rt, model, forward, optimizer, loss_fn, batches: Iterator[Any]) -> None:
+        self.rt, self.model, self.forward, self.optimizer = rt, model, forward, optimizer
+        self.loss_fn, self.batches = loss_fn, batches
+        # Reduce gradients ourselves (and time it) where the strategy keeps whole gradients per rank.
+        self.separate_comm = rt.world_size > 1 and rt.strategy.checkpoint_layout == "full"
+
+    def run(self, timer: PhaseTimer | None, batch: Any = None) -> None:
+        """One step; on ``batch`` if given, else on the next batch of the data."""
+        mark = timer.mark if timer is not None else _no_mark
+        rt = self.rt
+        if timer is not None:
+            timer.start_step()
+        mark("data")
+        *inputs, target = _split(next(self.batches) if batch is None else batch)
+        mark("forward")
+        with rt.no_sync(self.model, enabled=self.separate_comm):
+            with rt.autocast():
+                loss = self.loss_fn(self.forward(*inputs), target)
+            mark("backward")
+            rt.backward(loss)
+        if self.separate_comm:
+            mark("communication")
+            sync_gradients(self.model.parameters(), rt.all_reduce)
+        mark("optimizer")
+        rt.step(self.optimizer)
+        if timer is not None:
+            timer.end_phase()
+
+
+def _no_mark(phase: str) -> None:
+    """Untimed steps mark nothing."""
+
+
+def _fixed_cost(step: _Step, batch: Any, device: torch.device, repeats: int = 5) -> float:
+    """Median seconds of a step on one sample: the cost every step pays whatever its size (Python,
+    operator dispatch, kernel launches, the optimizer over every parameter). Close to the full step's
+    time, it means the step is too small for the framework's overhead: host-bound."""
+    one = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in _split(batch))
+    step.run(None, one)  # a new shape may need its own warm-up (kernels, compilation)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        step.run(None, one)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _profiled_steps(step: _Step, rt, out: Path, o: ProfileOptions) -> dict[str, str]:
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU]
+    if rt.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    suffix = "" if rt.rank == 0 else f".rank{rt.rank}"
+    trace = out / f"trace{suffix}.json"
+    table = out / f"key_averages{suffix}.txt"
+    sort = "self_cuda_time_total" if rt.device.type == "cuda" else "self_cpu_time_total"
+
+    def on_ready(prof) -> None:
+        prof.export_chrome_trace(str(trace))
+        table.write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
+
+    snapshot = out / (SNAPSHOT_FILE if rt.rank == 0 else f"memory_snapshot{suffix}.pickle")
+    record = o.memory_snapshot and rt.device.type == "cuda"
+    with (
+        memory_snapshot(rt.device, snapshot) if record else nullcontext(),
+        profile(
+            activities=activities,
+            schedule=schedule(wait=0, warmup=1, active=max(1, o.active), repeat=1),
+            on_trace_ready=on_ready,
+            record_shapes=o.record_shapes,
+            with_stack=o.with_stack,
+        ) as prof,
+    ):
+        for _ in range(1 + max(1, o.active)):
+            step.run(None)
+            prof.step()
+    synchronize(rt.device)
+    files = {"trace": str(trace), "key_averages": str(table)}
+    if record:
+        files["memory_snapshot"] = str(snapshot)
+    return files
+
+
+def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, compiled, extra) -> dict:
+    step_s = breakdown.get("step", 0.0)
+    step_median = statistics.median(s["step"] for s in timer.steps) if timer.steps else 0.0
+    fixed_fraction = min(1.0, fixed / step_median) if step_median > 0 else None
+    precision = rt.precision.name
+    peaks = device_peaks(rt.device, precision, measure=o.measure_peak)
+    flops_per_step = flops.per_sample * batch_size  # per rank, at the configured batch
+    achieved = flops_per_step / step_s if step_s > 0 else None
+    mfu = peaks.mfu(achieved)
+    util = nvml.gpu_utilization_pct if nvml.available else None
+    diag = diagnose(
+        breakdown,
+        device_type=rt.device.type,
+        gpu_utilization_pct=util,
+        memory_peak_fraction=memory.peak_fraction if memory.kind == "allocator" else None,
+        mfu=mfu["mfu_measured"],
+        fixed_cost_fraction=fixed_fraction,
+        precision=precision,
+        compiled=compiled,
+    )
+    parts = sum(breakdown.get(k, 0.0) for k in (*PHASES, "idle"))
+    from gpulab.train.run import environment
+
+    return {
+        **(extra or {}),
+        **rt.describe(),
+        "batch_size": batch_size,
+        "warmup_steps": o.warmup,
+        "timed_steps": o.steps,
+        "profiled_steps": o.active,
+        "breakdown_s": breakdown,
+        "breakdown_fraction": {k: v / step_s for k, v in breakdown.items() if k != "step"} if step_s else {},
+        "breakdown_sum_s": parts,
+        "step_s_median": step_median,
+        "step_s_mean_all": statistics.fmean(s["step"] for s in timer.steps) if timer.steps else 0.0,
+        "outlier_steps": timer.outliers(),
+        "fixed_cost_s": fixed,
+        "fixed_cost_fraction": fixed_fraction,
+        "samples_per_s": batch_size * rt.world_size / step_s if step_s > 0 else None,
+        "flops_per_step": flops_per_step,
+        "flops_per_sample": flops.per_sample,
+        "flops_method": flops.method,
+        "achieved_flops_per_s": achieved,
+        "peaks": peaks.to_json(),
+        **mfu,
+        "memory": memory.to_json(),
+        "nvml": nvml.to_json(),
+        "diagnosis": diag.to_json(),
+        "timer": "cuda events" if rt.device.type == "cuda" else "perf_counter (device synchronised)",
+        "machine_load": machine_load(),
+        "environment": environment(),
+        "date_unix": time.time(),
+    }
+
+
+def machine_load() -> dict[str, Any]:
+    """The 1-minute load average against the cores this process may use: above 1 per core, other
+    processes competed for the CPU during the profile and its times are inflated (on a CPU device
+    badly: torch's threads wait for each other at every parallel region)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return {"load_1min": None, "cores": cores, "busy": None}
+    return {"load_1min": round(load, 2), "cores": cores, "busy": load > cores}
+
+
+def _cycle(source) -> Iterator[Any]:
+    """Batches forever, epoch after epoch."""
+    epoch = 0
+    while True:
+        source.set_epoch(epoch)
+        empty = True
+        for batch in source:
+            empty = False
+            yield batch
+        if empty:
+            raise DataError("the training data gives no batch (empty, or smaller than the batch size)")
+        epoch += 1
+
+
+def _split(batch: Any) -> tuple:
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return tuple(batch)
+    raise DataError(f"each batch must be (inputs..., target); got {type(batch).__name__}")
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,99 @@
+"""``MfuCallback``: model FLOPs utilisation in the logged metrics and the run's summary.
+
+FLOPs per sample come from one forward + backward traced with fake tensors at fit start
+(``profiling.flops``: nothing is computed, no random number drawn) unless given. At every log the
+throughput the Trainer measured becomes ``mfu`` (against the datasheet peak of this GPU and precision,
+when the part is known) and ``mfu_measured`` (against the matmul peak measured on this device,
+``hardware.peaks.measure_peak``, cached). Per device: the global samples/s is divided by the world size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulab.train.callbacks.base import Callback
+
+
+class MfuCallback(Callback):
+    """Adds ``mfu`` and ``mfu_measured`` to logged metrics; ``summary()`` for ``summary.json``.
+
+    ``flops_per_sample``: training FLOPs of one sample (forward + backward), or None to count them.
+    ``example_data``: where to take an example batch for counting (a tuple of tensors or a Dataset);
+    None: the trainer's own training data. ``measure_peak``: time this device's matmul peak.
+    """
+
+    def __init__(
+        self,
+        flops_per_sample: float | None = None,
+        *,
+        example_data: Any = None,
+        measure_peak: bool = True,
+    ) -> None:
+        self.flops_per_sample = flops_per_sample
+        self.example_data = example_data
+        self.measure_peak = measure_peak
+        self.peaks = None
+        self.world_size = 1
+        self.last: dict[str, float | None] = {}
+        self._summary: dict[str, Any] = {}
+        self.note = ""
+
+    def on_fit_start(self, trainer, state):
+        from gpulab.profiling.flops import device_peaks
+
+        rt = trainer.runtime
+        self.world_size = rt.world_size
+        if self.flops_per_sample is None:
+            try:
+                self.flops_per_sample = self._count(trainer)
+            except Exception as exc:  # MFU is a report, never a reason to stop training
+                self.note = f"could not count FLOPs: {type(exc).__name__}: {exc}"
+        self.peaks = device_peaks(rt.device, rt.precision.name, measure=self.measure_peak)
+
+    def _count(self, trainer) -> float | None:
+        from gpulab.profiling.flops import training_step_flops
+        from gpulab.runtime.memory_estimate import example_batch
+
+        rows = trainer.settings.batch_size
+        batch = example_batch(self.example_data, rows) if self.example_data is not None else None
+        if batch is None:
+            batch = example_batch(trainer.train_source, rows)
+        if batch is None:
+            self.note = "no example batch to count FLOPs from: pass flops_per_sample or example_data"
+            return None
+        batch = tuple(t.to(trainer.runtime.device) for t in batch)
+        count = training_step_flops(trainer.model, trainer.loss_fn, batch, autocast=trainer.runtime.autocast)
+        return count.per_sample
+
+    def mfu_at(self, samples_per_s: float | None) -> dict[str, float | None]:
+        """MFU per device at a global throughput of ``samples_per_s``."""
+        if self.peaks is None or not self.flops_per_sample or not samples_per_s:
+            return {"mfu": None, "mfu_measured": None}
+        achieved = self.flops_per_sample * samples_per_s / self.world_size
+        return self.peaks.mfu(achieved)
+
+    def on_log(self, trainer, state, metrics):
+        values = self.mfu_at(metrics.get("samples_per_s"))
+        self.last = values
+        metrics.update({k: v for k, v in values.items() if v is not None})
+
+    def on_fit_end(self, trainer, state, result):
+        values = self.mfu_at(result.samples_per_s)
+        per_device = result.samples_per_s / self.world_size if result.samples_per_s else None
+        self._summary = {
+            **values,
+            "flops_per_sample": self.flops_per_sample,
+            "achieved_flops_per_s": (
+                self.flops_per_sample * per_device if self.flops_per_sample and per_device else None
+            ),
+            "peaks": self.peaks.to_json() if self.peaks is not None else None,
+        }
+        if self.note:
+            self._summary["note"] = self.note
+        extras = getattr(result, "extras", None)
+        if isinstance(extras, dict):
+            extras["mfu"] = self._summary
+
+    def summary(self) -> dict[str, Any]:
+        """The run's MFU (from its overall samples/s), FLOPs per sample and the peaks used."""
+        return dict(self._summary)

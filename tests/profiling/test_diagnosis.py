@@ -1,0 +1,59 @@
+"""The bound and its fix, from measured numbers (a pure function)."""
+
+from __future__ import annotations
+
+from gpulab.profiling.diagnosis import diagnose, diagnose_run
+
+
+def _b(**parts):
+    step = sum(parts.values())
+    return {**parts, "step": step}
+
+
+def test_input_bound_above_ten_percent_data_wait():
+    d = diagnose(_b(data=0.2, forward=0.4, backward=0.4), device_type="cuda", gpu_utilization_pct=40)
+    assert d.bound == "input-bound" and "num_workers" in d.fix and "pin_memory" in d.fix
+    assert d.fractions["data"] == 0.2
+
+
+def test_low_utilisation_without_data_wait_is_host_bound():
+    d = diagnose(_b(data=0.01, forward=0.5, backward=0.49), device_type="cuda", gpu_utilization_pct=35)
+    assert d.bound == "host-bound" and "torch.compile" in d.fix and "batch" in d.fix
+
+
+def test_fixed_cost_dominating_is_host_bound_on_cpu():
+    d = diagnose(_b(forward=0.5, backward=0.5), device_type="cpu", fixed_cost_fraction=0.8, mfu=0.01)
+    assert d.bound == "host-bound"
+
+
+def test_busy_gpu_low_mfu_is_memory_bound_and_full_memory_too():
+    b = _b(data=0.0, forward=0.5, backward=0.5)
+    d = diagnose(b, device_type="cuda", gpu_utilization_pct=95, mfu=0.05, precision="fp32")
+    assert d.bound == "memory-bound" and "bf16" in d.fix
+    full = diagnose(b, device_type="cuda", gpu_utilization_pct=95, memory_peak_fraction=0.97, mfu=0.6)
+    assert full.bound == "memory-bound" and "activation checkpointing" in full.fix
+
+
+def test_busy_gpu_high_mfu_is_compute_bound():
+    d = diagnose(
+        _b(forward=0.5, backward=0.5), device_type="cuda", gpu_utilization_pct=98, mfu=0.55, precision="fp32"
+    )
+    assert d.bound == "compute-bound" and "bf16" in d.fix
+    d16 = diagnose(
+        _b(forward=0.5, backward=0.5),
+        device_type="cuda",
+        gpu_utilization_pct=98,
+        mfu=0.55,
+        precision="bf16-mixed",
+    )
+    assert d16.bound == "compute-bound" and "GPUs" in d16.fix
+
+
+def test_communication_bound():
+    d = diagnose(_b(forward=0.3, backward=0.3, communication=0.4), device_type="cuda", gpu_utilization_pct=90)
+    assert d.bound == "communication-bound"
+
+
+def test_run_level_diagnosis_from_the_trainers_totals():
+    d = diagnose_run(train_seconds=10.0, data_wait_seconds=3.0, device_type="cpu")
+    assert d.bound == "input-bound"

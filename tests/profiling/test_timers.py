@@ -1,0 +1,55 @@
+"""Phase timers add up to the step; outliers are whole steps; data wait in the loop."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpulab.profiling.timers import DataWaitMeter, PhaseTimer, phase_timer
+
+
+def _sleep_step(timer: PhaseTimer, slow: float = 1.0) -> None:
+    timer.start_step()
+    timer.mark("data")
+    time.sleep(0.004 * slow)
+    timer.mark("forward")
+    time.sleep(0.002)
+    timer.mark("backward")
+    time.sleep(0.003)
+    timer.mark("optimizer")
+    time.sleep(0.001)
+    timer.end_phase()
+    time.sleep(0.001)  # idle: outside every phase
+
+
+def test_phases_add_up_to_the_step():
+    timer = phase_timer("cpu")
+    for _ in range(3):
+        _sleep_step(timer)
+    timer.finish()
+    s = timer.summary()
+    parts = sum(s[k] for k in ("data", "forward", "backward", "communication", "optimizer", "idle"))
+    assert parts == pytest.approx(s["step"], rel=1e-6)
+    assert s["data"] >= 0.004 and s["idle"] >= 0.001 and s["communication"] == 0.0
+    assert len(timer.steps) == 3
+
+
+def test_a_descheduled_step_is_left_out_whole():
+    timer = phase_timer("cpu")
+    for slow in (1, 1, 1, 1, 40):
+        _sleep_step(timer, slow)
+    timer.finish()
+    assert len(timer.outliers()) == 1 and len(timer.kept_steps()) == 4
+    assert timer.summary()["data"] < 0.02 < timer.summary(outlier_factor=None)["data"]
+
+
+def test_data_wait_meter_counts_time_in_next():
+    def slow():
+        for i in range(3):
+            time.sleep(0.01)
+            yield i
+
+    meter = DataWaitMeter()
+    assert list(meter.wrap(slow())) == [0, 1, 2]
+    assert meter.batches == 3 and meter.seconds >= 0.03
