@@ -18,6 +18,8 @@ from gpulab.errors import ConfigError, choices
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
 Precision = Literal["auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"]
+STRATEGIES = ("auto", "single", "ddp", "fsdp2", "dp")
+Strategy = Literal["auto", "single", "ddp", "fsdp2", "dp"]
 
 
 class Settings(BaseModel):
@@ -74,6 +76,27 @@ class TrainerSettings(Settings):
         None, pattern=r"^[\w.]+:(min|max)$", description="also keep the best by a metric, e.g. val_loss:min"
     )
     force_resume: bool = Field(False, description="resume even when batch size, seed, ... differ")
+    strategy: Strategy = Field(
+        "auto", description="single|ddp|fsdp2|dp; auto: ddp when launched as several processes, else single"
+    )
+    collective_timeout_s: float = Field(
+        60.0, gt=0, description="seconds a collective may wait for the other ranks before every rank stops"
+    )
+    ddp_bucket_cap_mb: float = Field(25.0, gt=0, description="ddp: gradient bucket size (MB) per all-reduce")
+    ddp_static_graph: bool = Field(False, description="ddp: the set of used parameters never changes")
+    ddp_gradient_as_bucket_view: bool = Field(
+        True, description="ddp: gradients are views into the all-reduce buckets (saves a copy)"
+    )
+    find_unused_parameters: bool = Field(
+        False, description="ddp: search for parameters without a gradient each step (slower; only if needed)"
+    )
+    fsdp_shard_modules: list[str] = Field(
+        default_factory=list,
+        description="fsdp2: module class names sharded as units; empty: every module in an nn.ModuleList",
+    )
+    fsdp_reshard_after_forward: bool = Field(
+        True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
+    )
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
 

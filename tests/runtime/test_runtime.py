@@ -201,8 +201,9 @@ def test_single_collectives_are_identities():
     assert rt.all_reduce(t) is t and rt.all_reduce(t, op="sum") is t
     rt.barrier()
     assert rt.strategy.broadcast({"a": 1}) == {"a": 1}
-    with pytest.raises(ValueError, match=r"mean\|sum"):
-        rt.all_reduce(t, op="max")
+    assert rt.all_reduce(t, op="max") is t and rt.reduce_flag(True) and not rt.reduce_flag(False)
+    with pytest.raises(ValueError, match=r"mean\|sum\|max\|min"):
+        rt.all_reduce(t, op="prod")
 
 
 def test_a_ready_made_strategy_and_precision_are_used_as_given():

@@ -8,13 +8,18 @@ tuple/list of tensors,   ``TensorBatches``: index-tensor batching, dataset resid
 other ``Dataset``        a ``DataLoader`` shaped by a ``LoaderPolicy``, ordered by ``EpochSampler``
                          (the same permutation as the fast path, so both yield the same batches)
 ``IterableDataset``      a ``DataLoader`` in the dataset's own order (``shuffle=False`` required)
-``DataLoader``           used as given; only its batches are moved to the device
+``DataLoader``           used as given; only its batches are moved to the device (with several
+                         ranks its sampler is replaced by a ``DistributedSampler``)
 =======================  ==========================================================================
+
+With several ranks (``rank``, ``world_size``) every rank gets a disjoint share of each global batch and
+the same number of batches; see ``gpulab.data.tensor_batches`` for the rule, shared by both own paths.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import islice
@@ -22,15 +27,26 @@ from typing import Any, Protocol, runtime_checkable
 
 import psutil
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler, TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    TensorDataset,
+)
 
 from gpulab.data.prefetch import DevicePrefetcher
 from gpulab.data.tensor_batches import (
     EpochCursor,
     TensorBatches,
     check_batch_size,
+    check_rank,
     epoch_permutation,
     num_batches,
+    rank_span,
 )
 from gpulab.data.transfer import DeviceLike, resolve_device
 from gpulab.errors import ConfigError, DataError
@@ -124,25 +140,50 @@ def usable_physical_cores() -> int:
 
 
 class EpochSampler(Sampler[int]):
-    """Sample indices of one epoch in ``epoch_permutation`` order (or in order), from sample ``start``.
+    """This rank's sample indices of one epoch, in ``epoch_permutation`` order (or in order), from its
+    batch ``start`` on: batch after batch as ``rank_span`` cuts them, so a ``DataLoader`` with the same
+    ``batch_size`` yields the same batches as the fast path.
 
     Lives in the main process even with workers, so ``set_epoch``/``start`` take effect at the next
     ``iter(DataLoader)``. Skipping by index costs nothing: skipped samples are never loaded.
     """
 
-    def __init__(self, num_samples: int, *, shuffle: bool, seed: int) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.num_samples, self.shuffle, self.seed = num_samples, shuffle, seed
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.rank, self.world_size = check_rank(rank, world_size)
         self.epoch = 0
-        self.start = 0
+        self.start = 0  # in batches
+
+    def _positions(self) -> Iterator[int]:
+        total = num_batches(self.num_samples, self.batch_size, self.drop_last, self.world_size)
+        for index in range(self.start, total):
+            span = rank_span(index, self.num_samples, self.batch_size, self.rank, self.world_size)
+            for position in span:
+                yield position % self.num_samples
 
     def __iter__(self) -> Iterator[int]:
         if not self.shuffle:
-            return iter(range(self.start, self.num_samples))
-        order = epoch_permutation(self.num_samples, self.seed, self.epoch)
-        return iter(order[self.start :].tolist())
+            return self._positions()
+        order = epoch_permutation(self.num_samples, self.seed, self.epoch).tolist()
+        return (order[p] for p in self._positions())
 
     def __len__(self) -> int:
-        return self.num_samples - self.start
+        total = num_batches(self.num_samples, self.batch_size, self.drop_last, self.world_size)
+        return sum(
+            len(rank_span(i, self.num_samples, self.batch_size, self.rank, self.world_size))
+            for i in range(self.start, total)
+        )
 
 
 class _CursorSource:
@@ -173,11 +214,22 @@ class DatasetBatches(_CursorSource):
         drop_last: bool,
         seed: int,
         policy: LoaderPolicy,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.batch_size, self.drop_last = check_batch_size(batch_size), drop_last
         self.device = resolve_device(device)
         self.num_samples = len(dataset)  # type: ignore[arg-type]
-        self.sampler = EpochSampler(self.num_samples, shuffle=shuffle, seed=seed)
+        self.world_size = world_size
+        self.sampler = EpochSampler(
+            self.num_samples,
+            shuffle=shuffle,
+            seed=seed,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+        )
         # The generator only seeds workers' RNGs (random augmentations); the order comes from the sampler.
         self.loader = DataLoader(
             dataset,
@@ -190,11 +242,11 @@ class DatasetBatches(_CursorSource):
         self._cursor = EpochCursor()
 
     def __len__(self) -> int:
-        return num_batches(self.num_samples, self.batch_size, self.drop_last)
+        return num_batches(self.num_samples, self.batch_size, self.drop_last, self.world_size)
 
     def __iter__(self) -> Iterator[Any]:
         epoch, start = self._cursor.epoch, self._cursor.consumed
-        self.sampler.epoch, self.sampler.start = epoch, start * self.batch_size
+        self.sampler.epoch, self.sampler.start = epoch, start
         batches = DevicePrefetcher(self.loader, self.device)
         return self._cursor.track(batches, epoch, start, len(self))
 
@@ -242,16 +294,22 @@ def make_loader(
     drop_last: bool = False,
     seed: int = 0,
     policy: LoaderPolicy | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> BatchSource:
     """A ``BatchSource`` of ``data`` on ``device``; see the module docstring for what serves which input.
 
     ``seed`` and the epoch fix the order (``seed + epoch`` seeds the permutation). ``policy`` defaults to
     ``LoaderPolicy.for_device(device)``. A ``DataLoader`` given keeps its own batch size, order and
-    workers: the other arguments do not apply to it.
+    workers: the other arguments do not apply to it, except that with ``world_size > 1`` its sampler
+    becomes a ``DistributedSampler`` (seeded with ``seed``) so each rank loads its own share.
+    ``batch_size`` is per rank.
     """
     policy = policy if policy is not None else LoaderPolicy.for_device(device)
+    check_rank(rank, world_size)
+    shard = {"rank": rank, "world_size": world_size}
     if isinstance(data, DataLoader):
-        return LoaderBatches(data, device)
+        return LoaderBatches(distributed_loader(data, rank, world_size, seed), device)
     tensors = _as_tensors(data)
     if tensors is not None:
         return TensorBatches(
@@ -262,8 +320,10 @@ def make_loader(
             drop_last=drop_last,
             seed=seed,
             resident_fraction=policy.resident_fraction,
+            **shard,
         )
     if isinstance(data, IterableDataset):
+        _warn_unsharded(data, world_size)
         return _iterable_loader(data, batch_size, device, shuffle, drop_last, policy)
     if isinstance(data, Dataset):
         return DatasetBatches(
@@ -274,9 +334,65 @@ def make_loader(
             drop_last=drop_last,
             seed=seed,
             policy=policy,
+            **shard,
         )
     hint = " (wrap a single tensor as a one-element tuple: (x,))" if isinstance(data, torch.Tensor) else ""
     raise DataError(f"cannot load training data of type {type(data).__name__}; give {ACCEPTED}{hint}")
+
+
+def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int) -> DataLoader:
+    """``loader`` rebuilt around a ``DistributedSampler`` for this rank (``loader`` itself if one process,
+    if it already shards, or if its batching cannot be rebuilt -- then with a warning).
+
+    The ``DistributedSampler`` pads (``drop_last=False``) or trims (``drop_last=True``, from the loader)
+    so every rank gets the same number of samples and hence of batches; ``LoaderBatches`` calls its
+    ``set_epoch`` every epoch, so each epoch reshuffles.
+    """
+    if world_size == 1 or isinstance(loader.sampler, DistributedSampler):
+        return loader
+    if isinstance(loader.dataset, IterableDataset):
+        _warn_unsharded(loader.dataset, world_size)
+        return loader
+    if type(loader.batch_sampler) is not BatchSampler or loader.batch_size is None:
+        warnings.warn(
+            f"the DataLoader's {type(loader.batch_sampler).__name__} is used as given on each of "
+            f"{world_size} ranks: make it yield a disjoint share per rank, with the same number of batches",
+            stacklevel=3,
+        )
+        return loader
+    sampler = DistributedSampler(
+        loader.dataset,
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=isinstance(loader.sampler, RandomSampler),
+        seed=seed,
+        drop_last=loader.drop_last,
+    )
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+    )
+
+
+def _warn_unsharded(data: IterableDataset, world_size: int) -> None:
+    if world_size > 1:
+        warnings.warn(
+            f"an IterableDataset ({type(data).__name__}) decides its own order, so each of {world_size} "
+            "ranks reads it whole: shard it by torch.distributed.get_rank() inside __iter__, and make every "
+            "rank yield the same number of batches or the ranks will wait for each other at the end",
+            stacklevel=3,
+        )
 
 
 def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:

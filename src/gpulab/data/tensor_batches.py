@@ -11,6 +11,13 @@ memory and copied ahead on a side stream by ``DevicePrefetcher``.
 
 The epoch cursor and permutation here are shared with the ``DataLoader`` path in ``loaders.py``, which
 is what makes both paths yield the same batches in the same order for the same seed and epoch.
+
+Several ranks (``rank``, ``world_size``) share one epoch order, drawn from the same seed on every rank.
+It is cut into *global batches* of ``batch_size * world_size`` positions, and rank r takes the r-th
+contiguous part of each: so the global batch of step i holds exactly the samples a single process with
+``batch_size * world_size`` would see at step i, and the ranks' samples are disjoint. Every rank gets
+the same number of batches, which is what keeps a collective from waiting forever for a rank that ran
+out (see ``rank_span``).
 """
 
 from __future__ import annotations
@@ -37,9 +44,25 @@ def epoch_permutation(num_samples: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(num_samples, generator=generator)
 
 
-def num_batches(num_samples: int, batch_size: int, drop_last: bool) -> int:
-    """Batches in one epoch: a trailing partial batch counts unless ``drop_last``."""
-    return num_samples // batch_size if drop_last else -(-num_samples // batch_size)
+def num_batches(num_samples: int, batch_size: int, drop_last: bool, world_size: int = 1) -> int:
+    """Batches per rank in one epoch: a trailing partial global batch counts unless ``drop_last``."""
+    window = batch_size * world_size
+    return num_samples // window if drop_last else -(-num_samples // window)
+
+
+def rank_span(index: int, num_samples: int, batch_size: int, rank: int = 0, world_size: int = 1) -> range:
+    """Positions (in the epoch order) of ``rank``'s batch ``index``; positions >= ``num_samples`` wrap.
+
+    A full global batch gives every rank ``batch_size`` positions. The last, partial one (r samples
+    left) gives every rank ``ceil(r / world_size)``, *padding* with up to ``world_size - 1`` positions
+    that wrap to the start of the epoch order, so all ranks step together with equal-sized batches (a
+    sample or two is seen twice in such an epoch). With ``drop_last`` that partial global batch is
+    dropped instead (``num_batches``). One process is the special case: no padding, a partial last batch.
+    """
+    lo = index * batch_size * world_size
+    part = -(-min(batch_size * world_size, num_samples - lo) // world_size)
+    start = lo + rank * part
+    return range(start, start + part)
 
 
 def check_batch_size(batch_size: int) -> int:
@@ -113,9 +136,12 @@ class TensorBatches:
         drop_last: bool = False,
         seed: int = 0,
         resident_fraction: float = 0.5,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.num_samples = check_tensors(tensors)
         self.batch_size = check_batch_size(batch_size)
+        self.rank, self.world_size = check_rank(rank, world_size)
         self.device = resolve_device(device)
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self.resident = fits_on_device(tensors, self.device, resident_fraction)
@@ -125,7 +151,7 @@ class TensorBatches:
         self._cursor = EpochCursor()
 
     def __len__(self) -> int:
-        return num_batches(self.num_samples, self.batch_size, self.drop_last)
+        return num_batches(self.num_samples, self.batch_size, self.drop_last, self.world_size)
 
     def set_epoch(self, epoch: int) -> None:
         self._cursor.set_epoch(epoch)
@@ -151,25 +177,40 @@ class TensorBatches:
         return epoch_permutation(self.num_samples, self.seed, epoch).to(self.tensors[0].device)
 
     def _batch(self, order: torch.Tensor | None, index: int) -> tuple[torch.Tensor, ...]:
-        lo, hi = index * self.batch_size, min((index + 1) * self.batch_size, self.num_samples)
+        span = rank_span(index, self.num_samples, self.batch_size, self.rank, self.world_size)
+        rows: slice | torch.Tensor = slice(span.start, span.stop)
+        if span.stop > self.num_samples:  # padding wraps to the start of the epoch order
+            wrapped = torch.arange(span.start, span.stop, device=self.tensors[0].device) % self.num_samples
+            rows = wrapped if order is None else order[wrapped]
+        elif order is not None:
+            rows = order[rows]
         if self.resident:
-            if order is None:
-                return tuple(t[lo:hi] for t in self.tensors)  # views: no copy at all
-            rows = order[lo:hi]
+            if isinstance(rows, slice):
+                return tuple(t[rows] for t in self.tensors)  # views: no copy at all
             return tuple(t.index_select(0, rows) for t in self.tensors)
-        return tuple(_gather_pinned(t, order, lo, hi) for t in self.tensors)
+        return tuple(_gather_pinned(t, rows) for t in self.tensors)
 
 
-def _gather_pinned(tensor: torch.Tensor, order: torch.Tensor | None, lo: int, hi: int) -> torch.Tensor:
-    """Rows ``lo:hi`` (of ``order``, if any) written straight into fresh pinned host memory.
+def _gather_pinned(tensor: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
+    """``rows`` (a slice, or an index tensor) written straight into fresh pinned host memory.
 
     Pinned so the prefetcher's copy is truly asynchronous. A fresh buffer each batch is cheap: the
     pinned caching allocator recycles blocks, and it only does so after the copy reading one is done.
     """
-    out = torch.empty((hi - lo, *tensor.shape[1:]), dtype=tensor.dtype, pin_memory=True)
-    if order is None:
-        return out.copy_(tensor[lo:hi])
-    return torch.index_select(tensor, 0, order[lo:hi], out=out)
+    if isinstance(rows, slice):
+        source = tensor[rows]
+        out = torch.empty(source.shape, dtype=tensor.dtype, pin_memory=True)
+        return out.copy_(source)
+    out = torch.empty((len(rows), *tensor.shape[1:]), dtype=tensor.dtype, pin_memory=True)
+    return torch.index_select(tensor, 0, rows, out=out)
+
+
+def check_rank(rank: int, world_size: int) -> tuple[int, int]:
+    if not (
+        isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size
+    ):
+        raise ConfigError(f"rank {rank!r} / world_size {world_size!r}: need 0 <= rank < world_size")
+    return rank, world_size
 
 
 def check_tensors(tensors: Sequence[Any]) -> int:

@@ -13,7 +13,7 @@ A hand-written loop becomes portable by routing five calls through it::
         rt.step(opt)
 
 The Runtime only combines; what changes per precision lives in ``precision.py`` and what changes per
-strategy in ``strategy.py``, so nothing here branches on either.
+strategy in ``strategies/``, so nothing here branches on either.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class Runtime:
     """Resolve ``device``, ``precision`` and ``strategy`` (each ``"auto"`` by default) and apply them.
 
     ``precision`` and ``strategy`` may also be ready-made ``Precision``/``Strategy`` objects;
-    ``precision_options`` (``init_scale``, ``growth_interval``) configure the fp16 loss scaler.
+    ``precision_options`` (``init_scale``, ``growth_interval``) configure the fp16 loss scaler and
+    ``strategy_options`` the strategy (``collective_timeout_s``, ``ddp_bucket_cap_mb``, ...).
     The precision's process-wide settings (TF32 flags) are applied here and undone by ``teardown()``
     or on leaving a ``with Runtime(...)`` block.
     """
@@ -50,15 +51,19 @@ class Runtime:
         strategy: str | Strategy = "auto",
         *,
         precision_options: Mapping[str, Any] | None = None,
+        strategy_options: Mapping[str, Any] | None = None,
     ) -> None:
         choice = select_device(str(device))
-        self.strategy, strategy_reason = _given_or(strategy, resolve_strategy, choice.device)
+        self.strategy, strategy_reason = _given_or(
+            strategy, resolve_strategy, choice.device, **dict(strategy_options or {})
+        )
         # The strategy owns the device: a multi-process one picks this rank's GPU.
         self.precision, precision_reason = _given_or(
             precision, resolve_precision, self.device, **dict(precision_options or {})
         )
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
         self.precision.setup()
+        self.strategy.setup_precision(self.precision)
 
     # -- who and where --------------------------------------------------------------------------------
     @property
@@ -80,6 +85,22 @@ class Runtime:
     @property
     def is_rank_zero(self) -> bool:
         return self.strategy.is_rank_zero
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (counted by ``step``); the fault watchdog reports it. A loop that
+        resumes sets it once."""
+        return self.strategy.heartbeat.step
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.strategy.heartbeat.step = int(value)
+
+    @property
+    def skips_nonfinite_steps(self) -> bool:
+        """Whether the precision skips optimizer steps with inf/NaN gradients by itself (fp16's loss
+        scaler); otherwise a non-finite loss is the loop's to stop on."""
+        return getattr(self.precision, "scaler", None) is not None
 
     def describe(self) -> dict[str, Any]:
         """What was chosen and why, for logs and ``summary.json``."""
@@ -118,7 +139,9 @@ class Runtime:
         return self.precision.autocast()
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.precision.backward(loss)
+        # Marked as a collective: a data-parallel strategy all-reduces gradients inside backward.
+        with self.strategy.collective("backward (gradient sync)"):
+            self.precision.backward(loss)
 
     def no_sync(self, model: nn.Module, enabled: bool = True) -> AbstractContextManager:
         """Skip gradient sync for accumulation micro-batches; ``enabled=False`` syncs as usual."""
@@ -145,6 +168,7 @@ class Runtime:
         optimizer.zero_grad(set_to_none=True)  # None, not zeros: saves a memset and memory
         if scheduler is not None:
             scheduler.step()
+        self.strategy.heartbeat.step += 1
 
     # -- processes ------------------------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -156,8 +180,12 @@ class Runtime:
         self.strategy.barrier()
 
     def all_reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
-        """``tensor`` combined over all processes with ``op`` (mean|sum)."""
+        """``tensor`` combined over all processes with ``op`` (mean|sum|max|min)."""
         return self.strategy.all_reduce(tensor, op)
+
+    def reduce_flag(self, flag: bool) -> bool:
+        """True on every process if ``flag`` is True on any (one small collective)."""
+        return self.strategy.reduce_flag(flag)
 
     seed_everything = staticmethod(seed_everything)
 

@@ -31,6 +31,7 @@ from gpulab.train.checkpoint_io import (
     fsync_dir,
     fsync_file,
     is_complete,
+    manifest_layout,
     pause_point,
     read_manifest,
     remove_path,
@@ -79,6 +80,7 @@ class LoadedCheckpoint:
     state: dict[str, Any]
     meta: dict[str, Any]
     path: Path
+    layout: str = "full"  # "sharded": the model is in torch.distributed.checkpoint shards, not model_state
 
 
 def save_checkpoint(
@@ -137,11 +139,13 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
+    layout = manifest_layout(directory)
     return LoadedCheckpoint(
-        model_state=load_weights(directory / WEIGHTS),
+        model_state=load_weights(directory / WEIGHTS) if layout == "full" else {},
         state=load_state(directory / STATE),
         meta=load_meta(directory / META),
         path=directory,
+        layout=layout,
     )
 
 
@@ -204,7 +208,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except CheckpointError as exc:
         report["problems"].append(str(exc))
     if not report["problems"]:  # deserialise only what the manifest vouched for
-        for check, name in ((check_weights_header, WEIGHTS), (load_state, STATE)):
+        checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
+        if manifest_layout(directory) != "full":  # sharded: the shards are torch.distributed.checkpoint's
+            checks = checks[1:]
+        for check, name in checks:
             try:
                 check(directory / name)
             except CheckpointError as exc:
@@ -218,6 +225,11 @@ def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
+    if manifest_layout(directory) != "full":
+        raise CheckpointError(
+            f"{directory} holds sharded (fsdp2) weights; convert them to one file with "
+            "torch.distributed.checkpoint.format_utils.dcp_to_torch_save"
+        )
     check_weights_header(directory / WEIGHTS)
     target = Path(to_file)
     tmp = target.with_name(f"{TMP_PREFIX}{target.name}-{os.getpid()}")

@@ -24,6 +24,10 @@ WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 META = "meta.json"
 REQUIRED = (WEIGHTS, STATE, META)
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard files
+# What each layout must hold: "full" is the whole model in safetensors (written by rank 0); "sharded" is
+# every rank's shard through torch.distributed.checkpoint (FSDP2), next to the same state.pt and meta.
+LAYOUTS = {"full": REQUIRED, "sharded": (DCP_METADATA, STATE, META)}
 TMP_PREFIX = ".tmp-"
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _CHUNK = 1 << 20
@@ -96,7 +100,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(directory: Path) -> None:
+def write_manifest(directory: Path, layout: str = "full") -> None:
     """List every other file in ``directory`` with its size and sha256; written last, fsync'd."""
     files = {
         p.name: {"size": p.stat().st_size, "sha256": sha256_of(p)}
@@ -104,6 +108,8 @@ def write_manifest(directory: Path) -> None:
         if p.is_file() and p.name != MANIFEST
     }
     doc = {"format": "gpulab-checkpoint", "version": 1, "files": files}
+    if layout != "full":  # absent means full, as in every checkpoint written before layouts existed
+        doc["layout"] = layout
     write_bytes_durably(directory / MANIFEST, (json.dumps(doc, indent=2) + "\n").encode())
 
 
@@ -115,6 +121,7 @@ def read_manifest(directory: Path) -> dict[str, dict[str, Any]]:
     try:
         doc = json.loads(path.read_text())
         files = doc["files"]
+        required = LAYOUTS[doc.get("layout", "full")]
         ok = isinstance(files, dict) and all(
             isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get("sha256"), str)
             for v in files.values()
@@ -123,10 +130,16 @@ def read_manifest(directory: Path) -> dict[str, dict[str, Any]]:
         raise CheckpointError(f"{path}: unreadable manifest ({one_line(exc)})") from exc
     if not ok or any(Path(name).name != name or name in ("", ".", "..") for name in files):
         raise CheckpointError(f"{path}: malformed manifest (expected files: {{name: {{size, sha256}}}})")
-    unlisted = [name for name in REQUIRED if name not in files]
+    unlisted = [name for name in required if name not in files]
     if unlisted:
         raise CheckpointError(f"{path}: manifest does not list {', '.join(unlisted)}")
     return files
+
+
+def manifest_layout(directory: Path) -> str:
+    """``full`` or ``sharded``: how the checkpoint in ``directory`` holds the model (manifest read only)."""
+    read_manifest(directory)
+    return json.loads((directory / MANIFEST).read_text()).get("layout", "full")
 
 
 def file_status(directory: Path, name: str, record: dict[str, Any], *, hash_files: bool = True) -> str:

@@ -3,6 +3,11 @@
 Storage (atomic write, manifest, safe formats) lives in ``checkpoint.py``; this file decides *what* to
 save so that a resumed run continues at the exact next batch with the same shuffle order and random
 stream, and refuses to resume when a setting that changes the run's trajectory differs.
+
+With several ranks, the strategy's ``checkpoint_layout`` picks the writer (a registry, no strategy
+names here): ``full`` -- the model is the same on every rank, so rank 0 writes it while the others wait
+for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, every rank raises);
+``sharded`` -- every rank writes its shard through ``torch.distributed.checkpoint`` (``checkpoint_dcp``).
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import torch
 import gpulab
 from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint import (
+    LoadedCheckpoint,
     apply_model_state,
     load_checkpoint,
     resolve_checkpoint,
     restore_rng,
     save_checkpoint,
 )
+from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
 from gpulab.train.rng_state import capture_rng
 
 if TYPE_CHECKING:
@@ -43,10 +50,9 @@ class Checkpointer:
         return self.every is not None and step % self.every == 0
 
     def save(self, trainer: Trainer) -> Path:
-        """Everything needed to continue ``trainer`` exactly; only rank zero writes."""
+        """Everything needed to continue ``trainer`` exactly; called on every rank (it is collective)."""
         state = trainer.state
         payload = {
-            "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict() if trainer.scheduler is not None else None,
             "precision": trainer.runtime.precision.state_dict(),
             "progress": {
@@ -67,18 +73,9 @@ class Checkpointer:
             },
         }
         metrics = {k: v for k, v in state.metrics.items() if isinstance(v, (int, float))}
-        path = None
-        if trainer.runtime.is_rank_zero:
-            path = save_checkpoint(
-                self.root,
-                step=state.global_step,
-                model_state=trainer.model.state_dict(),
-                state=payload,
-                meta={"epoch": state.epoch, "metrics": metrics},
-                keep_last=self.keep_last,
-                keep_best=self.keep_best,
-            )
-        trainer.runtime.barrier()
+        meta = {"epoch": state.epoch, "metrics": metrics}
+        layout = _LAYOUTS[trainer.runtime.strategy.checkpoint_layout]
+        path = layout.save(self, trainer, payload, meta)
         self.last_saved_step = state.global_step
         return path or self.root
 
@@ -97,8 +94,13 @@ class Checkpointer:
             )
         if not force:
             _refuse_if_changed(ckpt.path, st["config"], st["progress"], trainer)
-        apply_model_state(trainer.model, ckpt.model_state)
-        trainer.optimizer.load_state_dict(st["optimizer"])
+        strategy = trainer.runtime.strategy
+        if ckpt.layout != strategy.checkpoint_layout:
+            raise CheckpointError(
+                f"{ckpt.path} holds a {ckpt.layout} model but strategy {strategy.name!r} keeps a "
+                f"{strategy.checkpoint_layout} one; resume with the strategy that wrote it"
+            )
+        _LAYOUTS[ckpt.layout].load(ckpt, trainer)
         if trainer.scheduler is not None and st.get("scheduler") is not None:
             trainer.scheduler.load_state_dict(st["scheduler"])
         trainer.runtime.precision.load_state_dict(st.get("precision") or {})
@@ -110,9 +112,66 @@ class Checkpointer:
             int(p["samples_seen"]),
         )
         trainer.load_train_loss_state(st.get("train_loss"))
+        trainer.runtime.global_step = trainer.state.global_step
         restore_rng(st["rng"])  # last: nothing after it may draw random numbers before training resumes
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+class _FullLayout:
+    """The whole model (identical on every rank) in safetensors; rank 0 writes, the others wait."""
+
+    @staticmethod
+    def save(
+        ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]
+    ) -> Path | None:
+        strategy = trainer.runtime.strategy
+        payload = {**payload, "optimizer": strategy.optimizer_state_dict(trainer.model, trainer.optimizer)}
+        model_state = strategy.model_state_dict(trainer.model)
+        step = trainer.state.global_step
+        return strategy.run_on_rank_zero(
+            lambda: save_checkpoint(
+                ckpt.root,
+                step=step,
+                model_state=model_state,
+                state=payload,
+                meta=meta,
+                keep_last=ckpt.keep_last,
+                keep_best=ckpt.keep_best,
+            ),
+            name=f"checkpoint step {step}: rank 0 writes",
+        )
+
+    @staticmethod
+    def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
+        strategy = trainer.runtime.strategy
+        apply_model_state(strategy.unwrap(trainer.model), ckpt.model_state)
+        strategy.load_optimizer_state_dict(trainer.model, trainer.optimizer, ckpt.state["optimizer"])
+
+
+class _ShardedLayout:
+    """Model and optimizer sharded over the ranks (FSDP2), through torch.distributed.checkpoint."""
+
+    @staticmethod
+    def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
+        strategy = trainer.runtime.strategy
+        return save_sharded_checkpoint(
+            ckpt.root,
+            step=trainer.state.global_step,
+            shards=strategy.sharded_state(trainer.model, trainer.optimizer),
+            state={**payload, "optimizer": "sharded"},  # the optimizer state is in the shards
+            meta=meta,
+            strategy=strategy,
+            keep_last=ckpt.keep_last,
+            keep_best=ckpt.keep_best,
+        )
+
+    @staticmethod
+    def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
+        load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
+
+
+_LAYOUTS = {"full": _FullLayout, "sharded": _ShardedLayout}
 
 
 def _refuse_if_changed(path: Path, saved: dict[str, Any], progress: dict[str, Any], trainer: Trainer) -> None:

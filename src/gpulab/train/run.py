@@ -53,7 +53,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
         resume=config.resume,
     )
     out = Path(config.out_dir or f"runs/{config.recipe}")
-    if trainer.runtime.is_rank_zero:
+    if trainer.is_rank_zero:
         write_summary(out, config, result, recipe.info)
     return config, result, out
 

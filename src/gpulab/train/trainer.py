@@ -3,6 +3,9 @@
 fit = set up (runtime, model, data, schedule) -> for each epoch: train steps, validate -> result.
 Nothing here branches on device, precision or strategy: the Runtime owns those differences.
 Metrics stay on the device and are read every ``log_every`` steps, so steps never wait on the host.
+
+With several ranks the same loop runs on each: the data is sharded by rank, logged metrics are
+all-reduced, only rank 0 prints and writes shared files, and a NaN loss stops every rank together.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gpulab.runtime.memory import peak_memory_bytes, reset_peak_memory, synchron
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import Mean, correct_count
+from gpulab.train.nonfinite import NonFiniteWatch
 from gpulab.train.state import FitResult, FitState
 
 
@@ -40,6 +44,7 @@ class Trainer:
     ):
         self.settings = parse_config(TrainerSettings, settings)
         self._extra_callbacks = list(callbacks)
+        self._given_runtime = runtime
         self.runtime = runtime
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
@@ -57,9 +62,22 @@ class Trainer:
         scheduler: Any = None,
         resume: str | None = None,
     ) -> FitResult:
-        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path."""
-        s = self.settings
-        rt = self.runtime = self.runtime or self._make_runtime()
+        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path.
+
+        A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
+        restored); one passed in by the caller is left as it is.
+        """
+        self.runtime = self._given_runtime or self._make_runtime()
+        self.is_rank_zero = self.runtime.is_rank_zero
+        try:
+            train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
+            return self._loop(train, val)
+        finally:
+            if self._given_runtime is None:
+                self.runtime.teardown()
+
+    def _setup(self, model, train_data, val_data, loss_fn, optimizer, scheduler, resume):
+        s, rt = self.settings, self.runtime
         rt.seed_everything(s.seed, s.deterministic)
         apply_activation_checkpointing(model, s.activation_checkpointing)
         self.model, self.optimizer = rt.setup(model, optimizer)
@@ -67,30 +85,35 @@ class Trainer:
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
         )
         self.loss_fn = loss_fn
-        train = make_loader(train_data, batch_size=s.batch_size, device=rt.device, shuffle=True, seed=s.seed)
-        val = (
-            None
-            if val_data is None
-            else make_loader(val_data, batch_size=s.batch_size, device=rt.device, shuffle=False)
-        )
+        shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size}  # each rank its share
+        train = make_loader(train_data, batch_size=s.batch_size, shuffle=True, seed=s.seed, **shard)
+        val = None
+        if val_data is not None:
+            val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
         self.train_source = train
-        state = self.state = self._plan(len(train))
-        self.scheduler = _build_scheduler(scheduler, self.optimizer, state.total_steps)
+        self.state = self._plan(len(train))
+        self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
-        callbacks = self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+        self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+        return train, val
 
-        reset_peak_memory(rt.device)
-        self._clock = _Clock(rt.device)
+    def _loop(self, train, val) -> FitResult:
+        """Epochs of steps, validation at each epoch end (and at the last step), checkpoints, result."""
+        state, callbacks = self.state, self.callbacks
+        reset_peak_memory(self.runtime.device)
+        self._clock = _Clock(self.runtime.device)
         val_metrics: dict[str, float] = {}
         callbacks.on_fit_start(self, state)
         while not self._done():
             train.set_epoch(state.epoch)
             self._train_epoch(train)
             epoch_complete = state.batch_in_epoch >= len(train)
+            if self._done():
+                self._flush_log()  # before the epoch counter moves, so the record names its own epoch
             if epoch_complete or self._done():
                 val_metrics = self._validate(val) if val is not None else {}
             if epoch_complete:
@@ -119,6 +142,7 @@ class Trainer:
                     loss = self.loss_fn(self.forward(*inputs), target)
                 rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
             self._train_loss.add(loss)
+            self._nonfinite.add(loss, state.global_step + 1)
             state.batch_in_epoch += 1
             state.samples_seen += batch_size_of(target)
             if steps_now:
@@ -146,6 +170,7 @@ class Trainer:
         loss = self._train_loss.read(reduce=rt.all_reduce)
         if loss is None:
             return
+        self._nonfinite.check(rt, loss)  # a NaN/inf loss on any rank stops every rank here, together
         self._train_loss.reset()
         metrics = {"loss": loss, "lr": self.optimizer.param_groups[0]["lr"]}
         speed = self._clock.interval_rate(state.samples_seen)
@@ -186,7 +211,18 @@ class Trainer:
     def _make_runtime(self) -> Runtime:
         s = self.settings
         options = {"init_scale": s.init_scale, "growth_interval": s.growth_interval}
-        return Runtime(s.device, s.precision, precision_options=options)
+        strategy_options = {
+            "collective_timeout_s": s.collective_timeout_s,
+            "ddp_bucket_cap_mb": s.ddp_bucket_cap_mb,
+            "ddp_static_graph": s.ddp_static_graph,
+            "ddp_gradient_as_bucket_view": s.ddp_gradient_as_bucket_view,
+            "find_unused_parameters": s.find_unused_parameters,
+            "fsdp_shard_modules": s.fsdp_shard_modules,
+            "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
+        }
+        return Runtime(
+            s.device, s.precision, s.strategy, precision_options=options, strategy_options=strategy_options
+        )
 
     def _plan(self, batches_per_epoch: int) -> FitState:
         if batches_per_epoch == 0:
@@ -194,6 +230,7 @@ class Trainer:
                 "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
             )
         self._train_loss = Mean()
+        self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
         steps_per_epoch = math.ceil(batches_per_epoch / self.settings.accumulate)
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
         return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)

@@ -1,0 +1,284 @@
+"""Stalled collectives: every rank stops within the timeout, and says which rank stalled where.
+
+The failure this is for: one rank hangs (a deadlocked data worker, a stuck filesystem, a bug in one
+branch) and every other rank sits in the next collective. NCCL would wait 10-30 minutes and then print
+an error that names nobody.
+
+How it works, per rank:
+
+- ``Heartbeat``: the main thread records what it is doing -- the optimizer step, and the collective it
+  is in (a sequence number and a name) -- as one tuple assignment. No lock, no I/O: it costs nothing on
+  the hot path.
+- A watchdog thread copies the heartbeat to the c10d store (``hb/RANK``) about once a second, only when it
+  changed, and watches the shared ``abort`` key.
+- When a collective fails on a rank (Gloo raises at the timeout; a peer that died closes the connection),
+  that rank reads everyone's heartbeats, names the ranks whose sequence number is behind its own (they
+  never reached the collective), writes that diagnosis to ``abort``, and raises ``CollectiveError``.
+- Every other rank's watchdog sees ``abort``, prints the diagnosis, and ends its process with
+  ``EXIT_CODE`` -- including the stuck rank, whose main thread may never come back.
+- Backstop: if a collective neither returns nor raises (a hang inside a CUDA kernel; NCCL's own watchdog
+  normally tears the process down first, with its flight recorder dump), the watchdog thread declares the
+  failure itself once the collective is ``grace_s`` past its timeout.
+
+A rank that dies without a word (SIGKILL) cannot write ``abort``; the others then fail on the dead
+connection, or lose the store if the dead rank hosted it, and stop with that as the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, TextIO
+
+import torch.distributed as dist
+
+from gpulab.errors import GpulabError
+
+EXIT_CODE = 75  # EX_TEMPFAIL: a rank stopped because the job could not continue; a restart may succeed
+PREFIX = "gpulab/watchdog/"
+ABORT = "abort"
+ACK_WAIT_S = 3.0  # how long the rank that diagnosed waits for the others to read it before going on
+
+
+class CollectiveError(GpulabError):
+    """A collective timed out or failed; the message names the rank that did not reach it."""
+
+
+class Heartbeat:
+    """What the main thread is doing; written by it, read by the watchdog thread.
+
+    ``step`` counts the optimizer steps done (the Runtime increments it).
+
+    ``state`` is ``(seq, collective or None, step, since)``, replaced as a whole (one atomic store under
+    the GIL), so the reader never sees half an update. ``seq`` counts collectives entered: ranks run the
+    same program, so a rank whose ``seq`` is lower than a waiting rank's never reached its collective.
+    """
+
+    __slots__ = ("state", "step")
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.state: tuple[int, str | None, int, float] = (0, None, 0, time.time())
+
+    def enter(self, name: str) -> None:
+        self.state = (self.state[0] + 1, name, self.step, time.time())
+
+    def leave(self) -> None:
+        self.state = (self.state[0], None, self.step, time.time())
+
+    def as_dict(self) -> dict[str, Any]:
+        seq, name, step, since = self.state
+        return {"seq": seq, "collective": name, "step": step, "since": since, "pid": os.getpid()}
+
+
+class _Collective(AbstractContextManager):
+    """``with watchdog.collective(name):`` -- marks the collective and turns its failure into a diagnosis."""
+
+    __slots__ = ("_watchdog", "_name", "_timeout_s")
+
+    def __init__(self, watchdog: Watchdog, name: str, timeout_s: float | None) -> None:
+        self._watchdog, self._name, self._timeout_s = watchdog, name, timeout_s
+
+    def __enter__(self) -> None:
+        self._watchdog.heartbeat.enter(self._name)
+        self._watchdog.phase_timeout_s = self._timeout_s
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        failed_in = self._watchdog.heartbeat.state
+        self._watchdog.heartbeat.leave()
+        self._watchdog.phase_timeout_s = None
+        if exc is not None and isinstance(exc, Exception) and not isinstance(exc, GpulabError):
+            self._watchdog.fail(failed_in, exc)  # raises CollectiveError for a communication failure
+        return False
+
+
+class Watchdog:
+    """Heartbeat publisher, abort listener and diagnostician for one rank; see the module docstring.
+
+    ``exit_fn`` and ``out`` are injectable so the logic is testable in one process.
+    """
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+        *,
+        interval_s: float | None = None,
+        grace_s: float = 3.0,
+        ack_wait_s: float = ACK_WAIT_S,
+        exit_fn: Callable[[int], Any] = os._exit,
+        out: TextIO | None = None,
+    ) -> None:
+        self.store = dist.PrefixStore(PREFIX, store)
+        self.rank, self.world_size, self.timeout_s = rank, world_size, timeout_s
+        self.interval_s = interval_s if interval_s is not None else min(1.0, max(timeout_s / 5, 0.05))
+        self.grace_s, self.ack_wait_s = grace_s, ack_wait_s
+        self.heartbeat = Heartbeat()
+        self.phase_timeout_s: float | None = None  # a collective with its own, longer limit
+        self._exit_fn, self._out = exit_fn, out
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._published: tuple | None = None
+        self._aborting = False
+
+    # -- main thread ----------------------------------------------------------------------------------
+    def collective(self, name: str, timeout_s: float | None = None) -> _Collective:
+        return _Collective(self, name, timeout_s)
+
+    def start(self) -> Watchdog:
+        self._publish()
+        self._thread = threading.Thread(target=self._run, name=f"gpulab-watchdog-{self.rank}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5 * self.interval_s + 1)
+        self._thread = None
+
+    def aborted(self) -> bool:
+        """Whether any rank declared the job failed (this one included)."""
+        try:
+            return self._aborting or self.store.check([ABORT])
+        except Exception:
+            return True
+
+    def fail(self, state: tuple, exc: BaseException) -> None:
+        """``exc`` came out of the collective in ``state``: tell every rank to stop, then raise.
+
+        A communication failure (a distributed error type, a timeout, a closed connection) becomes a
+        ``CollectiveError`` with the diagnosis. Anything else (a bug in a backward hook, say) keeps its
+        own type and traceback; the other ranks are still told, since they would otherwise wait for
+        this rank in the next collective until the timeout.
+        """
+        seq, name, step, since = state
+        if _is_comm_failure(exc, time.time() - since, self.timeout_s):
+            message = self.diagnose(state, cause=exc)
+            self._broadcast_abort(message)
+            raise CollectiveError(message) from exc
+        self._broadcast_abort(
+            f"rank {self.rank} raised {type(exc).__name__} in {name!r} at step {step}: {_first_line(exc)}"
+        )
+
+    def diagnose(self, state: tuple, cause: BaseException | None = None) -> str:
+        """Which collective failed here, and which ranks never reached it (and where they are instead)."""
+        seq, name, step, since = state
+        waited = time.time() - since
+        head = f"collective {name!r} failed on rank {self.rank} during step {step + 1} after {waited:.1f}s"
+        if cause is not None:
+            head += f" ({_first_line(cause)})"
+        try:
+            others = self._read_heartbeats()
+        except Exception as exc:  # the store is gone: its host (rank 0 under torchrun) has exited
+            return f"{head}; the c10d store is unreachable ({_first_line(exc)}): rank 0 has probably exited"
+        behind, silent = [], []
+        now = time.time()
+        for rank, beat in others.items():
+            if beat is None:
+                silent.append(f"rank {rank} never sent a heartbeat")
+            elif beat["seq"] < seq:
+                where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
+                behind.append(
+                    f"rank {rank} did not reach {name!r} (it has {beat['step']} steps done and has been "
+                    f"{where} for {now - beat['since']:.1f}s)"
+                )
+        if behind or silent:
+            return f"{head}: {'; '.join(behind + silent)}"
+        return (
+            f"{head}: every rank reached it, so the collective itself failed "
+            "(a rank died inside it, or the network between ranks failed)"
+        )
+
+    # -- watchdog thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._publish()
+                if self._check_abort():
+                    return
+            except Exception as exc:  # store unreachable
+                if self.heartbeat.state[1] is not None and not self._stop.is_set():
+                    self._say(
+                        f"lost the c10d store while in {self.heartbeat.state[1]!r} ({_first_line(exc)})"
+                    )
+                    self._exit_fn(EXIT_CODE)
+                    return
+                continue  # between collectives (e.g. rank 0 finished first): nothing is waiting on it
+            self._backstop()
+
+    def _publish(self) -> None:
+        state = self.heartbeat.state
+        if state != self._published:
+            self.store.set(f"hb/{self.rank}", json.dumps(self.heartbeat.as_dict()))
+            self._published = state
+
+    def _check_abort(self) -> bool:
+        if self._aborting or not self.store.check([ABORT]):
+            return False
+        report = json.loads(self.store.get(ABORT))
+        self.store.set(f"ack/{self.rank}", "1")
+        self._say(f"stopping: rank {report['rank']} reported: {report['message']}")
+        self._exit_fn(EXIT_CODE)
+        return True
+
+    def _backstop(self) -> None:
+        """A collective past its limit that neither returned nor raised: declare the failure from here."""
+        state = self.heartbeat.state
+        limit = (self.phase_timeout_s or self.timeout_s) + self.grace_s
+        if state[1] is None or time.time() - state[3] < limit or self._aborting:
+            return
+        message = self.diagnose(state) + " (no error came back: declared by the watchdog)"
+        self._broadcast_abort(message)
+        self._say(message)
+        self._exit_fn(EXIT_CODE)
+
+    # -- both -----------------------------------------------------------------------------------------
+    def _broadcast_abort(self, message: str) -> None:
+        """Write the diagnosis to ``abort`` and give the other ranks' watchdogs a moment to read it."""
+        self._aborting = True
+        try:
+            if not self.store.check([ABORT]):
+                self.store.set(ABORT, json.dumps({"rank": self.rank, "message": message}))
+            acks = [f"ack/{r}" for r in range(self.world_size) if r != self.rank]
+            deadline = time.time() + self.ack_wait_s
+            while acks and time.time() < deadline and not self.store.check(acks):
+                time.sleep(min(0.05, self.interval_s))
+        except Exception:  # the store is gone too: the others will find out on their own
+            pass
+
+    def _read_heartbeats(self) -> dict[int, dict[str, Any] | None]:
+        out: dict[int, dict[str, Any] | None] = {}
+        for rank in range(self.world_size):
+            if rank == self.rank:
+                continue
+            key = f"hb/{rank}"
+            out[rank] = json.loads(self.store.get(key)) if self.store.check([key]) else None
+        return out
+
+    def _say(self, text: str) -> None:
+        out = self._out or sys.stderr
+        print(f"[gpulab rank {self.rank}] {text}", file=out, flush=True)
+
+
+_COMM_WORDS = ("timed out", "timeout", "connection", "peer", "gloo", "nccl", "socket", "broken pipe")
+
+
+def _is_comm_failure(exc: BaseException, waited_s: float, timeout_s: float) -> bool:
+    if isinstance(exc, dist.DistError) or waited_s >= 0.5 * timeout_s:
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in _COMM_WORDS)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= 200 else line[:197] + "..."

@@ -1,0 +1,106 @@
+"""Sharded checkpoints (FSDP2): every rank writes its own shard, with the same atomicity and manifest.
+
+The directory layout is the usual ``ROOT/step-NNNNNNNN/`` with ``state.pt``, ``meta.json`` and
+``MANIFEST.json``, but the model and optimizer are ``torch.distributed.checkpoint`` (DCP) files instead
+of ``model.safetensors``: ``.metadata`` plus one ``__RANK_N.distcp`` per rank. The steps:
+
+1. rank 0 validates the arguments and creates the temporary directory ``ROOT/.tmp-step-N-PID``;
+   every rank learns its name (a broadcast);
+2. every rank writes its shard into it (``dcp.save``, a collective; rank 0 writes ``.metadata``);
+3. rank 0 writes ``state.pt`` and ``meta.json``, then the manifest over *all* files, fsyncs, renames the
+   directory into place, points ``latest`` at it and prunes -- exactly as ``save_checkpoint`` does.
+
+A kill at any point leaves either the previous complete checkpoints or the new one, never a partial
+``step-*`` directory. The checkpoint root must be on a filesystem every rank can reach.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from gpulab.train.checkpoint_io import (
+    LATEST,
+    META,
+    STATE,
+    TMP_PREFIX,
+    fsync_dir,
+    pause_point,
+    remove_path,
+    remove_stale_tmp,
+    step_dir_name,
+    write_bytes_durably,
+    write_manifest,
+    write_text_atomic,
+)
+from gpulab.train.checkpoint_save import check_save_args, meta_bytes, prune, rename_into_place
+
+
+def save_sharded_checkpoint(
+    root: str | os.PathLike,
+    *,
+    step: int,
+    shards: dict[str, Any],
+    state: dict[str, Any],
+    meta: dict[str, Any],
+    strategy: Any,
+    keep_last: int | None = None,
+    keep_best: tuple[str, str] | None = None,
+) -> Path:
+    """Write ``shards`` (this rank's ``strategy.sharded_state``) and rank 0's ``state``/``meta``.
+
+    Called on every rank; returns the final directory on every rank.
+    """
+    root = Path(root)
+    name = step_dir_name(step)
+
+    def prepare() -> str:
+        check_save_args(step, state, keep_last, keep_best)
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_tmp(root)
+        tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
+        tmp.mkdir()
+        return str(tmp)
+
+    tmp = Path(strategy.broadcast(strategy.run_on_rank_zero(prepare, name=f"checkpoint {name}: prepare")))
+    with strategy.collective(f"checkpoint {name}: shards (torch.distributed.checkpoint.save)"):
+        dcp.save(shards, checkpoint_id=tmp)
+
+    def finish() -> Path:
+        try:
+            pause_point("after-weights")
+            with open(tmp / STATE, "wb") as handle:
+                torch.save(state, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            write_bytes_durably(tmp / META, meta_bytes(step, state, meta))
+            write_manifest(tmp, layout="sharded")
+            fsync_dir(tmp)
+            pause_point("before-rename")
+            final = rename_into_place(tmp, root / name)
+        except BaseException:
+            remove_path(tmp)
+            raise
+        pause_point("before-latest")
+        write_text_atomic(root / LATEST, name + "\n")
+        if keep_last is not None:
+            prune(root, keep_last, keep_best, final)
+        return final
+
+    strategy.run_on_rank_zero(finish, name=f"checkpoint {name}: manifest and rename")
+    return root / name
+
+
+def load_sharded_checkpoint(path: Path, model: Any, optimizer: Any, strategy: Any) -> None:
+    """Read this rank's shards from the verified checkpoint directory ``path`` into model and optimizer.
+
+    The templates come from the live (sharded) model, so the shards are resharded if needed by DCP.
+    """
+    shards = strategy.sharded_state(model, optimizer)
+    with strategy.collective(f"checkpoint {path.name}: load shards (torch.distributed.checkpoint.load)"):
+        dcp.load(shards, checkpoint_id=path)
+    strategy.load_sharded_state(model, optimizer, shards)

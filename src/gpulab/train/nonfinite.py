@@ -1,0 +1,71 @@
+"""Stopping on a NaN/inf loss: on every rank together, naming the step, without a sync per step.
+
+The detection piggybacks on the metrics read the loop does anyway (every ``log_every`` steps and at
+the end): the logged loss is the all-reduced mean of every rank's losses over the window, so it is NaN/inf
+exactly when some rank had a non-finite loss in it -- and every rank reads the same value, so every rank
+decides the same way, with no extra host sync or collective while training is healthy. To *name* the
+step, each micro-batch also folds ``isfinite(loss)`` into a device tensor holding the first bad step
+(three tiny kernels, no sync); only when the logged loss is not finite is it read, after a ``min``
+all-reduce of one slot per rank. So all ranks stop together -- never one rank raising while the others
+wait for it in the next collective.
+
+The trade-off: a bad loss is noticed up to ``log_every`` steps late (those steps run on NaN weights,
+which harms nothing already lost); checking every step would cost a device->host sync per step. Set
+``log_every=1`` to stop at once.
+
+With fp16-mixed the loss scaler already skips steps whose gradients are not finite, and the decision
+agrees across ranks (DDP all-reduces the gradients before the scaler checks them; FSDP2's DTensor
+all-reduces the scaler's ``found_inf``), so there the run goes on and the skip is counted instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from gpulab.errors import GpulabError
+
+NEVER = 2**62  # "no bad step yet"; larger than any step count
+
+
+class NonFiniteLossError(GpulabError):
+    """The training loss became NaN or infinite; raised on every rank at the same point."""
+
+
+class NonFiniteWatch:
+    """The first step with a non-finite loss, on the device; ``check`` reads it for all ranks."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.first_bad: torch.Tensor | None = None
+
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        """Record ``loss`` of optimizer step ``step`` (1-based); no host sync."""
+        if not self.enabled:
+            return
+        bad_at = torch.where(torch.isfinite(loss.detach()), NEVER, step)
+        self.first_bad = bad_at if self.first_bad is None else torch.minimum(self.first_bad, bad_at)
+
+    def check(self, runtime: Any, logged_loss: float) -> None:
+        """Raise ``NonFiniteLossError`` on every rank if ``logged_loss`` (the all-reduced window mean,
+        the same on every rank) is not finite; free otherwise.
+
+        The collective that finds the step runs on every rank or on none, since all see the same loss.
+        """
+        if not self.enabled or math.isfinite(logged_loss) or self.first_bad is None:
+            return
+        per_rank = torch.full((runtime.world_size,), NEVER, dtype=torch.long, device=self.first_bad.device)
+        per_rank[runtime.rank] = self.first_bad
+        steps = runtime.all_reduce(per_rank, "min").tolist()
+        bad = {rank: step for rank, step in enumerate(steps) if step != NEVER}
+        if not bad:
+            return
+        first = min(bad.values())
+        ranks = ", ".join(str(rank) for rank, step in bad.items() if step == first)
+        raise NonFiniteLossError(
+            f"the training loss became NaN/inf at step {first} (on rank {ranks}); every rank stopped. "
+            "Lower the learning rate, set clip_grad_norm, or check the data for NaN/inf "
+            "(fp16-mixed would skip such steps through its loss scaler instead of stopping)"
+        )

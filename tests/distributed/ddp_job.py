@@ -1,0 +1,312 @@
+"""Worker script for the strategy tests, one process per rank (not collected), plus the tests' helpers.
+
+    python ddp_job.py SCENARIO[,SCENARIO...] OUT_DIR
+
+Each rank reads RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT as torchrun would set them (the tests
+start the processes themselves with ``launch``: no torchrun needed) and writes ``OUT_DIR/rank{N}.pt``
+with what each scenario produced, after every scenario (so a test can read partial results).
+
+Scenarios:
+
+- ``ddp``: the Trainer with strategy ddp, 2 epochs of 128 samples at batch 16 per rank, recording the
+  sample ids each rank saw per step; rank 0 alone writes OUT_DIR/ddp/{metrics.jsonl, checkpoints}.
+- ``accumulate``: ddp at batch 8 per rank with accumulate=2, counting DDP's gradient all-reduces
+  through a comm hook (no_sync must leave out the first micro-batch of each step).
+- ``nan16``: fp16-mixed; rank 1's loss is NaN at step NAN_STEP; the scaler must skip that step on both.
+- ``nan32``: fp32; the same NaN must stop every rank with NonFiniteLossError naming the step.
+- ``fsdp2``: strategy fsdp2 for 2 epochs with sharded checkpoints every 4 steps; then a fresh model
+  resumes from step 4 and must end where the uninterrupted run ended.
+- ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
+
+``ddp``..``nan32`` share one process group that this script creates (the strategy then uses it and
+leaves it alone); ``fsdp2`` and ``stall`` let each strategy create and destroy its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+JOB = str(Path(__file__).resolve())
+SAMPLES, FEATURES, CLASSES = 128, 6, 3
+NAN_STEP = 3
+
+
+def dataset() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, sample id, label): the id rides along as a second input, so the model can record it."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(SAMPLES, FEATURES, generator=g)
+    y = torch.randint(0, CLASSES, (SAMPLES,), generator=g)
+    return x, torch.arange(SAMPLES), y
+
+
+class Recorder(nn.Module):
+    """A small MLP that remembers the sample ids of every training forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, CLASSES))
+        self.seen: list[list[int]] = []
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.seen.append(ids.tolist())
+        return self.net(x)
+
+
+class Blocks(nn.Module):
+    """For FSDP2: blocks in an nn.ModuleList are sharded one by one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList([nn.Linear(FEATURES, 16), nn.Linear(16, 16)])
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+        return self.head(x)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.2, momentum=0.9)
+
+
+def settings(**overrides):
+    base = {
+        "device": "cpu",
+        "precision": "fp32",
+        "epochs": 2,
+        "batch_size": 16,
+        "log_every": 1,
+        "seed": 5,
+        "progress": False,
+        "tensorboard": False,
+        "collective_timeout_s": 20,
+    }
+    return {**base, **overrides}
+
+
+def capture():
+    """A callback keeping the full model at the end of fit (gathered on rank 0 for FSDP2), while the
+    process group still exists: a Trainer that created its strategy tears it down when fit returns."""
+    from gpulab.train.callbacks import Callback
+
+    class Capture(Callback):
+        params: dict[str, torch.Tensor] = {}
+
+        def on_fit_end(self, trainer, state, result):
+            full = trainer.runtime.strategy.model_state_dict(trainer.model)
+            self.params = {k: v.detach().cpu().clone() for k, v in full.items()}
+
+    return Capture()
+
+
+def run_ddp(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    model, end = Recorder(), capture()
+    options = settings(out_dir=str(out / "ddp"), keep_last=None)
+    trainer = Trainer(strategy="ddp", callbacks=[end], **options)
+    result = trainer.fit(
+        model, dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd, val_data=dataset()
+    )
+    return {
+        "params": end.params,
+        "seen": model.seen,
+        "steps": result.steps,
+        "final_loss": result.final_loss,
+        "val_loss": result.val_loss,
+        "world_size": trainer.runtime.world_size,
+        "strategy": trainer.runtime.describe()["strategy"],
+    }
+
+
+def run_accumulate(out: Path, rank: int) -> dict:
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    from gpulab.train.callbacks import Callback
+    from gpulab.train.trainer import Trainer
+
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    class Hook(Callback):
+        def on_fit_start(self, trainer, state):
+            trainer.model.register_comm_hook(None, counting_hook)
+
+    end = capture()
+    # Its own checkpoints too: a second strategy over the same process group must not see the first
+    # one's "rank 0 is done" keys.
+    options = settings(batch_size=8, accumulate=2, out_dir=str(out / "accumulate"), keep_last=None)
+    trainer = Trainer(strategy="ddp", callbacks=[Hook(), end], **options)
+    result = trainer.fit(Recorder(), dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd)
+    return {"params": end.params, "allreduce_calls": len(calls), "steps": result.steps}
+
+
+def nan_loss(rank: int, bad_rank: int = 1):
+    """Cross-entropy, except that rank ``bad_rank``'s NAN_STEP-th micro-batch loss is NaN."""
+    count = [0]
+
+    def loss_fn(out, target):
+        count[0] += 1
+        loss = nn.functional.cross_entropy(out.float(), target)
+        return loss * math.nan if rank == bad_rank and count[0] == NAN_STEP else loss
+
+    return loss_fn
+
+
+def run_nan16(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    trainer = Trainer(strategy="ddp", **settings(precision="fp16-mixed", init_scale=1024.0, epochs=1))
+    result = trainer.fit(Recorder(), dataset(), loss_fn=nan_loss(rank), optimizer=sgd)
+    params = {
+        k: v.detach().clone() for k, v in trainer.runtime.strategy.unwrap(trainer.model).state_dict().items()
+    }
+    return {"params": params, "skipped": result.skipped_steps, "steps": result.steps}
+
+
+def run_nan32(out: Path, rank: int) -> dict:
+    from gpulab.train.nonfinite import NonFiniteLossError
+    from gpulab.train.trainer import Trainer
+
+    trainer = Trainer(strategy="ddp", **settings(epochs=1, log_every=2))
+    try:
+        trainer.fit(Recorder(), dataset(), loss_fn=nan_loss(rank), optimizer=sgd)
+    except NonFiniteLossError as exc:
+        return {"error": str(exc), "stopped_at": trainer.state.global_step}
+    return {"error": None, "stopped_at": trainer.state.global_step}
+
+
+def run_fsdp2(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    root = out / "fsdp2"
+    options = settings(checkpoint_every=4, keep_last=None, out_dir=str(root))
+    first, second = capture(), capture()
+    full = Trainer(strategy="fsdp2", callbacks=[first], **options)
+    full.fit(Blocks(), dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd, val_data=dataset())
+    step4 = root / "checkpoints" / "step-00000004"
+    resumed = Trainer(strategy="fsdp2", callbacks=[second], **options)
+    resumed.fit(Blocks(), dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd, resume=str(step4))
+    return {
+        "params": first.params,
+        "resumed_params": second.params,
+        "resumed_from": str(resumed.resumed_from),
+        "steps": full.state.global_step,
+    }
+
+
+def run_stall(out: Path, rank: int) -> dict:
+    from gpulab.train.callbacks import Callback
+    from gpulab.train.trainer import Trainer
+
+    stall_rank = int(os.environ["STALL_RANK"])
+
+    class Stall(Callback):
+        def on_step_end(self, trainer, state):
+            if state.global_step == 2 and trainer.runtime.rank == stall_rank:
+                (out / "stalled_at").write_text(str(time.time()))
+                time.sleep(3600)
+
+    trainer = Trainer(strategy="auto", callbacks=[Stall()], **settings(collective_timeout_s=5))
+    trainer.fit(Recorder(), dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd)
+    return {"finished": True}
+
+
+SCENARIOS = {
+    "ddp": run_ddp,
+    "accumulate": run_accumulate,
+    "nan16": run_nan16,
+    "nan32": run_nan32,
+    "fsdp2": run_fsdp2,
+    "stall": run_stall,
+}
+# Scenarios whose strategies create (and destroy) the process group themselves; fsdp2 does it twice in
+# one process (two fits), as a script running two Trainers would.
+OWN_GROUP = {"stall", "fsdp2"}
+
+
+def main() -> None:
+    import torch.distributed as dist
+
+    names, out = sys.argv[1].split(","), Path(sys.argv[2])
+    rank = int(os.environ["RANK"])
+    torch.set_num_threads(1)
+    if not OWN_GROUP & set(names):
+        dist.init_process_group("gloo")
+    results: dict = {}
+    for name in names:
+        results[name] = SCENARIOS[name](out, rank)
+        torch.save(results, out / f"rank{rank}.pt")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# -- helpers for the tests (run in the pytest process) ---------------------------------------------------
+
+
+def launch(scenarios: str, out: Path, world_size: int = 2, extra_env: dict | None = None) -> list:
+    """Start one process per rank with torchrun's variables on 127.0.0.1; returns the Popen objects.
+
+    Each rank's stdout+stderr go to OUT/rank{N}.log.
+    """
+    from gpulab.distributed.process_group import free_port
+
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+            **(extra_env or {}),
+        }
+        log = open(out / f"rank{rank}.log", "w")  # noqa: SIM115 - closed with the process
+        procs.append(
+            subprocess.Popen([sys.executable, JOB, scenarios, str(out)], env=env, stdout=log, stderr=log)
+        )
+    return procs
+
+
+def wait_all(procs: list, timeout: float) -> list[int | None]:
+    """Exit codes once every process ended or ``timeout`` passed (None for one still running, then killed)."""
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    for proc, code in zip(procs, codes, strict=True):
+        if code is None:
+            proc.kill()
+            proc.wait()
+    return codes
+
+
+def logs(out: Path, world_size: int = 2) -> str:
+    return "\n".join(f"--- rank {r} ---\n{(out / f'rank{r}.log').read_text()}" for r in range(world_size))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Faults with several ranks: a stalled rank (every rank exits within timeout + 10 s, naming the stuck rank
+and the collective it did not reach), and the watchdog's diagnosis itself, in one process.
+
+The 2-rank NaN/inf tests (skip on all ranks under fp16, stop on all ranks otherwise) share the DDP job
+in test_ddp.py; here are their one-process counterparts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import ddp_job
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpulab.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
+from gpulab.train.nonfinite import NonFiniteLossError
+from gpulab.train.trainer import Trainer
+
+TIMEOUT_S = 5  # ddp_job's stall scenario sets collective_timeout_s=5
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("stall_rank", [1, 0])  # 0 also hosts the c10d store
+def test_a_stalled_rank_stops_every_rank_naming_it_and_the_collective(tmp_path, stall_rank):
+    procs = ddp_job.launch("stall", tmp_path, extra_env={"STALL_RANK": str(stall_rank)})
+    codes = ddp_job.wait_all(procs, timeout=90)
+    ended = time.time()
+    text = ddp_job.logs(tmp_path)
+    assert None not in codes, text  # nobody had to be killed
+    stalled_at = float((tmp_path / "stalled_at").read_text())
+    assert ended - stalled_at < TIMEOUT_S + 10, text
+    waiter = 1 - stall_rank
+    assert codes[stall_rank] == EXIT_CODE and codes[waiter] != 0
+    expected = f"rank {stall_rank} did not reach 'backward (gradient sync)'"
+    waiter_log = (tmp_path / f"rank{waiter}.log").read_text()
+    assert "CollectiveError" in waiter_log and expected in waiter_log
+    stuck_log = (tmp_path / f"rank{stall_rank}.log").read_text()
+    assert (
+        f"[gpulab rank {stall_rank}] stopping: rank {waiter} reported" in stuck_log and expected in stuck_log
+    )
+
+
+def _watchdogs(store, world=3, **kwargs):
+    options = {"exit_fn": lambda code: None, "ack_wait_s": 0.0, **kwargs}
+    return [Watchdog(store, r, world, timeout_s=5, out=io.StringIO(), **options) for r in range(world)]
+
+
+def _publish(dogs):
+    for dog in dogs:
+        dog._publish()
+
+
+def test_diagnosis_names_the_ranks_that_did_not_reach_the_collective():
+    dogs = _watchdogs(dist.HashStore())
+    for dog in dogs:
+        dog.heartbeat.step = 7
+    for dog in dogs[:2]:  # ranks 0 and 1 reach the all-reduce; rank 2 is stuck before it
+        dog.heartbeat.enter("all_reduce(mean)")
+    _publish(dogs)
+    message = dogs[0].diagnose(dogs[0].heartbeat.state)
+    assert "collective 'all_reduce(mean)' failed on rank 0 during step 8" in message
+    assert "rank 2 did not reach 'all_reduce(mean)'" in message and "outside any collective" in message
+    assert "rank 1" not in message
+
+
+def test_a_failed_collective_raises_and_tells_the_other_ranks():
+    store = dist.HashStore()
+    dogs = _watchdogs(store, world=2)
+    dogs[0].heartbeat.step = 3
+    _publish(dogs)
+    failing = dogs[0].collective("barrier")
+    with pytest.raises(CollectiveError, match="rank 1 did not reach 'barrier'"), failing:
+        raise RuntimeError("Timed out waiting 5000ms for recv operation to complete")
+    report = json.loads(dist.PrefixStore(PREFIX, store).get(ABORT))
+    assert report["rank"] == 0 and "rank 1 did not reach 'barrier'" in report["message"]
+    exits = []
+    dogs[1]._exit_fn = exits.append
+    assert dogs[1]._check_abort() and exits == [EXIT_CODE]
+    assert "stopping: rank 0 reported" in dogs[1]._out.getvalue()
+
+
+def test_an_error_that_is_not_a_communication_failure_keeps_its_type():
+    store = dist.HashStore()
+    dogs = _watchdogs(store, world=2)
+    with pytest.raises(ValueError, match="bad hook"), dogs[0].collective("backward (gradient sync)"):
+        raise ValueError("bad hook")
+    report = json.loads(dist.PrefixStore(PREFIX, store).get(ABORT))
+    assert "raised ValueError in 'backward (gradient sync)'" in report["message"]
+
+
+def test_the_backstop_fires_when_a_collective_neither_returns_nor_raises():
+    dogs = _watchdogs(dist.HashStore(), world=2, grace_s=0.0)
+    exits = []
+    dogs[0]._exit_fn = exits.append
+    _publish(dogs)
+    dogs[0].heartbeat.enter("barrier")
+    seq, name, step, _ = dogs[0].heartbeat.state
+    dogs[0].heartbeat.state = (seq, name, step, time.time() - 6)  # entered 6 s ago, timeout 5 s
+    dogs[0]._backstop()
+    assert exits == [EXIT_CODE] and "declared by the watchdog" in dogs[0]._out.getvalue()
+
+
+def test_the_watchdog_thread_publishes_heartbeats_and_stops():
+    store = dist.HashStore()
+    dog = Watchdog(store, 0, 1, timeout_s=1, interval_s=0.01, exit_fn=lambda code: None).start()
+    dog.heartbeat.step = 5
+    dog.heartbeat.enter("x")
+    deadline = time.time() + 5
+    view = dist.PrefixStore(PREFIX, store)
+    while time.time() < deadline and json.loads(view.get("hb/0"))["step"] != 5:
+        time.sleep(0.01)
+    dog.stop()
+    assert json.loads(view.get("hb/0"))["collective"] == "x"
+
+
+def _nan_at_step_3():
+    calls = [0]
+
+    def loss_fn(out, target):
+        calls[0] += 1
+        loss = nn.functional.mse_loss(out.float(), target)
+        return loss * float("nan") if calls[0] == 3 else loss
+
+    return loss_fn
+
+
+def _nan_fit(precision: str, **overrides):
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    trainer = Trainer(device="cpu", precision=precision, batch_size=8, epochs=1, progress=False, **overrides)
+    model = nn.Linear(4, 1)
+    sgd = lambda ps: torch.optim.SGD(ps, lr=0.01)  # noqa: E731
+    return trainer, trainer.fit(model, (x, x.sum(1, keepdim=True)), loss_fn=_nan_at_step_3(), optimizer=sgd)
+
+
+def test_a_nan_loss_stops_a_single_process_run_naming_the_step():
+    with pytest.raises(NonFiniteLossError, match=r"NaN/inf at step 3 \(on rank 0\)"):
+        _nan_fit("fp32", log_every=4)
+
+
+def test_under_fp16_a_nan_loss_is_a_skipped_step_not_a_stop():
+    trainer, result = _nan_fit("fp16-mixed", log_every=4, init_scale=256.0)
+    assert result.steps == 8 and result.skipped_steps == 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
