@@ -30,6 +30,23 @@ class CheckpointError(GpulabError):
     """A checkpoint is missing, incomplete, tampered with, or does not fit the run."""
 
 
+class LaunchError(GpulabError):
+    """A distributed launch cannot start: bad --nnodes, no command, rendezvous port taken or unreachable."""
+
+
+class WorkersFailedError(LaunchError):
+    """Launched workers failed (restarts exhausted) or the launcher was stopped by a signal.
+
+    Not a mistake in the command line, so exit code 1 (as torchrun), or 128 + N for signal N.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def choices(values) -> str:
     """Render valid choices the same way in every message: ``a|b|c``."""
     return "|".join(str(v) for v in values)

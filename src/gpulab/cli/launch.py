@@ -1,0 +1,70 @@
+"""`gpulab launch [OPTIONS] -- CMD...`: run CMD on N processes per node under torchrun."""
+
+from __future__ import annotations
+
+import typer
+
+
+def launch(
+    command: list[str] = typer.Argument(
+        None, help="script.py ARGS, -m MODULE ARGS, or gpulab VERB ARGS (after --)", show_default=False
+    ),
+    nproc_per_node: int = typer.Option(
+        None, "--nproc-per-node", help="Processes per node (default: the GPU count, else 1)"
+    ),
+    nnodes: str = typer.Option("1", "--nnodes", help="Nodes: N, or MIN:MAX for an elastic job"),
+    node_rank: int = typer.Option(
+        None, "--node-rank", help="This node's index; 0 hosts the rendezvous (default: from the endpoint)"
+    ),
+    rdzv_endpoint: str = typer.Option(
+        None, "--rdzv-endpoint", help="HOST:PORT of node 0's rendezvous (default: standalone on this node)"
+    ),
+    rdzv_id: str = typer.Option(None, "--rdzv-id", help="Job id, the same on every node"),
+    rdzv_connect_timeout: float = typer.Option(
+        60.0, "--rdzv-connect-timeout", help="Seconds a node waits for the rendezvous endpoint to answer"
+    ),
+    local_addr: str = typer.Option(
+        None, "--local-addr", help="This node's address as the other nodes reach it (default: hostname)"
+    ),
+    max_restarts: int = typer.Option(0, "--max-restarts", help="Restarts of the whole group after a failure"),
+    monitor_interval: float = typer.Option(
+        0.1, "--monitor-interval", help="Seconds between checks of the workers"
+    ),
+    module: bool = typer.Option(False, "--module", "-m", help="CMD's first word is a module (python -m)"),
+    no_python: bool = typer.Option(False, "--no-python", help="CMD is an executable, not Python"),
+    log_dir: str = typer.Option(None, "--log-dir", help="Directory for each rank's logs and error files"),
+    print_: str = typer.Option(None, "--print", help="slurm|k8s: print an sbatch script or a PyTorchJob"),
+    job_name: str = typer.Option("gpulab", "--job-name", help="Job name in a --print template"),
+    image: str = typer.Option("", "--image", help="Container image in the k8s template"),
+) -> None:
+    """Run CMD under torch.distributed.run (torchrun): rendezvous, N workers per node, restarts."""
+    from gpulab.distributed.launch import LaunchSpec, launch, local_accelerator
+
+    spec = LaunchSpec(
+        command=list(command or []),
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        rdzv_connect_timeout=rdzv_connect_timeout,
+        local_addr=local_addr,
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval,
+        module=module,
+        no_python=no_python,
+        log_dir=log_dir,
+    )
+    if print_ is None:
+        launch(spec)
+        return
+    from gpulab.distributed.cluster_templates import render
+
+    # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
+    nproc = nproc_per_node or max(local_accelerator()[1], 1)
+    typer.echo(render(print_, spec, nproc, job_name=job_name, image=image), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    # Options stop at CMD's first word, so `gpulab launch train.py --lr 1` passes --lr to the script.
+    app.command(context_settings={"allow_interspersed_args": False})(launch)
