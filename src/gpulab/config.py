@@ -39,6 +39,26 @@ def _validate_device(value: str) -> str:
     return value
 
 
+def _validate_batch_size(value: Any) -> int | str:
+    """A positive integer (``"64"`` from a flag counts), or ``"auto"``."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError("Input should be greater than or equal to 1 (an integer), or 'auto'")
+    return value
+
+
+def _validate_memory_limit(value: Any) -> int | float | None:
+    """Bytes (a positive integer) or a fraction of the device's memory (a float in (0, 1])."""
+    ok_bytes = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    ok_fraction = isinstance(value, float) and 0.0 < value <= 1.0
+    if value is not None and not (ok_bytes or ok_fraction):
+        raise ValueError(
+            "must be bytes (a positive integer) or a fraction of the device's memory (a float in (0, 1])"
+        )
+    return value
+
+
 class TrainerSettings(Settings):
     """What ``Trainer(**settings)`` and ``gpulab train`` accept. Later issues add fields here."""
 
@@ -46,8 +66,25 @@ class TrainerSettings(Settings):
     precision: Precision = Field("auto", description="numeric policy for forward/backward")
     epochs: int = Field(1, ge=1, description="passes over the training data (max_steps wins if set)")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps")
-    batch_size: int = Field(32, ge=1, description="samples per forward pass (per device)")
+    batch_size: int | Literal["auto"] = Field(
+        32,
+        description="samples per forward pass (per device); auto: the largest that fits, found by real "
+        "steps at fit start (under memory_limit if set)",
+    )
     accumulate: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    micro_batch: Literal["auto"] | None = Field(
+        None,
+        description="auto: on out-of-memory, halve the micro-batch, double accumulate and redo the step "
+        "(same effective batch); None: an out-of-memory error stops the fit",
+    )
+    memory_limit: int | float | None = Field(
+        None,
+        description="this process's memory on the device: bytes, or a fraction of it (enforced on CUDA, "
+        "recorded for batch_size: auto on the CPU); None: no limit",
+    )
+    mfu: bool = Field(
+        False, description="count FLOPs and measure the peak at fit start, to log MFU (costs ~1 s)"
+    )
     clip_grad_norm: float | None = Field(None, gt=0, description="max global gradient norm; None: off")
     compile: bool = Field(False, description="wrap the model in torch.compile (falls back with a warning)")
     seed: int = Field(0, description="seed for Python, NumPy and torch")
@@ -99,6 +136,12 @@ class TrainerSettings(Settings):
     )
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
+    _check_batch_size = field_validator("batch_size", mode="before")(
+        classmethod(lambda cls, v: _validate_batch_size(v))
+    )
+    _check_memory_limit = field_validator("memory_limit", mode="before")(
+        classmethod(lambda cls, v: _validate_memory_limit(v))
+    )
 
 
 class RunConfig(TrainerSettings):
@@ -109,6 +152,7 @@ class RunConfig(TrainerSettings):
     resume: str | None = Field(
         None, description="checkpoint directory, or 'latest' under out_dir/checkpoints"
     )
+    mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 
 
 S = TypeVar("S", bound=Settings)

@@ -20,7 +20,9 @@ def train(
     precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
     epochs: int = typer.Option(None, help="Passes over the training data"),
     max_steps: int = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps"),
-    batch_size: int = typer.Option(None, "--batch-size", help="Samples per forward pass"),
+    batch_size: str = typer.Option(
+        None, "--batch-size", help="Samples per forward pass, or auto (the largest that fits)"
+    ),
     accumulate: int = typer.Option(None, help="Micro-batches per optimizer step"),
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
@@ -38,7 +40,7 @@ def train(
         "precision": precision,
         "epochs": epochs,
         "max_steps": max_steps,
-        "batch_size": batch_size,
+        "batch_size": int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
         "accumulate": accumulate,
         "compile": compile,
         "seed": seed,
@@ -56,6 +58,9 @@ def train(
         f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; "
         f"{speed}; peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
     )
+    diagnosis = result.extras.get("diagnosis")
+    if diagnosis:
+        console.print(f"{diagnosis['bound']}: {diagnosis['reason']}; fix: {diagnosis['fix']}", markup=False)
     console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'metrics.jsonl'}")
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # Settings that change which samples meet which weights: a resume with any of them changed is not the
 # same run, so it is refused unless forced.
-TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
+TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "micro_batch", "seed", "precision", "clip_grad_norm")
 
 
 class Checkpointer:
@@ -63,6 +63,7 @@ class Checkpointer:
                 "world_size": trainer.runtime.world_size,
             },
             "train_loss": trainer.train_loss_state(),
+            "micro_batch": trainer.micro_batch_state(),
             "data": trainer.train_source.state_dict(),
             "rng": capture_rng(),
             "config": trainer.settings.model_dump(),
@@ -112,6 +113,7 @@ class Checkpointer:
             int(p["samples_seen"]),
         )
         trainer.load_train_loss_state(st.get("train_loss"))
+        trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step
         restore_rng(st["rng"])  # last: nothing after it may draw random numbers before training resumes
         self.last_saved_step = trainer.state.global_step

@@ -61,8 +61,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
 def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:
     summary = {
         "recipe": config.recipe,
-        **result.to_json(),
-        "batch_size": config.batch_size,
+        **result.to_json(),  # batch_size as resolved (batch_size: auto gives a number)
         "accumulate": config.accumulate,
         **info,
         "environment": environment(),

@@ -22,6 +22,10 @@ class FitState:
 
 @dataclass
 class FitResult:
+    """What a fit did. ``extras`` holds the measured reports (``mfu``, ``nvml``, ``memory``,
+    ``data_wait_s``, ``diagnosis``, and ``oom``/``batch_search`` when those features ran); ``to_json``
+    merges them into the top level, as ``summary.json`` carries them."""
+
     device: str
     precision: str
     steps: int
@@ -34,9 +38,14 @@ class FitResult:
     accuracy: float | None = None
     skipped_steps: int = 0
     compiled: bool = False
+    strategy: str = "single"
+    world_size: int = 1
+    batch_size: int | None = None  # per device and forward pass, as resolved (batch_size: auto)
     history: list[dict[str, Any]] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("history")
-        return out
+        extras = out.pop("extras")
+        return {**out, **extras}

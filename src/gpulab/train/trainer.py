@@ -6,29 +6,47 @@ Metrics stay on the device and are read every ``log_every`` steps, so steps neve
 
 With several ranks the same loop runs on each: the data is sharded by rank, logged metrics are
 all-reduced, only rank 0 prints and writes shared files, and a NaN loss stops every rank together.
+
+What a fit measures goes to ``FitResult.extras``: the time spent waiting for data, memory, MFU and GPU
+utilisation (callbacks), and from those the diagnosis of what bounds the run and how to fix it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.data import batch_size_of, make_loader
 from gpulab.errors import ConfigError, DataError
+from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
+from gpulab.profiling.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
-from gpulab.runtime.memory import peak_memory_bytes, reset_peak_memory, synchronize
+from gpulab.runtime.memory import (
+    memory_limit_bytes,
+    memory_stats,
+    peak_memory_bytes,
+    reset_peak_memory,
+    set_memory_limit,
+    synchronize,
+)
+from gpulab.runtime.memory_estimate import search_batch_size
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.callbacks.mfu import MfuCallback
+from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import Mean, correct_count
 from gpulab.train.nonfinite import NonFiniteWatch
+from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
 
 
@@ -42,7 +60,8 @@ class Trainer:
     def __init__(
         self, *, callbacks: Sequence[Callback] = (), runtime: Runtime | None = None, **settings: Any
     ):
-        self.settings = parse_config(TrainerSettings, settings)
+        self.requested = parse_config(TrainerSettings, settings)
+        self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)
         self._given_runtime = runtime
         self.runtime = runtime
@@ -67,11 +86,13 @@ class Trainer:
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.
         """
+        self.settings, self.extras = self.requested, {}
         self.runtime = self._given_runtime or self._make_runtime()
         self.is_rank_zero = self.runtime.is_rank_zero
         try:
-            train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
-            return self._loop(train, val)
+            with _memory_limit(self.runtime.device, self.settings.memory_limit):
+                train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
+                return self._loop(train, val)
         finally:
             if self._given_runtime is None:
                 self.runtime.teardown()
@@ -85,13 +106,20 @@ class Trainer:
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
         )
         self.loss_fn = loss_fn
+        s = self.settings = self._resolve_batch_size(train_data)
+        # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
+        self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
+        self._forward_backward = self.guarded or self._accumulate
+        loader_batch, per_step = (
+            (s.batch_size * s.accumulate, 1) if self.guarded else (s.batch_size, s.accumulate)
+        )
         shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size}  # each rank its share
-        train = make_loader(train_data, batch_size=s.batch_size, shuffle=True, seed=s.seed, **shard)
+        train = make_loader(train_data, batch_size=loader_batch, shuffle=True, seed=s.seed, **shard)
         val = None
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
         self.train_source = train
-        self.state = self._plan(len(train))
+        self.state = self._plan(len(train), per_step)
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()
         if resume:
@@ -106,6 +134,7 @@ class Trainer:
         state, callbacks = self.state, self.callbacks
         reset_peak_memory(self.runtime.device)
         self._clock = _Clock(self.runtime.device)
+        self._data_wait = DataWaitMeter()
         val_metrics: dict[str, float] = {}
         callbacks.on_fit_start(self, state)
         while not self._done():
@@ -124,31 +153,37 @@ class Trainer:
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
-        callbacks.on_fit_end(self, state, result)
+        callbacks.on_fit_end(self, state, result)  # MFU and NVML callbacks add their reports to extras
+        result.extras["diagnosis"] = self._diagnose(result).to_json()
         return result
 
     # -- steps ----------------------------------------------------------------------------------------
     def _train_epoch(self, train) -> None:
-        s, rt, state = self.settings, self.runtime, self.state
-        n = len(train)
+        state, n = self.state, len(train)
         self.model.train()
-        for batch in train:
-            i = state.batch_in_epoch
-            window = min(s.accumulate, n - (i - i % s.accumulate))  # the last window of an epoch may be short
-            steps_now = (i % s.accumulate) == window - 1
-            *inputs, target = _split(batch)
-            with rt.no_sync(self.model, enabled=not steps_now):
-                with rt.autocast():
-                    loss = self.loss_fn(self.forward(*inputs), target)
-                rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+        for batch in self._data_wait.wrap(train):
+            batch = _split(batch)
+            loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss)
             self._nonfinite.add(loss, state.global_step + 1)
             state.batch_in_epoch += 1
-            state.samples_seen += batch_size_of(target)
+            state.samples_seen += batch_size_of(batch[-1])
             if steps_now:
                 self._optimizer_step()
                 if self._done():
                     return
+
+    def _accumulate(self, batch: tuple, n: int) -> tuple[torch.Tensor, bool]:
+        """Forward and backward of one micro-batch; True when it completes the accumulation window."""
+        s, rt, i = self.settings, self.runtime, self.state.batch_in_epoch
+        window = min(s.accumulate, n - (i - i % s.accumulate))  # the last window of an epoch may be short
+        steps_now = (i % s.accumulate) == window - 1
+        *inputs, target = batch
+        with rt.no_sync(self.model, enabled=not steps_now):
+            with rt.autocast():
+                loss = self.loss_fn(self.forward(*inputs), target)
+            rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+        return loss, steps_now
 
     def _optimizer_step(self) -> None:
         s, rt, state = self.settings, self.runtime, self.state
@@ -158,6 +193,7 @@ class Trainer:
         state.global_step += 1
         if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
+            self._data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
         if state.global_step % s.log_every == 0:
             self._flush_log()
         if self.checkpointer is not None and self.checkpointer.due(state.global_step):
@@ -177,9 +213,9 @@ class Trainer:
         if speed is not None:
             metrics["samples_per_s"] = speed * rt.world_size
         state.metrics.update(metrics)
-        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
         if rt.is_rank_zero:
-            self.callbacks.on_log(self, state, metrics)
+            self.callbacks.on_log(self, state, metrics)  # may add to metrics (mfu, GPU utilisation) ...
+        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})  # ... kept here
 
     @torch.inference_mode()
     def _validate(self, val) -> dict[str, float]:
@@ -224,14 +260,29 @@ class Trainer:
             s.device, s.precision, s.strategy, precision_options=options, strategy_options=strategy_options
         )
 
-    def _plan(self, batches_per_epoch: int) -> FitState:
+    def _resolve_batch_size(self, train_data: Any) -> TrainerSettings:
+        """The settings with ``batch_size: auto`` replaced by the largest batch whose real step fits
+        (under ``memory_limit``; checkpoints then record the number, so a resume that would pick
+        another is refused)."""
+        s = self.settings
+        if s.batch_size != "auto":
+            return s
+        if isinstance(train_data, DataLoader):
+            raise ConfigError(
+                "batch_size: auto needs a Dataset or tensors; a DataLoader keeps its own batch size"
+            )
+        search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
+        self.extras["batch_search"] = search.to_json()
+        return s.model_copy(update={"batch_size": search.batch_size})
+
+    def _plan(self, batches_per_epoch: int, batches_per_step: int) -> FitState:
         if batches_per_epoch == 0:
             raise DataError(
                 "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
             )
         self._train_loss = Mean()
         self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
-        steps_per_epoch = math.ceil(batches_per_epoch / self.settings.accumulate)
+        steps_per_epoch = math.ceil(batches_per_epoch / batches_per_step)
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
         return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
 
@@ -253,6 +304,14 @@ class Trainer:
             self._train_loss.total = saved["total"].to(self.runtime.device)
             self._train_loss.count = int(saved["count"])
 
+    def micro_batch_state(self) -> dict[str, Any] | None:
+        """The OOM guard's split (``micro_batch: auto``), so a resumed run keeps the smaller micro-batch."""
+        return self.guarded.state_dict() if self.guarded is not None else None
+
+    def load_micro_batch_state(self, saved: dict[str, Any] | None) -> None:
+        if saved and self.guarded is not None:
+            self.guarded.load_state_dict(saved)
+
     def _done(self) -> bool:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
 
@@ -260,7 +319,9 @@ class Trainer:
         s = self.settings
         if not self.runtime.is_rank_zero:
             return []
-        out: list[Callback] = []
+        # The reporters first: the progress bar and the loggers then see what they add to the metrics.
+        out: list[Callback] = [MfuCallback()] if s.mfu else []
+        out.append(NvmlSamplerCallback())  # silent (no thread) without an NVIDIA GPU
         if s.progress if s.progress is not None else sys.stdout.isatty():
             out.append(ProgressBar())
         if s.out_dir:
@@ -285,7 +346,30 @@ class Trainer:
             accuracy=val_metrics.get("val_accuracy"),
             skipped_steps=int(getattr(rt.precision, "skipped_steps", 0)),
             compiled=bool(self.settings.compile and not getattr(self.forward, "fell_back", False)),
+            strategy=rt.strategy.name,
+            world_size=rt.world_size,
+            batch_size=self.settings.batch_size,
             history=self.history,
+            extras={
+                **self.extras,
+                "data_wait_s": self._data_wait.seconds,
+                "memory": memory_stats(rt.device).to_json(),
+                **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+            },
+        )
+
+    def _diagnose(self, result: FitResult) -> Diagnosis:
+        """What bounds this run, from its totals and the callbacks' reports (absent ones are None)."""
+        extras = result.extras
+        return diagnose_run(
+            train_seconds=result.train_seconds,
+            data_wait_seconds=extras["data_wait_s"],
+            device_type=self.runtime.device.type,
+            gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
+            memory_peak_fraction=extras["memory"]["peak_fraction"],
+            mfu=(extras.get("mfu") or {}).get("mfu_measured"),
+            precision=result.precision,
+            compiled=result.compiled,
         )
 
 
@@ -296,6 +380,21 @@ def _split(batch: Any) -> tuple:
         f"each batch must be (inputs..., target); got {type(batch).__name__} of length "
         f"{len(batch) if hasattr(batch, '__len__') else '?'}"
     )
+
+
+@contextlib.contextmanager
+def _memory_limit(device: torch.device, limit: int | float | None) -> Iterator[None]:
+    """``memory_limit`` for the length of a fit: a later fit in this process starts with the limit
+    that was in force before."""
+    if limit is None:
+        yield
+        return
+    before = memory_limit_bytes(device)
+    set_memory_limit(device, limit)
+    try:
+        yield
+    finally:
+        set_memory_limit(device, before)
 
 
 def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:

@@ -1,4 +1,5 @@
-"""A rich progress bar with loss and samples/s; shown only where a person is watching a terminal."""
+"""A rich progress bar with loss, samples/s and MFU (when ``MfuCallback`` runs before it); shown only
+where a person is watching a terminal."""
 
 from __future__ import annotations
 
@@ -37,12 +38,22 @@ class ProgressBar(Callback):
             self._progress.update(self._task, completed=state.global_step, epoch=state.epoch)
 
     def on_log(self, trainer, state, metrics):
-        speed = metrics.get("samples_per_s")
-        self._progress.update(
-            self._task, loss=f"{metrics['loss']:.4f}", speed=f"{speed:,.0f} samples/s" if speed else ""
-        )
+        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics))
 
     def on_fit_end(self, trainer, state, result):
         if self._progress is not None:
             self._progress.update(self._task, completed=state.global_step)
             self._progress.stop()
+
+
+def _speed(metrics: dict) -> str:
+    """``1,234 samples/s, MFU 41%``: MFU against the datasheet peak, else against the measured one."""
+    speed = metrics.get("samples_per_s")
+    if not speed:
+        return ""
+    text = f"{speed:,.0f} samples/s"
+    if metrics.get("mfu") is not None:
+        return f"{text}, MFU {metrics['mfu']:.1%}"
+    if metrics.get("mfu_measured") is not None:
+        return f"{text}, MFU {metrics['mfu_measured']:.1%} of measured peak"
+    return text

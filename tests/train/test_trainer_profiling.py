@@ -1,0 +1,136 @@
+"""What a fit measures about itself: MFU (logged, shown by the progress bar, in the summary), memory, the
+time spent waiting for data, GPU sampling that stays silent on a CPU, and the diagnosis naming the
+bound and its fix -- through ``gpulab train`` and through the Trainer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from gpulab.profiling.diagnosis import BOUNDS
+from gpulab.train.callbacks import Callback, ProgressBar
+from gpulab.train.callbacks.mfu import MfuCallback
+from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.train.trainer import Trainer
+
+
+def gpulab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def _data(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    return x, x @ torch.randn(8, 1, generator=g)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+
+
+def _fit(data=None, *, callbacks=(), **settings):
+    settings = {"device": "cpu", "precision": "fp32", "progress": False, "batch_size": 32, **settings}
+    trainer = Trainer(callbacks=callbacks, **settings)
+    result = trainer.fit(
+        _model(),
+        data if data is not None else _data(),
+        loss_fn=F.mse_loss,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.05),
+    )
+    return trainer, result
+
+
+@pytest.mark.slow
+def test_train_summary_reports_mfu_memory_data_wait_and_the_diagnosis(tmp_path):
+    out = tmp_path / "run"
+    proc = gpulab(
+        "train", "mlp", "--out", str(out), "--max-steps", "20", "--set", "log_every=5", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+
+    mfu = summary["mfu"]
+    assert mfu["flops_per_sample"] > 0 and mfu["achieved_flops_per_s"] > 0
+    assert 0 < mfu["mfu_measured"] < 1.5
+    assert mfu["peaks"]["measured_flops_per_s"] > 0
+    assert summary["diagnosis"]["bound"] in BOUNDS and summary["diagnosis"]["fix"]
+    assert summary["diagnosis"]["bound"] in proc.stdout  # the CLI prints the bound and the fix too
+    assert summary["memory"]["peak_bytes"] > 0 and summary["memory"]["kind"] == "process RSS"
+    assert summary["data_wait_s"] >= 0
+    assert summary["nvml"]["available"] is False  # a CPU: a reason, no samples, no error
+    assert (summary["strategy"], summary["world_size"], summary["batch_size"]) == ("single", 1, 64)
+    assert "oom" not in summary and "batch_search" not in summary  # features not asked for
+
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["mfu_measured"] > 0 for r in logged if r.get("samples_per_s"))
+
+
+class SlowSamples(Dataset):
+    """A Dataset whose every sample takes a while to load (decoding, a slow disk)."""
+
+    def __init__(self, n: int = 64, seconds: float = 0.002) -> None:
+        self.x, self.y = _data(n)
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.seconds)
+        return self.x[i], self.y[i]
+
+
+def test_slow_dataset_is_diagnosed_input_bound():
+    trainer, result = _fit(SlowSamples(), batch_size=16, epochs=3)
+    report = result.to_json()
+    assert report["data_wait_s"] > 0.5 * result.train_seconds > 0
+    diagnosis = report["diagnosis"]
+    assert diagnosis["bound"] == "input-bound", diagnosis
+    assert "workers" in diagnosis["fix"] and diagnosis["fractions"]["data"] > 0.5
+
+
+class ThreadWatch(Callback):
+    def on_step_end(self, trainer, state):
+        self.names = {t.name for t in threading.enumerate()}
+
+
+def test_library_fit_skips_mfu_and_nvml_starts_no_thread_on_cpu():
+    watch = ThreadWatch()
+    trainer, result = _fit(callbacks=[watch], max_steps=3)
+    kinds = [type(cb) for cb in trainer.callbacks.callbacks]
+    assert MfuCallback not in kinds  # off by default for the library: FLOP counting costs ~1 s a fit
+    assert NvmlSamplerCallback in kinds
+    assert "gpulab-nvml-sampler" not in watch.names
+    assert "mfu" not in result.to_json() and result.to_json()["nvml"]["samples"] == 0
+    assert result.to_json()["diagnosis"]["bound"] in BOUNDS
+
+
+def test_mfu_reaches_history_loggers_and_progress_bar():
+    seen: list[dict] = []
+
+    class Logger(Callback):
+        def on_log(self, trainer, state, metrics):
+            seen.append(dict(metrics))
+
+    trainer, result = _fit(callbacks=[Logger()], mfu=True, progress=True, max_steps=6, log_every=2)
+    kinds = [type(cb) for cb in trainer.callbacks.callbacks]
+    assert kinds.index(MfuCallback) < kinds.index(ProgressBar) < kinds.index(Logger)
+    logged = [h for h in result.history if h.get("samples_per_s")]
+    assert logged and all(h["mfu_measured"] > 0 for h in logged)
+    assert all("mfu_measured" in m for m in seen if m.get("samples_per_s"))
+    bar = next(cb for cb in trainer.callbacks.callbacks if isinstance(cb, ProgressBar))
+    assert "MFU" in bar._progress.tasks[0].fields["speed"]
+    assert result.to_json()["mfu"]["flops_per_sample"] > 0
