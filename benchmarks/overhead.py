@@ -1,7 +1,8 @@
 """Framework overhead on the launch-bound `mlp` workload: microseconds per optimizer step.
 
   (a) a hand-written PyTorch loop with a DataLoader, exactly as the tutorials write it
-  (b) the Trainer with its defaults (progress bar and JSONL/TensorBoard logging on), fed the same DataLoader
+  (b) the Trainer with its defaults (progress bar and JSONL/TensorBoard logging on, checkpoints off),
+      fed the same DataLoader
   (c) the Trainer fed plain tensors (its fast path: index batching, data resident on the device)
 
 Repeats are interleaved (a, b, c, a, b, c, ...) so drift in machine load hits all three alike; the
@@ -66,12 +67,14 @@ class LoopTimer(Callback):
 
 
 def with_trainer(data, device: torch.device, out_dir: str) -> float:
-    """The Trainer with progress bar and JSONL + TensorBoard logging on. Returns us/step."""
+    """The Trainer with progress bar and JSONL + TensorBoard logging on. Returns us/step.
+
+    Checkpoints are off: (a) saves none, and a run this short would mostly time their disk writes."""
     torch.manual_seed(0)
     timer = LoopTimer()
     trainer = Trainer(
         device=str(device), precision="fp32", epochs=EPOCHS, batch_size=BATCH, progress=True,
-        out_dir=out_dir, log_every=50, callbacks=[timer],
+        out_dir=out_dir, log_every=50, callbacks=[timer], checkpoints=False,
     )  # fmt: skip
     loss_fn = nn.BCEWithLogitsLoss()
     result = trainer.fit(make_model(), data, loss_fn=loss_fn, optimizer=lambda p: torch.optim.Adam(p, lr=LR))

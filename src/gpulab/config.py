@@ -104,6 +104,7 @@ class TrainerSettings(Settings):
     progress: bool | None = Field(None, description="progress bar; None: only when stdout is a terminal")
     out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
     tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
+    checkpoints: bool = Field(True, description="write checkpoints (resuming from one works either way)")
     checkpoint_dir: str | None = Field(None, description="where checkpoints go; None: out_dir/checkpoints")
     checkpoint_every: int | None = Field(
         None, ge=1, description="also save every N optimizer steps (always at each epoch end and at the end)"

@@ -50,6 +50,8 @@ def train(
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     cfg, result, out_dir = run(user)
+    if out_dir is None:  # not rank 0: only rank 0 reports
+        return
     console = Console()
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"

@@ -39,7 +39,8 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     return config, recipe
 
 
-def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
+def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
     config, recipe = resolve_config(user)
     settings = config.model_dump(exclude={"recipe", "options", "resume"})
     trainer = Trainer(**settings)
@@ -53,8 +54,9 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path]:
         resume=config.resume,
     )
     out = Path(config.out_dir or f"runs/{config.recipe}")
-    if trainer.is_rank_zero:
-        write_summary(out, config, result, recipe.info)
+    if not trainer.is_rank_zero:
+        return config, result, None
+    write_summary(out, config, result, recipe.info)
     return config, result, out
 
 

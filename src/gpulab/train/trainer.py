@@ -292,7 +292,7 @@ class Trainer:
         return None if root is None else Checkpointer(root, s.checkpoint_every, s.keep_last, s.keep_best)
 
     def _save_checkpoint(self) -> None:
-        if self.checkpointer is not None:
+        if self.checkpointer is not None and self.settings.checkpoints:
             self.checkpointer.save(self)
 
     def train_loss_state(self) -> dict[str, Any]:

@@ -24,6 +24,9 @@ class ProgressBar(Callback):
             TextColumn("loss {task.fields[loss]}  {task.fields[speed]}"),
             TimeRemainingColumn(),
             transient=False,
+            # No refresh thread: it would take the GIL from the training loop ten times a second.
+            # The bar is redrawn from on_step_end instead, at most ten times a second.
+            auto_refresh=False,
         )
         self._task = self._progress.add_task(
             "fit", total=state.total_steps, completed=state.global_step, epoch=state.epoch, loss="-", speed=""
@@ -35,14 +38,14 @@ class ProgressBar(Callback):
         now = time.monotonic()
         if now - self._last >= 0.1:
             self._last = now
-            self._progress.update(self._task, completed=state.global_step, epoch=state.epoch)
+            self._progress.update(self._task, completed=state.global_step, epoch=state.epoch, refresh=True)
 
     def on_log(self, trainer, state, metrics):
-        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics))
+        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics), refresh=True)
 
     def on_fit_end(self, trainer, state, result):
         if self._progress is not None:
-            self._progress.update(self._task, completed=state.global_step)
+            self._progress.update(self._task, completed=state.global_step, refresh=True)
             self._progress.stop()
 
 
