@@ -80,7 +80,10 @@ class TF32(Precision):
 
     def setup(self) -> None:
         self._saved = _read_tf32_flags()
-        torch.set_float32_matmul_precision("high")
+        if self.device_type == "cuda":
+            # Only on GPUs: on a CPU "high" lets oneDNN use reduced-precision passes for fp32 matmuls,
+            # which measured 5-8 % slower for the digits CNN step on a 2-core EPYC without AMX.
+            torch.set_float32_matmul_precision("high")
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
