@@ -28,7 +28,10 @@ from typing import Any
 import torch
 
 from gpulab.bench.results import Figure, spread_of
-from gpulab.runtime.memory import synchronize
+from gpulab.runtime.memory import (
+    proc_status_bytes,
+    synchronize,
+)
 
 MIB = 2**20
 
@@ -141,7 +144,6 @@ def _cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
     return int(torch.cuda.max_memory_allocated(device))
 
 
-_STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
@@ -153,7 +155,7 @@ def cpu_peak_supported() -> bool:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return False
-    return _status_bytes("VmHWM") is not None
+    return proc_status_bytes("VmHWM") is not None
 
 
 def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
@@ -164,20 +166,10 @@ def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
     ``_malloc_returns_large_blocks`` large blocks are mapped and unmapped per allocation, so the resident
     set follows the live tensors and its peak is the call's working memory (to page granularity).
     """
-    start = _status_bytes("VmRSS") or 0
+    start = proc_status_bytes("VmRSS") or 0
     _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
     fn()
-    return max(0, (_status_bytes("VmHWM") or 0) - start)
-
-
-def _status_bytes(field_name: str) -> int | None:
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return max(0, (proc_status_bytes("VmHWM") or 0) - start)
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

@@ -68,7 +68,7 @@ def peak_memory_bytes(device: torch.device) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    hwm = _status_bytes("VmHWM")
+    hwm = proc_status_bytes("VmHWM")
     if hwm is not None:
         return hwm
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -126,7 +126,7 @@ def memory_stats(device: torch.device | str) -> MemoryStats:
             total_bytes=int(torch.cuda.get_device_properties(index).total_memory),
             limit_bytes=memory_limit_bytes(device),
         )
-    rss = _status_bytes("VmRSS") or psutil.Process().memory_info().rss
+    rss = proc_status_bytes("VmRSS") or psutil.Process().memory_info().rss
     return MemoryStats(
         device=str(device),
         kind="process RSS",
@@ -245,7 +245,7 @@ def memory_snapshot(
 # Linux process memory
 
 
-def _status_bytes(field_name: str) -> int | None:
+def proc_status_bytes(field_name: str) -> int | None:
     """A ``/proc/self/status`` field in bytes (VmRSS, VmHWM), or None where there is none."""
     try:
         for line in _STATUS.read_text().splitlines():

@@ -32,16 +32,12 @@ from gpulab.train.checkpoint_io import (
     fsync_file,
     is_complete,
     manifest_layout,
-    pause_point,
     read_manifest,
     remove_path,
     remove_stale_tmp,
     step_dir_name,
     step_of,
     verify_manifest,
-    write_bytes_durably,
-    write_manifest,
-    write_text_atomic,
 )
 from gpulab.train.checkpoint_read import (
     check_weights_header,
@@ -52,7 +48,7 @@ from gpulab.train.checkpoint_read import (
     locate,
     step_dirs,
 )
-from gpulab.train.checkpoint_save import check_save_args, meta_bytes, prune, rename_into_place, save_weights
+from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes, save_weights
 from gpulab.train.checkpoint_state import weights_for_file
 from gpulab.train.rng_state import capture_rng, restore_rng
 
@@ -110,24 +106,10 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         save_weights(tensors, tmp / WEIGHTS)
-        pause_point("after-weights")
-        with open(tmp / STATE, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        write_bytes_durably(tmp / META, meta_json)
-        write_manifest(tmp)
-        fsync_dir(tmp)
-        pause_point("before-rename")
-        final = rename_into_place(tmp, root / name)
     except BaseException:
         remove_path(tmp)
         raise
-    pause_point("before-latest")
-    write_text_atomic(root / LATEST, name + "\n")
-    if keep_last is not None:
-        prune(root, keep_last, keep_best, final)
-    return final
+    return commit_checkpoint(tmp, root, name, state, meta_json, keep_last=keep_last, keep_best=keep_best)
 
 
 def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:

@@ -20,24 +20,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed.checkpoint as dcp
 
 from gpulab.train.checkpoint_io import (
-    LATEST,
-    META,
-    STATE,
     TMP_PREFIX,
-    fsync_dir,
-    pause_point,
-    remove_path,
     remove_stale_tmp,
     step_dir_name,
-    write_bytes_durably,
-    write_manifest,
-    write_text_atomic,
 )
-from gpulab.train.checkpoint_save import check_save_args, meta_bytes, prune, rename_into_place
+from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes
 
 
 def save_sharded_checkpoint(
@@ -71,25 +61,16 @@ def save_sharded_checkpoint(
         dcp.save(shards, checkpoint_id=tmp)
 
     def finish() -> Path:
-        try:
-            pause_point("after-weights")
-            with open(tmp / STATE, "wb") as handle:
-                torch.save(state, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            write_bytes_durably(tmp / META, meta_bytes(step, state, meta))
-            write_manifest(tmp, layout="sharded")
-            fsync_dir(tmp)
-            pause_point("before-rename")
-            final = rename_into_place(tmp, root / name)
-        except BaseException:
-            remove_path(tmp)
-            raise
-        pause_point("before-latest")
-        write_text_atomic(root / LATEST, name + "\n")
-        if keep_last is not None:
-            prune(root, keep_last, keep_best, final)
-        return final
+        return commit_checkpoint(
+            tmp,
+            root,
+            name,
+            state,
+            meta_bytes(step, state, meta),
+            layout="sharded",
+            keep_last=keep_last,
+            keep_best=keep_best,
+        )
 
     strategy.run_on_rank_zero(finish, name=f"checkpoint {name}: manifest and rename")
     return root / name

@@ -15,13 +15,19 @@ from safetensors.torch import save_file
 
 from gpulab.errors import CheckpointError, choices
 from gpulab.train.checkpoint_io import (
+    LATEST,
     META,
+    STATE,
     TMP_PREFIX,
     fsync_dir,
     fsync_file,
     is_complete,
     one_line,
+    pause_point,
     remove_path,
+    write_bytes_durably,
+    write_manifest,
+    write_text_atomic,
 )
 from gpulab.train.checkpoint_read import load_meta, step_dirs
 from gpulab.train.checkpoint_state import check_state_tree
@@ -135,3 +141,41 @@ def _best(directories: list[Path], metric: str, mode: str) -> Path | None:
         if best_value is None or (value < best_value if mode == "min" else value > best_value):
             best, best_value = directory, value
     return best
+
+
+def commit_checkpoint(
+    tmp: Path,
+    root: Path,
+    name: str,
+    state: dict[str, Any],
+    meta_json: bytes,
+    *,
+    layout: str | None = None,
+    keep_last: int | None = None,
+    keep_best: tuple[str, str] | None = None,
+) -> Path:
+    """Finish a checkpoint whose weights are already in ``tmp``: state, meta, manifest, each fsync'd;
+    rename into place; only then move ``latest``; then prune. A failure removes ``tmp`` and re-raises.
+
+    Shared by full (safetensors) and sharded (torch.distributed.checkpoint) saves, so both keep the same
+    order of durable steps and the same kill points.
+    """
+    try:
+        pause_point("after-weights")
+        with open(tmp / STATE, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        write_bytes_durably(tmp / META, meta_json)
+        write_manifest(tmp, **({"layout": layout} if layout else {}))
+        fsync_dir(tmp)
+        pause_point("before-rename")
+        final = rename_into_place(tmp, root / name)
+    except BaseException:
+        remove_path(tmp)
+        raise
+    pause_point("before-latest")
+    write_text_atomic(root / LATEST, name + "\n")
+    if keep_last is not None:
+        prune(root, keep_last, keep_best, final)
+    return final
