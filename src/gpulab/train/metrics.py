@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -44,3 +46,56 @@ class Mean:
 
     def reset(self) -> None:
         self.total, self.count = None, 0
+
+
+class LossWindow:
+    """The training losses since the last read, kept on the device: one small copy per micro-batch.
+
+    ``mean`` reads the window (one host sync, at log time only). NaN/inf detection needs nothing per
+    step: a non-finite loss makes the mean non-finite, and only then does ``first_bad_step`` look for it.
+    """
+
+    def __init__(self) -> None:
+        self._buf: torch.Tensor | None = None
+        self.steps: list[int] = []  # the optimizer step (1-based) each stored loss belongs to
+
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        n = len(self.steps)
+        if self._buf is None or n == self._buf.numel():
+            self._grow(loss.device, n)
+        self._buf[n] = loss.detach()
+        self.steps.append(step)
+
+    def _grow(self, device: torch.device, n: int) -> None:
+        bigger = torch.empty(max(64, 2 * n), dtype=torch.float32, device=device)
+        if n:
+            bigger[:n] = self._buf[:n]
+        self._buf = bigger
+
+    def _values(self) -> torch.Tensor:
+        return self._buf[: len(self.steps)]
+
+    def mean(self, reduce=None) -> float | None:
+        if not self.steps:
+            return None
+        mean = self._values().mean()
+        return float((reduce(mean) if reduce else mean).item())
+
+    def first_bad_step(self) -> int | None:
+        """The step of the first non-finite loss in the window, or None (costs one host sync)."""
+        if not self.steps:
+            return None
+        bad = (~torch.isfinite(self._values())).nonzero()
+        return self.steps[int(bad[0, 0])] if len(bad) else None
+
+    def reset(self) -> None:
+        self.steps = []
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"losses": self._values().cpu().clone() if self.steps else None, "steps": list(self.steps)}
+
+    def load_state_dict(self, state: dict[str, Any] | None, device: torch.device) -> None:
+        self.reset()
+        if state and state.get("losses") is not None:
+            for loss, step in zip(state["losses"].to(device), state["steps"], strict=True):
+                self.add(loss, int(step))

@@ -4,10 +4,10 @@ The detection piggybacks on the metrics read the loop does anyway (every ``log_e
 the end): the logged loss is the all-reduced mean of every rank's losses over the window, so it is NaN/inf
 exactly when some rank had a non-finite loss in it -- and every rank reads the same value, so every rank
 decides the same way, with no extra host sync or collective while training is healthy. To *name* the
-step, each micro-batch also folds ``isfinite(loss)`` into a device tensor holding the first bad step
-(three tiny kernels, no sync); only when the logged loss is not finite is it read, after a ``min``
-all-reduce of one slot per rank. So all ranks stop together -- never one rank raising while the others
-wait for it in the next collective.
+step, the Trainer keeps each micro-batch's loss in a device buffer anyway (``metrics.LossWindow``, for the
+logged mean); only when the logged loss is not finite is that buffer searched, and the ranks agree on the
+first bad step with a ``min`` all-reduce of one slot per rank. So all ranks stop together -- never one
+rank raising while the others wait for it in the next collective.
 
 The trade-off: a bad loss is noticed up to ``log_every`` steps late (those steps run on NaN weights,
 which harms nothing already lost); checking every step would cost a device->host sync per step. Set
@@ -21,6 +21,7 @@ all-reduces the scaler's ``found_inf``), so there the run goes on and the skip i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,29 +36,23 @@ class NonFiniteLossError(GpulabError):
 
 
 class NonFiniteWatch:
-    """The first step with a non-finite loss, on the device; ``check`` reads it for all ranks."""
+    """Stops every rank together, naming the first step whose loss was NaN/inf on any rank."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.first_bad: torch.Tensor | None = None
 
-    def add(self, loss: torch.Tensor, step: int) -> None:
-        """Record ``loss`` of optimizer step ``step`` (1-based); no host sync."""
-        if not self.enabled:
-            return
-        bad_at = torch.where(torch.isfinite(loss.detach()), NEVER, step)
-        self.first_bad = bad_at if self.first_bad is None else torch.minimum(self.first_bad, bad_at)
-
-    def check(self, runtime: Any, logged_loss: float) -> None:
+    def check(self, runtime: Any, logged_loss: float, first_bad_step: Callable[[], int | None]) -> None:
         """Raise ``NonFiniteLossError`` on every rank if ``logged_loss`` (the all-reduced window mean,
         the same on every rank) is not finite; free otherwise.
 
-        The collective that finds the step runs on every rank or on none, since all see the same loss.
+        ``first_bad_step`` gives this rank's first bad step in the window (or None). The collective that
+        agrees on the step runs on every rank or on none, since all see the same loss.
         """
-        if not self.enabled or math.isfinite(logged_loss) or self.first_bad is None:
+        if not self.enabled or math.isfinite(logged_loss):
             return
-        per_rank = torch.full((runtime.world_size,), NEVER, dtype=torch.long, device=self.first_bad.device)
-        per_rank[runtime.rank] = self.first_bad
+        mine = first_bad_step()
+        per_rank = torch.full((runtime.world_size,), NEVER, dtype=torch.long, device=runtime.device)
+        per_rank[runtime.rank] = NEVER if mine is None else mine
         steps = runtime.all_reduce(per_rank, "min").tolist()
         bad = {rank: step for rank, step in enumerate(steps) if step != NEVER}
         if not bad:

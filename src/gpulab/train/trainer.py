@@ -44,7 +44,7 @@ from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, Progress
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
-from gpulab.train.metrics import Mean, correct_count
+from gpulab.train.metrics import LossWindow, Mean, correct_count
 from gpulab.train.nonfinite import NonFiniteWatch
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
@@ -164,8 +164,7 @@ class Trainer:
         for batch in self._data_wait.wrap(train):
             batch = _split(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
-            self._train_loss.add(loss)
-            self._nonfinite.add(loss, state.global_step + 1)
+            self._train_loss.add(loss, state.global_step + 1)  # one small device copy, no sync
             state.batch_in_epoch += 1
             state.samples_seen += batch_size_of(batch[-1])
             if steps_now:
@@ -203,10 +202,11 @@ class Trainer:
     def _flush_log(self) -> None:
         """Read the training metrics (one host sync) and hand them to the loggers."""
         rt, state = self.runtime, self.state
-        loss = self._train_loss.read(reduce=rt.all_reduce)
+        loss = self._train_loss.mean(reduce=rt.all_reduce)
         if loss is None:
             return
-        self._nonfinite.check(rt, loss)  # a NaN/inf loss on any rank stops every rank here, together
+        # A NaN/inf loss on any rank stops every rank here, together.
+        self._nonfinite.check(rt, loss, self._train_loss.first_bad_step)
         self._train_loss.reset()
         metrics = {"loss": loss, "lr": self.optimizer.param_groups[0]["lr"]}
         speed = self._clock.interval_rate(state.samples_seen)
@@ -280,7 +280,7 @@ class Trainer:
             raise DataError(
                 "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
             )
-        self._train_loss = Mean()
+        self._train_loss = LossWindow()
         self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
         steps_per_epoch = math.ceil(batches_per_epoch / batches_per_step)
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
@@ -297,12 +297,10 @@ class Trainer:
 
     def train_loss_state(self) -> dict[str, Any]:
         """The running training-loss window, so a resumed run logs the same numbers."""
-        return {"total": self._train_loss.total, "count": self._train_loss.count}
+        return self._train_loss.state_dict()
 
     def load_train_loss_state(self, saved: dict[str, Any] | None) -> None:
-        if saved and saved.get("total") is not None:
-            self._train_loss.total = saved["total"].to(self.runtime.device)
-            self._train_loss.count = int(saved["count"])
+        self._train_loss.load_state_dict(saved, self.runtime.device)
 
     def micro_batch_state(self) -> dict[str, Any] | None:
         """The OOM guard's split (``micro_batch: auto``), so a resumed run keeps the smaller micro-batch."""
