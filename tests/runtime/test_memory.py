@@ -8,15 +8,8 @@ from torch import nn
 
 from gpulab.errors import ConfigError, DeviceError
 from gpulab.runtime import memory as M
-from gpulab.runtime.memory_estimate import (
-    BatchSizeError,
-    LiveBytes,
-    TrialStep,
-    estimate_memory,
-    find_batch_size,
-    optimizer_memory,
-    search_batch_size,
-)
+from gpulab.runtime.batch_search import BatchSizeError, TrialStep, find_batch_size, search_batch_size
+from gpulab.runtime.memory_estimate import LiveBytes, estimate_memory, optimizer_memory
 
 CPU = torch.device("cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

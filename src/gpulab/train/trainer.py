@@ -30,6 +30,7 @@ from gpulab.errors import ConfigError, DataError
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
 from gpulab.profiling.timers import DataWaitMeter
 from gpulab.runtime import Runtime
+from gpulab.runtime.batch_search import search_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
 from gpulab.runtime.memory import (
     memory_limit_bytes,
@@ -39,7 +40,6 @@ from gpulab.runtime.memory import (
     set_memory_limit,
     synchronize,
 )
-from gpulab.runtime.memory_estimate import search_batch_size
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
