@@ -29,19 +29,6 @@ def _train_step(precision, model, opt, x, y) -> float:
     return loss.item()
 
 
-@pytest.fixture
-def restore_tf32_flags():
-    saved = (
-        torch.get_float32_matmul_precision(),
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
-    yield
-    torch.set_float32_matmul_precision(saved[0])
-    torch.backends.cuda.matmul.allow_tf32 = saved[1]
-    torch.backends.cudnn.allow_tf32 = saved[2]
-
-
 def test_registry_matches_config_choices():
     assert {"auto", *PRECISIONS} == set(CONFIG_PRECISIONS)
 

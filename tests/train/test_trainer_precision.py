@@ -20,6 +20,9 @@ COMPUTE_DTYPE = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("restore_tf32_flags")  # a failing fit must not leak TF32 flags
+
+
 def _regression(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, FEATURES, generator=g)
@@ -33,20 +36,6 @@ def _model(seed: int = 0) -> nn.Module:
 
 def _params(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
-
-
-@pytest.fixture(autouse=True)
-def restore_tf32_flags():
-    """The Trainer builds its Runtime itself and leaves the TF32 flags set; put them back for other tests."""
-    saved = (
-        torch.get_float32_matmul_precision(),
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
-    yield
-    torch.set_float32_matmul_precision(saved[0])
-    torch.backends.cuda.matmul.allow_tf32 = saved[1]
-    torch.backends.cudnn.allow_tf32 = saved[2]
 
 
 @pytest.mark.parametrize("precision", list(COMPUTE_DTYPE))

@@ -3,7 +3,7 @@
 from gpulab.runtime.precision import PRECISIONS, Precision, resolve_precision
 from gpulab.runtime.runtime import Runtime
 from gpulab.runtime.seed import seed_everything
-from gpulab.runtime.strategy import STRATEGIES, Single, Strategy, resolve_strategy
+from gpulab.runtime.strategies import STRATEGIES, Single, Strategy, resolve_strategy
 
 __all__ = [
     "PRECISIONS",

@@ -29,7 +29,7 @@ from gpulab.data.transfer import to_device
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.precision import Precision, resolve_precision
 from gpulab.runtime.seed import seed_everything
-from gpulab.runtime.strategy import Strategy, resolve_strategy
+from gpulab.runtime.strategies import Strategy, resolve_strategy
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
