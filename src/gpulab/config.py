@@ -259,3 +259,12 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     for k, v in override.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def layer_settings(
+    config_file: str | Path | None, flags: dict[str, Any], overrides: list[str]
+) -> dict[str, Any]:
+    """The user's settings for a CLI run: YAML file < flags that were given (not None) < ``--set`` pairs."""
+    user = load_yaml(config_file) if config_file else {}
+    given = {k: v for k, v in flags.items() if v is not None}
+    return merge(merge(user, given), parse_overrides(overrides))

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpulab.config import load_yaml, merge, parse_overrides
+from gpulab.config import layer_settings
 
 _ROWS = (
     ("data", "data wait"),
@@ -49,7 +49,6 @@ def profile(
     """Time and profile training steps; write DIR/trace.json, key_averages.txt and profile.json."""
     from gpulab.profiling.profiler import ProfileOptions, profile_recipe
 
-    user = load_yaml(config) if config else {}
     flags = {
         "recipe": recipe,
         "device": device,
@@ -58,7 +57,7 @@ def profile(
         "compile": compile,
         "seed": seed,
     }
-    user = merge(merge(user, {k: v for k, v in flags.items() if v is not None}), parse_overrides(set_))
+    user = layer_settings(config, flags, set_)
     out_dir = out or Path(f"runs/profile-{str(user.get('recipe', 'run')).replace(':', '.')}")
     user.pop("out_dir", None)  # profile writes only to --out
     options = ProfileOptions(

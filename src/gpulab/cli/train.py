@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from gpulab.config import load_yaml, merge, parse_overrides
+from gpulab.config import layer_settings
 
 
 def train(
@@ -32,7 +32,6 @@ def train(
     """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
     from gpulab.train.run import run
 
-    user = load_yaml(config) if config else {}
     flags = {
         "recipe": recipe,
         "out_dir": str(out) if out else None,
@@ -46,7 +45,7 @@ def train(
         "seed": seed,
         "resume": resume,
     }
-    user = merge(merge(user, {k: v for k, v in flags.items() if v is not None}), parse_overrides(set_))
+    user = layer_settings(config, flags, set_)
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     cfg, result, out_dir = run(user)
