@@ -87,6 +87,10 @@ class TrainerSettings(Settings):
     )
     clip_grad_norm: float | None = Field(None, gt=0, description="max global gradient norm; None: off")
     compile: bool = Field(False, description="wrap the model in torch.compile (falls back with a warning)")
+    fuse_optimizer: bool = Field(
+        True,
+        description="use the fused kernels of torch's Adam/AdamW/SGD when fused/foreach were left unset",
+    )
     seed: int = Field(0, description="seed for Python, NumPy and torch")
     deterministic: bool = Field(False, description="ask torch for deterministic kernels")
     log_every: int = Field(50, ge=1, description="read and log metrics every N optimizer steps")

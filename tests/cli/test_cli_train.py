@@ -54,6 +54,9 @@ def test_train_writes_summary_and_metrics(tmp_path):
     assert isinstance(summary["device"], str) and summary["device"]
     assert summary["final_loss"] > 0 and summary["samples_per_s"] > 0 and summary["peak_memory_bytes"] > 0
     assert 0.5 <= summary["accuracy"] <= 1.0
+    # What the Runtime chose and why; torch's Adam left open runs on its fused kernels.
+    assert summary["runtime"]["device"] == summary["device"]
+    assert "fused kernels" in summary["runtime"]["reasons"]["optimizer"]
 
     records = _records(out / "metrics.jsonl")
     training = [r for r in records if "loss" in r]

@@ -157,3 +157,35 @@ def test_empty_epoch_still_advances():
     source = TensorBatches(data(2), batch_size=BATCH, device="cpu", drop_last=True)
     assert len(source) == 0 and list(source) == []
     assert source.state_dict() == {"epoch": 1, "batches_consumed": 0}
+
+
+def test_shuffled_batches_are_views_of_one_epoch_copy():
+    x, y = data(12)
+    source = TensorBatches((x, y), batch_size=BATCH, device="cpu", seed=3)
+    assert source.epoch_copy
+    out = list(source)
+    # Every batch of the epoch lives in one storage (the epoch's gathered copy), not in x itself.
+    storages = {bx.untyped_storage().data_ptr() for bx, _ in out}
+    assert len(storages) == 1 and x.untyped_storage().data_ptr() not in storages
+    assert torch.cat([by for _, by in out]).tolist() == epoch_permutation(12, 3, 0).tolist()
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_epoch_copy_and_per_batch_gather_give_the_same_batches(monkeypatch, world_size):
+    def epochs(source):
+        out = []
+        for epoch in range(2):
+            source.set_epoch(epoch)
+            out += batches(source)
+        return out
+
+    def build(rank):
+        return TensorBatches(data(11), batch_size=2, device="cpu", seed=9, rank=rank, world_size=world_size)
+
+    copied = [epochs(build(rank)) for rank in range(world_size)]
+    # No room for a second copy (as on a nearly full GPU): each batch is gathered instead.
+    monkeypatch.setattr("gpulab.data.tensor_batches.room_for_copy", lambda tensors, fraction: False)
+    gathered_sources = [build(rank) for rank in range(world_size)]
+    assert not any(s.epoch_copy for s in gathered_sources)
+    for rank, source in enumerate(gathered_sources):
+        assert_same(copied[rank], epochs(source))

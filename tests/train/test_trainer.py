@@ -5,6 +5,7 @@ path and the DataLoader path train identically."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 from collections import Counter
 
@@ -200,6 +201,15 @@ def test_logs_written_only_with_out_dir(tmp_path, monkeypatch):
     assert len(lines) == 4  # 8 steps, one record every 2
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
+    # TensorBoard reads back every logged scalar at its step (one event carries all of a step's scalars).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board = EventAccumulator(str(out / "tensorboard")).Reload()
+    assert {"loss", "lr"} <= set(board.Tags()["scalars"])
+    logged = [json.loads(line) for line in lines]
+    assert [(e.step, pytest.approx(e.value)) for e in board.Scalars("loss")] == [
+        (r["step"], r["loss"]) for r in logged if "loss" in r
+    ]
 
     quiet = tmp_path / "quiet"
     _fit(epochs=1, out_dir=str(quiet), tensorboard=False)

@@ -1,9 +1,11 @@
 """The fast path: batches cut from in-memory tensors by index tensors.
 
 A ``DataLoader`` over a ``TensorDataset`` calls ``__getitem__`` once per sample and ``torch.stack``s the
-results: a Python loop as long as the batch, every step. Here one ``randperm`` per epoch orders the data
-and each batch is one ``index_select`` per tensor (or a slice, a view, when not shuffling), so the Python
-work per step is constant whatever the dataset or batch size.
+results: a Python loop as long as the batch, every step. Here one ``randperm`` per epoch orders the data,
+and the work per step is constant whatever the dataset or batch size: when a second copy of the data
+fits, each epoch starts with one gather of the whole dataset into that epoch's order and every batch is
+then a slice of it (a view: no kernel at all per step); otherwise each batch is one ``index_select`` per
+tensor.
 
 On CUDA the whole dataset is copied to the device once when it fits, and batches are gathered there:
 no host->device copy at all per step. When it does not fit, batches are gathered on the host into pinned
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import psutil
 import torch
 
 from gpulab.data.prefetch import DevicePrefetcher
@@ -148,6 +151,8 @@ class TensorBatches:
         # One copy for the whole run when resident; otherwise the data stays in host memory.
         home = self.device if self.resident else torch.device("cpu")
         self.tensors = tuple(t.to(home) for t in tensors)
+        # Room for one shuffled copy per epoch, so batches become views (see the module docstring).
+        self.epoch_copy = self.resident and shuffle and room_for_copy(self.tensors, resident_fraction)
         self._cursor = EpochCursor()
 
     def __len__(self) -> int:
@@ -164,8 +169,12 @@ class TensorBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch, start, total = self._cursor.epoch, self._cursor.consumed, len(self)
-        order = self._order(epoch)
-        batches: Iterable[tuple[torch.Tensor, ...]] = (self._batch(order, i) for i in range(start, total))
+        order, tensors = self._order(epoch), self.tensors
+        if self.epoch_copy:  # this epoch's order, gathered once: batches are slices of it from here on
+            tensors, order = tuple(t.index_select(0, order) for t in tensors), None
+        batches: Iterable[tuple[torch.Tensor, ...]] = (
+            self._batch(tensors, order, i) for i in range(start, total)
+        )
         if not self.resident:
             batches = DevicePrefetcher(batches, self.device)
         return self._cursor.track(batches, epoch, start, total)
@@ -176,19 +185,22 @@ class TensorBatches:
             return None
         return epoch_permutation(self.num_samples, self.seed, epoch).to(self.tensors[0].device)
 
-    def _batch(self, order: torch.Tensor | None, index: int) -> tuple[torch.Tensor, ...]:
+    def _batch(
+        self, tensors: tuple[torch.Tensor, ...], order: torch.Tensor | None, index: int
+    ) -> tuple[torch.Tensor, ...]:
+        """Batch ``index`` of ``tensors`` taken in ``order`` (None: in the order they are in)."""
         span = rank_span(index, self.num_samples, self.batch_size, self.rank, self.world_size)
         rows: slice | torch.Tensor = slice(span.start, span.stop)
         if span.stop > self.num_samples:  # padding wraps to the start of the epoch order
-            wrapped = torch.arange(span.start, span.stop, device=self.tensors[0].device) % self.num_samples
+            wrapped = torch.arange(span.start, span.stop, device=tensors[0].device) % self.num_samples
             rows = wrapped if order is None else order[wrapped]
         elif order is not None:
             rows = order[rows]
         if self.resident:
             if isinstance(rows, slice):
-                return tuple(t[rows] for t in self.tensors)  # views: no copy at all
-            return tuple(t.index_select(0, rows) for t in self.tensors)
-        return tuple(_gather_pinned(t, rows) for t in self.tensors)
+                return tuple(t[rows] for t in tensors)  # views: no copy at all
+            return tuple(t.index_select(0, rows) for t in tensors)
+        return tuple(_gather_pinned(t, rows) for t in tensors)
 
 
 def _gather_pinned(tensor: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
@@ -226,6 +238,20 @@ def check_tensors(tensors: Sequence[Any]) -> int:
     if len(set(lengths)) > 1:
         raise DataError(f"tensors have different lengths {lengths} along dim 0; they need one row per sample")
     return lengths[0]
+
+
+def room_for_copy(tensors: Sequence[torch.Tensor], fraction: float) -> bool:
+    """Whether one more copy of ``tensors`` (all on one device) takes at most ``fraction`` of the free
+    memory there: the GPU's free memory, or the host's available RAM."""
+    needed = sum(t.numel() * t.element_size() for t in tensors)
+    device = tensors[0].device
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+    elif device.type == "cpu":
+        free = psutil.virtual_memory().available
+    else:
+        return False
+    return needed <= fraction * free
 
 
 def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fraction: float) -> bool:

@@ -27,6 +27,7 @@ from torch import nn
 
 from gpulab.data.transfer import to_device
 from gpulab.hardware.devices import select_device
+from gpulab.runtime.fused_optimizer import use_fused_kernels
 from gpulab.runtime.precision import Precision, resolve_precision
 from gpulab.runtime.seed import seed_everything
 from gpulab.runtime.strategies import Strategy, resolve_strategy
@@ -40,6 +41,8 @@ class Runtime:
     ``precision`` and ``strategy`` may also be ready-made ``Precision``/``Strategy`` objects;
     ``precision_options`` (``init_scale``, ``growth_interval``) configure the fp16 loss scaler and
     ``strategy_options`` the strategy (``collective_timeout_s``, ``ddp_bucket_cap_mb``, ...).
+    ``fuse_optimizer`` lets ``setup`` switch torch's Adam/AdamW/SGD to their fused kernels where you left
+    that choice open (``fused_optimizer.py``); ``describe()`` says what it did.
     The precision's process-wide settings (TF32 flags) are applied here and undone by ``teardown()``
     or on leaving a ``with Runtime(...)`` block.
     """
@@ -52,6 +55,7 @@ class Runtime:
         *,
         precision_options: Mapping[str, Any] | None = None,
         strategy_options: Mapping[str, Any] | None = None,
+        fuse_optimizer: bool = True,
     ) -> None:
         choice = select_device(str(device))
         self.strategy, strategy_reason = _given_or(
@@ -62,6 +66,7 @@ class Runtime:
             precision, resolve_precision, self.device, **dict(precision_options or {})
         )
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
+        self.fuse_optimizer = fuse_optimizer
         self.precision.setup()
         self.strategy.setup_precision(self.precision)
 
@@ -127,7 +132,10 @@ class Runtime:
             return model, None
         if not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(model.parameters())
-        return model, self.strategy.setup_optimizer(optimizer)
+        optimizer = self.strategy.setup_optimizer(optimizer)
+        if self.fuse_optimizer:
+            self._reasons["optimizer"] = use_fused_kernels(optimizer)
+        return model, optimizer
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` with every tensor moved to this device, through nested tuples, lists and dicts."""

@@ -49,31 +49,24 @@ class Mean:
 
 
 class LossWindow:
-    """The training losses since the last read, kept on the device: one small copy per micro-batch.
+    """The training losses since the last read, kept on the device with no kernel per micro-batch.
 
-    ``mean`` reads the window (one host sync, at log time only). NaN/inf detection needs nothing per
-    step: a non-finite loss makes the mean non-finite, and only then does ``first_bad_step`` look for it.
+    ``add`` keeps a detached reference to the loss tensor the forward pass produced anyway (no copy, no
+    kernel: a list append); ``mean`` stacks the window and reads it once (one host sync, at log time
+    only). NaN/inf detection needs nothing per step: a non-finite loss makes the mean non-finite, and
+    only then does ``first_bad_step`` look for it.
     """
 
     def __init__(self) -> None:
-        self._buf: torch.Tensor | None = None
+        self._losses: list[torch.Tensor] = []
         self.steps: list[int] = []  # the optimizer step (1-based) each stored loss belongs to
 
     def add(self, loss: torch.Tensor, step: int) -> None:
-        n = len(self.steps)
-        if self._buf is None or n == self._buf.numel():
-            self._grow(loss.device, n)
-        self._buf[n] = loss.detach()
+        self._losses.append(loss.detach())
         self.steps.append(step)
 
-    def _grow(self, device: torch.device, n: int) -> None:
-        bigger = torch.empty(max(64, 2 * n), dtype=torch.float32, device=device)
-        if n:
-            bigger[:n] = self._buf[:n]
-        self._buf = bigger
-
     def _values(self) -> torch.Tensor:
-        return self._buf[: len(self.steps)]
+        return torch.stack(self._losses).float()
 
     def mean(self, reduce=None) -> float | None:
         if not self.steps:
@@ -89,10 +82,10 @@ class LossWindow:
         return self.steps[int(bad[0, 0])] if len(bad) else None
 
     def reset(self) -> None:
-        self.steps = []
+        self._losses, self.steps = [], []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"losses": self._values().cpu().clone() if self.steps else None, "steps": list(self.steps)}
+        return {"losses": self._values().cpu() if self.steps else None, "steps": list(self.steps)}
 
     def load_state_dict(self, state: dict[str, Any] | None, device: torch.device) -> None:
         self.reset()

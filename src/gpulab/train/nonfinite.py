@@ -4,8 +4,8 @@ The detection piggybacks on the metrics read the loop does anyway (every ``log_e
 the end): the logged loss is the all-reduced mean of every rank's losses over the window, so it is NaN/inf
 exactly when some rank had a non-finite loss in it -- and every rank reads the same value, so every rank
 decides the same way, with no extra host sync or collective while training is healthy. To *name* the
-step, the Trainer keeps each micro-batch's loss in a device buffer anyway (``metrics.LossWindow``, for the
-logged mean); only when the logged loss is not finite is that buffer searched, and the ranks agree on the
+step, the Trainer keeps each micro-batch's loss on the device anyway (``metrics.LossWindow``, for the
+logged mean); only when the logged loss is not finite is that window searched, and the ranks agree on the
 first bad step with a ``min`` all-reduce of one slot per rank. So all ranks stop together -- never one
 rank raising while the others wait for it in the next collective.
 

@@ -164,7 +164,7 @@ class Trainer:
         for batch in self._data_wait.wrap(train):
             batch = _split(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
-            self._train_loss.add(loss, state.global_step + 1)  # one small device copy, no sync
+            self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
             state.batch_in_epoch += 1
             state.samples_seen += batch_size_of(batch[-1])
             if steps_now:
@@ -257,7 +257,12 @@ class Trainer:
             "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
         }
         return Runtime(
-            s.device, s.precision, s.strategy, precision_options=options, strategy_options=strategy_options
+            s.device,
+            s.precision,
+            s.strategy,
+            precision_options=options,
+            strategy_options=strategy_options,
+            fuse_optimizer=s.fuse_optimizer,
         )
 
     def _resolve_batch_size(self, train_data: Any) -> TrainerSettings:
@@ -350,6 +355,7 @@ class Trainer:
             history=self.history,
             extras={
                 **self.extras,
+                "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),

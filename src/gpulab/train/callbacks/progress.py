@@ -41,7 +41,8 @@ class ProgressBar(Callback):
             self._progress.update(self._task, completed=state.global_step, epoch=state.epoch, refresh=True)
 
     def on_log(self, trainer, state, metrics):
-        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics), refresh=True)
+        # No redraw here (one costs ~0.3 ms): the next throttled on_step_end shows the new figures.
+        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics))
 
     def on_fit_end(self, trainer, state, result):
         if self._progress is not None:
