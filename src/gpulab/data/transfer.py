@@ -76,6 +76,8 @@ def is_on_device(batch: Any, device: DeviceLike) -> bool:
 
 def batch_size_of(batch: Any) -> int:
     """Leading dimension of the first tensor in ``batch`` (the number of samples it holds)."""
+    if isinstance(batch, torch.Tensor) and batch.dim():  # the common case, once per step: no generator
+        return batch.shape[0]
     for tensor in iter_tensors(batch):
         if tensor.dim() == 0:
             raise DataError("cannot tell the batch size: the first tensor in the batch is a scalar (0-d)")

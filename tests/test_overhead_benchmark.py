@@ -1,0 +1,31 @@
+"""benchmarks/overhead.py runs end to end and reports every figure PERF.md quotes (not its speed)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
+
+
+@pytest.mark.slow
+def test_overhead_benchmark_reports_all_variants_and_ratios():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--repeats", "1", "--json"], capture_output=True, text=True, env=env,
+        timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # the figures alone: progress bars go to stderr
+    assert set(report["us_per_step_median"]) == {
+        "a_hand_written_dataloader",
+        "b_trainer_same_dataloader",
+        "b0_trainer_optimizer_as_given",
+        "c_trainer_tensors",
+    }
+    assert all(us > 0 for us in report["us_per_step_median"].values())
+    assert {"b_over_a", "b0_over_a", "a_over_c"} <= report.keys()
+    assert report["steps_per_run"] == 2000 and report["threads"] == 1
