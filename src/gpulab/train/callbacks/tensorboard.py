@@ -1,16 +1,26 @@
-"""Metrics to TensorBoard (``tensorboard --logdir OUT/tensorboard``)."""
+"""Metrics to TensorBoard (``tensorboard --logdir OUT/tensorboard``).
+
+Records are handed to the SummaryWriter in batches, at most every ``hand_over_s`` seconds (and at the end
+of the fit): its writer thread then wakes once per batch rather than once per logged step, which kept
+taking the GIL from the training loop (measured ~10 us per step at log_every=50 on a 250 us CPU step).
+TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from gpulab.train.callbacks.base import Callback
 
 
 class TensorBoardLogger(Callback):
-    def __init__(self, log_dir: str | Path) -> None:
+    def __init__(self, log_dir: str | Path, hand_over_s: float = 5.0) -> None:
         self.log_dir = Path(log_dir)
+        self.hand_over_s = hand_over_s
         self._writer = None
+        self._pending: list[tuple[int, dict]] = []
+        self._last = 0.0
 
     def on_fit_start(self, trainer, state):
         # Imported late: they take a second to load.
@@ -19,25 +29,34 @@ class TensorBoardLogger(Callback):
 
         self._summary = Summary
         self._writer = SummaryWriter(str(self.log_dir))
+        self._last = time.monotonic()
 
-    def _scalars(self, step: int, metrics: dict) -> None:
-        # One event holding every scalar of the step: a third of the cost of an add_scalar per metric
-        # (~50 vs ~130 us for three), and TensorBoard reads it the same way.
-        values = [
-            self._summary.Value(tag=key, simple_value=float(value))
-            for key, value in metrics.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        ]
-        if values:
-            self._writer.file_writer.add_summary(self._summary(value=values), step)
+    def _record(self, step: int, metrics: dict) -> None:
+        self._pending.append((step, dict(metrics)))
+        if time.monotonic() - self._last >= self.hand_over_s:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        # One event per step holding all its scalars: a third of the cost of an add_scalar per metric.
+        for step, metrics in self._pending:
+            values = [
+                self._summary.Value(tag=key, simple_value=float(value))
+                for key, value in metrics.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+            ]
+            if values:
+                self._writer.file_writer.add_summary(self._summary(value=values), step)
+        self._pending.clear()
+        self._last = time.monotonic()
 
     def on_log(self, trainer, state, metrics):
-        self._scalars(state.global_step, metrics)
+        self._record(state.global_step, metrics)
 
     def on_validation_end(self, trainer, state, metrics):
-        self._scalars(state.global_step, metrics)
+        self._record(state.global_step, metrics)
 
     def on_fit_end(self, trainer, state, result):
         if self._writer is not None:
+            self._hand_over()
             self._writer.close()
             self._writer = None
