@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -103,3 +106,15 @@ def test_cli_profile_user_mistake_is_one_line(tmp_path, capsys):
     assert main(["profile", "nosuch", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "unknown recipe" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cli_profile_on_cpu_prints_no_kineto_chatter(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulab", "profile", "mlp", "--out", str(tmp_path), "--device", "cpu", "--no-peak",
+         "--warmup", "1", "--steps", "2", "--active", "1", "--set", "options.samples=300"],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "USDT" not in proc.stdout + proc.stderr
