@@ -34,6 +34,20 @@ def test_cpu_stats_are_the_process_resident_set():
     assert set(stats.to_json()) >= {"current_bytes", "peak_bytes", "reserved_bytes", "peak_fraction"}
 
 
+def test_a_cpu_limit_is_not_held_against_the_resident_set():
+    # 1 MiB is far below what the interpreter alone holds: the recorded budget must not read as "full".
+    M.set_memory_limit(CPU, 2**20)
+    stats = M.memory_stats(CPU)
+    assert stats.limit_bytes == 2**20 and stats.peak_bytes > 2**20
+    assert stats.peak_fraction == stats.peak_bytes / stats.total_bytes < 0.9
+
+
+def test_an_enforced_limit_is_the_denominator():
+    stats = M.MemoryStats("cuda:0", "allocator", 10, 80, 90, total_bytes=1000, limit_bytes=100)
+    assert stats.peak_fraction == 0.8
+    assert M.MemoryStats("cuda:0", "allocator", 10, 80, 90, 1000, None).peak_fraction == 0.08
+
+
 def test_cpu_peak_sees_an_allocation_and_resets():
     M.reset_peak_memory(CPU)
     before = M.peak_memory_bytes(CPU)

@@ -134,3 +134,11 @@ def test_mfu_reaches_history_loggers_and_progress_bar():
     bar = next(cb for cb in trainer.callbacks.callbacks if isinstance(cb, ProgressBar))
     assert "MFU" in bar._progress.tasks[0].fields["speed"]
     assert result.to_json()["mfu"]["flops_per_sample"] > 0
+
+
+def test_a_tiny_cpu_memory_limit_does_not_make_the_run_memory_bound():
+    # The CPU limit is a budget for tensors; the process's resident set (hundreds of MiB of interpreter
+    # and libraries) is not compared with it.
+    _, result = _fit(epochs=2, memory_limit=2**20)
+    assert result.extras["memory"]["limit_bytes"] == 2**20
+    assert result.extras["diagnosis"]["bound"] != "memory-bound"

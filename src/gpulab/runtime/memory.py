@@ -104,8 +104,13 @@ class MemoryStats:
 
     @property
     def peak_fraction(self) -> float | None:
-        """Peak over the limit if one is set, else over the capacity."""
-        cap = self.limit_bytes or self.total_bytes
+        """Peak over the limit where the allocator enforces one (CUDA), else over the capacity.
+
+        A CPU limit is a budget for tensors (``batch_size: auto`` plans with it); the process's resident
+        set cannot be held against it, since the interpreter and libraries alone take hundreds of MiB.
+        """
+        enforced = self.limit_bytes if self.kind == "allocator" else None
+        cap = enforced or self.total_bytes
         return None if not cap else self.peak_bytes / cap
 
     def to_json(self) -> dict[str, Any]:
