@@ -1,10 +1,12 @@
-"""parallel: one process against DistributedDataParallel over the devices there are.
+"""parallel: one process against gpulab's DDP strategy over the devices there are.
 
-Real processes are started (``torch.multiprocessing``, spawn) and meet at 127.0.0.1 on a free port:
-NCCL over the GPUs where there are some, gloo on the CPU (two processes). Every process starts from the
-same weights and takes its share of the same global batches; DDP averages the gradients, so after the
-same number of steps the parameters must equal the single process's, which is checked. Where there are
-several GPUs, legacy ``nn.DataParallel`` (one process, the batch scattered per step) is timed too.
+Real processes are started (``torch.multiprocessing``, spawn) with torchrun's variables and meet at
+127.0.0.1 on a free port; each runs the ``Runtime`` a Trainer would (strategy ``ddp``: NCCL over the
+GPUs where there are some, gloo on the CPU with two processes, the collective watchdog on). Every
+process starts from the same weights and takes its share of the same global batches; DDP averages the
+gradients, so after the same number of steps the parameters must equal the single process's, which is
+checked. Where there are several GPUs, legacy ``nn.DataParallel`` (one process, the batch scattered per
+step) is timed too.
 
 On a CPU this is a correctness and overhead demonstration, not a speedup: the processes share the
 cores the single process had to itself, and the model is small enough that communication dominates.
@@ -20,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
 from gpulab.bench.harness import BenchContext, Timing, measure
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.runtime import Runtime
 from gpulab.train.recipes import mlp
 
 PROFILES = {
@@ -141,7 +143,8 @@ def _setup(
     return model, torch.optim.SGD(model.parameters(), lr=0.1), x.to(device), y.to(device)
 
 
-def _stepper(model, optimizer, x, y, batch: int, shard: slice):
+def _stepper(model, optimizer, x, y, batch: int, shard: slice, runtime: Runtime | None = None):
+    """One step of plain PyTorch, or through ``runtime`` (backward and step marked as its strategy wants)."""
     loss_fn = nn.BCEWithLogitsLoss()
     cursor = [0]
 
@@ -149,9 +152,14 @@ def _stepper(model, optimizer, x, y, batch: int, shard: slice):
         i = cursor[0]
         cursor[0] += 1
         xb, yb = x[i * batch : (i + 1) * batch][shard], y[i * batch : (i + 1) * batch][shard]
-        loss_fn(model(xb), yb).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), yb)
+        if runtime is None:
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            runtime.backward(loss)
+            runtime.step(optimizer)
 
     return step
 
@@ -196,24 +204,21 @@ def _spawn_ddp(job: Job, world: int, timeout_s: float) -> tuple[tuple[float, ...
 
 
 def _ddp_worker(rank: int, world: int, port: int, job: Job) -> None:
-    """One DDP rank: join the group, take this rank's share of every global batch, time the steps."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    """One rank of gpulab's DDP strategy (the Runtime a Trainer would use): join the group as torchrun
+    would have it, take this rank's share of every global batch, time the steps."""
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank), "LOCAL_RANK": str(rank)}
+    os.environ.update(env, WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
     cuda = job.device_type == "cuda"
-    if cuda:
-        torch.cuda.set_device(rank)
-    else:
+    if not cuda:
         torch.set_num_threads(_threads_per_process(world))
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
-    try:
-        model, optimizer, x, y = _setup(job, device)
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
+    # The optimizer as given, so the ranks run the very kernels the single process compared with runs.
+    with Runtime("cuda" if cuda else "cpu", "fp32", "ddp", fuse_optimizer=False) as rt:
+        model, optimizer, x, y = _setup(job, rt.device)
+        ddp, optimizer = rt.setup(model, optimizer)
         local = job.global_batch // world
-        step = _stepper(ddp, optimizer, x, y, job.global_batch, slice(rank * local, (rank + 1) * local))
-        timing = measure(step, device=device, warmup=job.warmup, repeats=job.steps - job.warmup)
-        dist.barrier()
-        if rank == 0:
+        step = _stepper(ddp, optimizer, x, y, job.global_batch, slice(rank * local, (rank + 1) * local), rt)
+        timing = measure(step, device=rt.device, warmup=job.warmup, repeats=job.steps - job.warmup)
+        rt.barrier()
+        if rt.is_rank_zero:
             saved = {"samples": torch.tensor(timing.samples, dtype=torch.float64), "params": _params(model)}
             torch.save(saved, Path(job.out_dir) / "rank0.pt")
-    finally:
-        dist.destroy_process_group()
