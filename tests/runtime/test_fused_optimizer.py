@@ -100,3 +100,20 @@ def test_fp16_scaler_skips_an_overflowing_step_with_fused_kernels():
     precision.backward(net(torch.randn(4, 8)).sum())
     precision.step(opt)  # a finite step goes through
     assert not all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+
+
+def test_a_checkpoint_of_an_unfused_optimizer_resumes_unfused_under_fp16():
+    # Saved before the switch existed (for-loop Adam): its groups win on load, and the scaler follows.
+    old_net = model()
+    old = torch.optim.Adam(old_net.parameters(), lr=1e-2)
+    train(old_net, old, steps=2)
+    with Runtime("cpu", "fp16-mixed", precision_options={"init_scale": 1.0}) as rt:
+        net, opt = rt.setup(model(), lambda p: torch.optim.Adam(p, lr=1e-2))
+        assert opt.param_groups[0]["fused"] is True and opt._step_supports_amp_scaling
+        rt.strategy.load_optimizer_state_dict(net, opt, old.state_dict())
+        assert opt.param_groups[0]["fused"] is None and not opt._step_supports_amp_scaling
+        with rt.autocast():
+            loss = net(torch.randn(4, 8)).sum()
+        rt.backward(loss)
+        rt.step(opt)  # the for-loop kernel, handed no scale by the GradScaler
+        assert int(opt.state[next(net.parameters())]["step"]) == 3

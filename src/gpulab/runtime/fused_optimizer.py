@@ -41,6 +41,15 @@ def use_fused_kernels(optimizer: torch.optim.Optimizer) -> str:
     return f"{name} with fused kernels (one call updates every parameter; fuse_optimizer: false keeps it)"
 
 
+def match_loaded_groups(optimizer: torch.optim.Optimizer) -> None:
+    """After ``load_state_dict``: the saved groups' ``fused`` flags win (an exact resume keeps the kernels
+    it was saved with), so the GradScaler hand-off must follow them. A checkpoint from an unfused
+    optimizer would otherwise have fp16's scaler hand scale and inf flag to the for-loop kernel, which
+    refuses them."""
+    if type(optimizer) in FUSED_CLASSES:
+        optimizer._step_supports_amp_scaling = all(g.get("fused") for g in optimizer.param_groups)
+
+
 def _why_not(optimizer: torch.optim.Optimizer) -> str | None:
     if type(optimizer) not in FUSED_CLASSES:
         return f"fused kernels are used for {', '.join(c.__name__ for c in FUSED_CLASSES)} only"

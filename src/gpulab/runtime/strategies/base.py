@@ -17,6 +17,7 @@ from torch import nn
 
 from gpulab.distributed.watchdog import Heartbeat
 from gpulab.errors import choices
+from gpulab.runtime.fused_optimizer import match_loaded_groups
 
 REDUCE_OPS = ("mean", "sum", "max", "min")
 T = TypeVar("T")
@@ -131,6 +132,7 @@ class Strategy:
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
     ) -> None:
         optimizer.load_state_dict(state)
+        match_loaded_groups(optimizer)
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """This rank's shard of model and optimizer state, for ``torch.distributed.checkpoint``."""
