@@ -7,7 +7,7 @@ fits, each epoch starts with one gather of the whole dataset into that epoch's o
 then a slice of it (a view: no kernel at all per step); otherwise each batch is one ``index_select`` per
 tensor.
 
-On CUDA the whole dataset is copied to the device once when it fits, and batches are gathered there:
+On CUDA the whole dataset is copied to the device once when it fits, and batches are cut there (as above):
 no host->device copy at all per step. When it does not fit, batches are gathered on the host into pinned
 memory and copied ahead on a side stream by ``DevicePrefetcher``.
 
