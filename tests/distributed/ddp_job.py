@@ -17,6 +17,8 @@ Scenarios:
 - ``fsdp2``: strategy fsdp2 for 2 epochs with sharded checkpoints every 4 steps; then a fresh model
   resumes from step 4 and must end where the uninterrupted run ended.
 - ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
+- ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
+  rank 1: 4) with max_steps=10: every pass must stop for both after 4 steps, with no rank left waiting.
 
 ``ddp``..``nan32`` share one process group that this script creates (the strategy then uses it and
 leaves it alone); ``fsdp2`` and ``stall`` let each strategy create and destroy its own.
@@ -227,7 +229,29 @@ def run_stall(out: Path, rank: int) -> dict:
     return {"finished": True}
 
 
+class RankStream(torch.utils.data.IterableDataset):
+    """Rank r's own stream of (x, id, label) samples: 48 samples on rank 0, 32 on rank 1."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def __iter__(self):
+        x, ids, y = dataset()
+        part = slice(0, 48) if self.rank == 0 else slice(64, 96)
+        return iter(zip(x[part], ids[part], y[part], strict=True))
+
+
+def run_stream(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    model, end = Recorder(), capture()
+    trainer = Trainer(strategy="ddp", callbacks=[end], **settings(batch_size=8, max_steps=10))
+    result = trainer.fit(model, RankStream(rank), loss_fn=nn.functional.cross_entropy, optimizer=sgd)
+    return {"params": end.params, "steps": result.steps, "epochs": result.epochs, "seen": model.seen}
+
+
 SCENARIOS = {
+    "stream": run_stream,
     "ddp": run_ddp,
     "accumulate": run_accumulate,
     "nan16": run_nan16,

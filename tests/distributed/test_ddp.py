@@ -39,7 +39,7 @@ def _single_reference(**overrides):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    procs = ddp_job.launch("ddp,accumulate,nan16,nan32", out)
+    procs = ddp_job.launch("ddp,accumulate,nan16,nan32,stream", out)
     codes = ddp_job.wait_all(procs, timeout=150)
     assert codes == [0, 0], ddp_job.logs(out)
     return out, [torch.load(out / f"rank{r}.pt") for r in range(2)]
@@ -113,6 +113,18 @@ def test_a_second_fit_over_the_same_group_checkpoints_independently(job):
     out, _ = job
     ckpts = out / "accumulate" / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "step-00000004", "step-00000008"]
+
+
+@pytest.mark.distributed
+def test_uneven_streams_stop_every_rank_together_each_pass(job):
+    _, ranks = job
+    r0, r1 = (r["stream"] for r in ranks)
+    assert r0["steps"] == r1["steps"] == 10 and r0["epochs"] == r1["epochs"] == 3  # passes of 4 steps
+    _assert_close(r0["params"], r1["params"])  # DDP kept them in step: no rank trained alone
+    first_pass = [ids for ids in r0["seen"][:4]]
+    assert [ids[0] for ids in first_pass] == [0, 8, 16, 24]  # rank 0's batches 5 and 6 were not trained
+    assert [ids[0] for ids in r0["seen"][4:8]] == [0, 8, 16, 24]  # the next pass starts over
+    assert [ids[0] for ids in r1["seen"][:4]] == [64, 72, 80, 88]
 
 
 @pytest.mark.distributed

@@ -198,7 +198,7 @@ class _CursorSource:
         return self._cursor.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._cursor.load_state_dict(state, _len_or_none(self))
+        self._cursor.load_state_dict(state, len_or_none(self))
 
 
 class DatasetBatches(_CursorSource):
@@ -275,10 +275,11 @@ class LoaderBatches(_CursorSource):
                 part.set_epoch(epoch)
         raw: Iterable[Any] = islice(self.loader, start, None)
         batches = DevicePrefetcher(raw, self.device)
-        return self._cursor.track(batches, epoch, start, _len_or_none(self))
+        return self._cursor.track(batches, epoch, start, len_or_none(self))
 
 
-def _len_or_none(source: Any) -> int | None:
+def len_or_none(source: Any) -> int | None:
+    """``len(source)``, or None for a source of unknown length (a stream)."""
     try:
         return len(source)
     except TypeError:
@@ -323,7 +324,7 @@ def make_loader(
             **shard,
         )
     if isinstance(data, IterableDataset):
-        _warn_unsharded(data, world_size)
+        _warn_unsharded(data, rank, world_size)
         return _iterable_loader(data, batch_size, device, shuffle, drop_last, policy)
     if isinstance(data, Dataset):
         return DatasetBatches(
@@ -351,7 +352,7 @@ def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int
     if world_size == 1 or isinstance(loader.sampler, DistributedSampler):
         return loader
     if isinstance(loader.dataset, IterableDataset):
-        _warn_unsharded(loader.dataset, world_size)
+        _warn_unsharded(loader.dataset, rank, world_size)
         return loader
     if type(loader.batch_sampler) is not BatchSampler or loader.batch_size is None:
         warnings.warn(
@@ -385,12 +386,13 @@ def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int
     )
 
 
-def _warn_unsharded(data: IterableDataset, world_size: int) -> None:
-    if world_size > 1:
+def _warn_unsharded(data: IterableDataset, rank: int, world_size: int) -> None:
+    """Rank 0 reminds once: the loader cannot split a stream between ranks, the dataset must."""
+    if world_size > 1 and rank == 0:
         warnings.warn(
             f"an IterableDataset ({type(data).__name__}) decides its own order, so each of {world_size} "
-            "ranks reads it whole: shard it by torch.distributed.get_rank() inside __iter__, and make every "
-            "rank yield the same number of batches or the ranks will wait for each other at the end",
+            "ranks gets what its __iter__ yields: shard it by torch.distributed.get_rank() there, or every "
+            "rank trains on the same samples (the Trainer stops all ranks when the first one runs out)",
             stacklevel=3,
         )
 

@@ -17,6 +17,7 @@ import contextlib
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
-from gpulab.data import batch_size_of, make_loader
+from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
 from gpulab.errors import ConfigError, DataError
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
 from gpulab.profiling.timers import DataWaitMeter
@@ -114,12 +115,15 @@ class Trainer:
             (s.batch_size * s.accumulate, 1) if self.guarded else (s.batch_size, s.accumulate)
         )
         shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size}  # each rank its share
-        train = make_loader(train_data, batch_size=loader_batch, shuffle=True, seed=s.seed, **shard)
+        # A stream keeps its own order (an IterableDataset cannot be shuffled by the loader).
+        shuffle = not is_stream(train_data)
+        train = make_loader(train_data, batch_size=loader_batch, shuffle=shuffle, seed=s.seed, **shard)
         val = None
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
         self.train_source = train
-        self.state = self._plan(len(train), per_step)
+        self._batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.data.streams)
+        self.state = self._plan(self._batches_per_epoch, per_step)
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()
         if resume:
@@ -139,8 +143,9 @@ class Trainer:
         callbacks.on_fit_start(self, state)
         while not self._done():
             train.set_epoch(state.epoch)
-            self._train_epoch(train)
-            epoch_complete = state.batch_in_epoch >= len(train)
+            ran_out = self._train_epoch(train)
+            n = self._batches_per_epoch
+            epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
             if self._done():
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
             if epoch_complete or self._done():
@@ -158,10 +163,15 @@ class Trainer:
         return result
 
     # -- steps ----------------------------------------------------------------------------------------
-    def _train_epoch(self, train) -> None:
-        state, n = self.state, len(train)
+    def _train_epoch(self, train) -> bool:
+        """Train on this epoch's remaining batches; True when they ran out (False: the fit is done)."""
+        state, n = self.state, self._batches_per_epoch
         self.model.train()
-        for batch in self._data_wait.wrap(train):
+        batches = self._data_wait.wrap(train)
+        if n is None and self.runtime.world_size > 1:  # streams end unevenly: ranks stop together
+            batches = stop_together(batches, self.runtime.reduce_flag)
+        start = state.batch_in_epoch
+        for batch in batches:
             batch = _split(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
@@ -170,12 +180,35 @@ class Trainer:
             if steps_now:
                 self._optimizer_step()
                 if self._done():
-                    return
+                    return False
+        if n is None:
+            self._end_of_stream(state.batch_in_epoch - start)
+        return True
 
-    def _accumulate(self, batch: tuple, n: int) -> tuple[torch.Tensor, bool]:
+    def _end_of_stream(self, batches: int) -> None:
+        """A stream's epoch ended: refuse one that gave nothing (the fit would never reach max_steps), and
+        drop a partial accumulation window -- its micro-batches ran under no_sync, so dropping them needs
+        no collective, where stepping on them would."""
+        if batches == 0:
+            raise DataError(
+                f"the training stream gave no batch in epoch {self.state.epoch}, so max_steps "
+                f"({self.state.total_steps}) cannot be reached; make its __iter__ start over on each pass"
+            )
+        pending = self.state.batch_in_epoch % self.settings.accumulate
+        if pending:
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.runtime.is_rank_zero:
+                warnings.warn(
+                    f"the training stream ended {pending} micro-batch(es) into an accumulation window of "
+                    f"{self.settings.accumulate}: their gradients were dropped (no optimizer step)",
+                    stacklevel=2,
+                )
+
+    def _accumulate(self, batch: tuple, n: int | None) -> tuple[torch.Tensor, bool]:
         """Forward and backward of one micro-batch; True when it completes the accumulation window."""
         s, rt, i = self.settings, self.runtime, self.state.batch_in_epoch
-        window = min(s.accumulate, n - (i - i % s.accumulate))  # the last window of an epoch may be short
+        # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
+        window = s.accumulate if n is None else min(s.accumulate, n - (i - i % s.accumulate))
         steps_now = (i % s.accumulate) == window - 1
         *inputs, target = batch
         with rt.no_sync(self.model, enabled=not steps_now):
@@ -276,17 +309,26 @@ class Trainer:
             raise ConfigError(
                 "batch_size: auto needs a Dataset or tensors; a DataLoader keeps its own batch size"
             )
+        if is_stream(train_data):
+            raise ConfigError("batch_size: auto needs a map-style Dataset or tensors, not an IterableDataset")
         search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
         self.extras["batch_search"] = search.to_json()
         return s.model_copy(update={"batch_size": search.batch_size})
 
-    def _plan(self, batches_per_epoch: int, batches_per_step: int) -> FitState:
+    def _plan(self, batches_per_epoch: int | None, batches_per_step: int) -> FitState:
+        self._train_loss = LossWindow()
+        self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
+        if batches_per_epoch is None:
+            if not self.settings.max_steps:
+                raise ConfigError(
+                    "the training data has no length (an IterableDataset): set max_steps; epochs then "
+                    "count its passes"
+                )
+            return FitState(total_steps=self.settings.max_steps)
         if batches_per_epoch == 0:
             raise DataError(
                 "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
             )
-        self._train_loss = LossWindow()
-        self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
         steps_per_epoch = math.ceil(batches_per_epoch / batches_per_step)
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
         return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
