@@ -84,3 +84,19 @@ def test_an_empty_stream_is_one_clear_error():
 def test_batch_size_auto_refuses_a_stream():
     with pytest.raises(ConfigError, match="batch_size: auto.*IterableDataset"):
         fit(Stream(), max_steps=3, batch_size="auto")
+
+
+def test_resuming_mid_pass_lands_on_the_same_parameters(tmp_path):
+    # Step 6 is one batch into the second pass: the resumed run skips that pass's first batch.
+    full, _ = fit(Stream(), max_steps=12, out_dir=str(tmp_path), checkpoint_every=3, keep_last=None)
+    step6 = tmp_path / "checkpoints" / "step-00000006"
+    resumed = Trainer(
+        device="cpu", precision="fp32", progress=False, batch_size=BATCH, max_steps=12, out_dir=str(tmp_path)
+    )
+    result = resumed.fit(
+        model(), Stream(), loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1, foreach=False),
+        resume=str(step6),
+    )  # fmt: skip
+    assert result.steps == 12 and resumed.resumed_from == step6
+    for name, want in full.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[name], want), name
