@@ -17,6 +17,8 @@ Scenarios:
 - ``fsdp2``: strategy fsdp2 for 2 epochs with sharded checkpoints every 4 steps; then a fresh model
   resumes from step 4 and must end where the uninterrupted run ended.
 - ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
+- ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
+  the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
 - ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
   rank 1: 4) with max_steps=10: every pass must stop for both after 4 steps, with no rank left waiting.
 
@@ -229,6 +231,39 @@ def run_stall(out: Path, rank: int) -> dict:
     return {"finished": True}
 
 
+class TiedLM(nn.Module):
+    """Embedding -> block -> output layer tied to the embedding (as GPT-2), for FSDP2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.tok = nn.Embedding(CLASSES * 4, 16)
+        self.blocks = nn.ModuleList([nn.Linear(16, 16)])
+        self.head = nn.Linear(16, CLASSES * 4, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens)
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+        return self.head(x).mean(dim=1)
+
+
+def tokens() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    return torch.randint(0, CLASSES * 4, (SAMPLES, 5), generator=g), torch.randint(0, CLASSES * 4, (SAMPLES,))
+
+
+def run_fsdp2_tied(out: Path, rank: int) -> dict:
+    from gpulab.train.callbacks.mfu import MfuCallback
+    from gpulab.train.trainer import Trainer
+
+    mfu = MfuCallback(measure_peak=False)
+    trainer = Trainer(strategy="fsdp2", callbacks=[mfu] if rank == 0 else [], **settings(epochs=1))
+    result = trainer.fit(TiedLM(), tokens(), loss_fn=nn.functional.cross_entropy, optimizer=sgd)
+    return {"steps": result.steps, "flops_per_sample": mfu.flops_per_sample, "loss": result.final_loss}
+
+
 class RankStream(torch.utils.data.IterableDataset):
     """Rank r's own stream of (x, id, label) samples: 48 samples on rank 0, 32 on rank 1."""
 
@@ -257,11 +292,12 @@ SCENARIOS = {
     "nan16": run_nan16,
     "nan32": run_nan32,
     "fsdp2": run_fsdp2,
+    "fsdp2_tied": run_fsdp2_tied,
     "stall": run_stall,
 }
 # Scenarios whose strategies create (and destroy) the process group themselves; fsdp2 does it twice in
 # one process (two fits), as a script running two Trainers would.
-OWN_GROUP = {"stall", "fsdp2"}
+OWN_GROUP = {"stall", "fsdp2", "fsdp2_tied"}
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab.profiling.flops import training_step_flops
 from gpulab.train.checkpoint import inspect_checkpoint
 from gpulab.train.trainer import Trainer
 
@@ -25,9 +26,19 @@ if not hasattr(fsdp, "fully_shard"):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp2")
-    codes = ddp_job.wait_all(ddp_job.launch("fsdp2", out), timeout=150)
+    codes = ddp_job.wait_all(ddp_job.launch("fsdp2,fsdp2_tied", out), timeout=150)
     assert codes == [0, 0], ddp_job.logs(out)
     return out, [torch.load(out / f"rank{r}.pt")["fsdp2"] for r in range(2)]
+
+
+@pytest.mark.distributed
+def test_fsdp2_with_tied_weights_trains_and_counts_flops_on_the_first_step(job):
+    out, _ = job
+    r0, r1 = (torch.load(out / f"rank{r}.pt")["fsdp2_tied"] for r in range(2))
+    assert r0["steps"] == r1["steps"] == 4 and r0["loss"] == pytest.approx(r1["loss"])
+    x, y = ddp_job.tokens()
+    want = training_step_flops(ddp_job.TiedLM(), nn.functional.cross_entropy, (x[:16], y[:16]))
+    assert r0["flops_per_sample"] == want.per_sample  # the same count as tracing the unsharded model
 
 
 @pytest.mark.distributed

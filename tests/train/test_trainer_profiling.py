@@ -142,3 +142,17 @@ def test_a_tiny_cpu_memory_limit_does_not_make_the_run_memory_bound():
     _, result = _fit(epochs=2, memory_limit=2**20)
     assert result.extras["memory"]["limit_bytes"] == 2**20
     assert result.extras["diagnosis"]["bound"] != "memory-bound"
+
+
+def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypatch):
+    # A sharded model's FLOPs are counted on the first real step; a fit failing there must close it.
+    monkeypatch.setattr("gpulab.train.callbacks.mfu.holds_shards", lambda model: True)
+
+    def broken_loss(out, target):
+        raise RuntimeError("boom")
+
+    trainer = Trainer(device="cpu", precision="fp32", progress=False, batch_size=32, epochs=1,
+                      callbacks=[MfuCallback(measure_peak=False)])  # fmt: skip
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(_model(), _data(), loss_fn=broken_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert torch._C._len_torch_dispatch_stack() == 0

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpulab.runtime.memory_estimate import fake_step_inputs, unwrap_module
+from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
 
 # Precision policy name -> the dtype of its datasheet peak.
 PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
@@ -65,6 +65,10 @@ def training_step_flops(
     the user's module inside is traced.
     """
     plain = unwrap_module(model)
+    if holds_shards(plain):
+        # functional_call would swap FSDP2's DTensor parameters under its hooks (and corrupt tied ones
+        # for the real steps that follow); count a real step instead (MfuCallback does).
+        raise ValueError("the model's parameters are sharded (FSDP2): count FLOPs on a real step")
     rows = int(batch[0].shape[0]) if batch and torch.is_tensor(batch[0]) else 0
     try:
         total, ops = _count_fake(plain, loss_fn, tuple(batch), autocast)

@@ -226,6 +226,10 @@ def estimate_memory(
     fp32. ``loss_fn(output, target)`` defaults to the output's sum. Nothing of the model is changed.
     """
     plain = unwrap_module(model)
+    if holds_shards(plain):
+        raise ConfigError(
+            "estimate_memory needs the model before FSDP2 shards it (its DTensor parameters cannot be traced)"
+        )
     example = _as_batch(batch)
     batch_size = batch_size if batch_size is not None else _rows(example)
     if trace_batches is not None and not 0 < trace_batches[0] < trace_batches[1]:
@@ -403,6 +407,14 @@ def _all_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     for state in optimizer.state.values():
         out += _state_tensors(state)
     return out
+
+
+def holds_shards(model: nn.Module) -> bool:
+    """Whether any parameter is a ``DTensor`` (a shard, as FSDP2 leaves them between steps): such a model
+    cannot be traced by swapping its parameters (``functional_call``) under FSDP's hooks."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def unwrap_module(model: nn.Module) -> nn.Module:

@@ -41,6 +41,7 @@ from gpulab.runtime.memory import (
     set_memory_limit,
     synchronize,
 )
+from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
@@ -90,10 +91,15 @@ class Trainer:
         self.settings, self.extras = self.requested, {}
         self.runtime = self._given_runtime or self._make_runtime()
         self.is_rank_zero = self.runtime.is_rank_zero
+        self.callbacks = None
         try:
             with _memory_limit(self.runtime.device, self.settings.memory_limit):
                 train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
                 return self._loop(train, val)
+        except BaseException as error:
+            if self.callbacks is not None:
+                self.callbacks.on_exception(self, self.state, error)
+            raise
         finally:
             if self._given_runtime is None:
                 self.runtime.teardown()
@@ -311,6 +317,8 @@ class Trainer:
             )
         if is_stream(train_data):
             raise ConfigError("batch_size: auto needs a map-style Dataset or tensors, not an IterableDataset")
+        if holds_shards(self.model):
+            raise ConfigError("batch_size: auto cannot trace a model sharded by fsdp2 yet: give a number")
         search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
         self.extras["batch_search"] = search.to_json()
         return s.model_copy(update={"batch_size": search.batch_size})

@@ -24,6 +24,9 @@ class Callback:
 
     def on_fit_end(self, trainer: Trainer, state: FitState, result: FitResult) -> None: ...
 
+    def on_exception(self, trainer: Trainer, state: FitState, error: BaseException) -> None:
+        """The fit is failing with ``error`` (re-raised afterwards): release what on_fit_start took."""
+
 
 class CallbackList(Callback):
     """Fans each hook out to every callback, in order."""
@@ -56,3 +59,7 @@ class CallbackList(Callback):
     def on_fit_end(self, trainer, state, result):
         for cb in self.callbacks:
             cb.on_fit_end(trainer, state, result)
+
+    def on_exception(self, trainer, state, error):
+        for cb in self.callbacks:
+            cb.on_exception(trainer, state, error)

@@ -1,7 +1,9 @@
 """``MfuCallback``: model FLOPs utilisation in the logged metrics and the run's summary.
 
 FLOPs per sample come from one forward + backward traced with fake tensors at fit start
-(``profiling.flops``: nothing is computed, no random number drawn) unless given. At every log the
+(``profiling.flops``: nothing is computed, no random number drawn) unless given; for a sharded model
+(FSDP2), whose parameters cannot be swapped for fakes, they are counted on the first real optimizer step
+instead (``FlopCounterMode`` around it, on this rank; MFU then starts at the first log). At every log the
 throughput the Trainer measured becomes ``mfu`` (against the datasheet peak of this GPU and precision,
 when the part is known) and ``mfu_measured`` (against the matmul peak measured on this device,
 ``hardware.peaks.measure_peak``, cached). Per device: the global samples/s is divided by the world size.
@@ -11,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.utils.flop_counter import FlopCounterMode
+
+from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks.base import Callback
 
 
@@ -37,18 +42,33 @@ class MfuCallback(Callback):
         self.last: dict[str, float | None] = {}
         self._summary: dict[str, Any] = {}
         self.note = ""
+        self._first_step = None  # a FlopCounterMode counting the first real step (sharded models)
 
     def on_fit_start(self, trainer, state):
         from gpulab.profiling.flops import device_peaks
 
         rt = trainer.runtime
         self.world_size = rt.world_size
-        if self.flops_per_sample is None:
+        sharded = holds_shards(trainer.model)
+        if self.flops_per_sample is None and not sharded:
             try:
                 self.flops_per_sample = self._count(trainer)
             except Exception as exc:  # MFU is a report, never a reason to stop training
                 self.note = f"could not count FLOPs: {type(exc).__name__}: {exc}"
         self.peaks = device_peaks(rt.device, rt.precision.name, measure=self.measure_peak)
+        if self.flops_per_sample is None and sharded:  # after the peak's own matmuls, or they would count
+            self._first_step = FlopCounterMode(display=False)
+            self._first_step.__enter__()
+
+    def on_step_end(self, trainer, state):
+        if self._first_step is not None:
+            flops = self._stop_counting()
+            self.flops_per_sample = flops / state.samples_seen if state.samples_seen else None
+
+    def _stop_counting(self) -> int:
+        counter, self._first_step = self._first_step, None
+        counter.__exit__(None, None, None)
+        return counter.get_total_flops()
 
     def _count(self, trainer) -> float | None:
         from gpulab.profiling.flops import training_step_flops
@@ -77,7 +97,13 @@ class MfuCallback(Callback):
         self.last = values
         metrics.update({k: v for k, v in values.items() if v is not None})
 
+    def on_exception(self, trainer, state, error):
+        if self._first_step is not None:  # never leave the counting mode on for the rest of the process
+            self._stop_counting()
+
     def on_fit_end(self, trainer, state, result):
+        if self._first_step is not None:  # the fit ended before its first step
+            self._stop_counting()
         values = self.mfu_at(result.samples_per_s)
         per_device = result.samples_per_s / self.world_size if result.samples_per_s else None
         self._summary = {

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Every GPU measurement docs/PERF.md waits for, in one go, on a machine with a CUDA GPU:
+#   scripts/gpu_measure.sh OUT_DIR
+# Runs gpulab from src/ with the machine's own python3 and torch (nothing is installed into it). Wheels
+# in .whl/ go to a private target first: the lent GPU machines lack pydantic (see docs/PERF.md).
+# Each step's full log lands in OUT_DIR (eight files at most, for tools that fetch only a few); a step
+# that fails is reported and the next one still runs.
+set -uo pipefail
+out=${1:?usage: scripts/gpu_measure.sh OUT_DIR}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/gpulab-gpu.XXXX)
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" .whl/*.whl || exit 1
+    export PYTHONPATH="$work/site"
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GPULAB_TORCH=keep
+
+step() {  # step NAME CMD...: run, keep the log, show its tail
+    local name=$1
+    shift
+    echo "== $name: $*"
+    "$@" >"$out/$name.log" 2>&1
+    echo "   exit $?"
+    tail -n 12 "$out/$name.log"
+}
+
+gpulab() { python3 -m gpulab "$@"; }
+step doctor gpulab doctor --peak
+step overhead python3 benchmarks/overhead.py --device cuda --repeats 7
+step pytest-gpu python3 -m pytest -q -p no:cacheprovider -m gpu tests
+step profile-chargpt gpulab profile chargpt --device cuda --out "$work/profile" \
+    --set options.n_layer=12 --set options.n_embd=768 --set options.block_size=1024
+step single-rank-nccl-fsdp2 bash -c "python3 -m gpulab launch --nproc-per-node 1 -- gpulab train mlp \
+    --out $work/ddp --max-steps 200 --set strategy=ddp && python3 -m gpulab launch --nproc-per-node 1 -- \
+    gpulab train chargpt --out $work/fsdp2 --max-steps 50 --set strategy=fsdp2"
+step bench gpulab bench --quick --out "$work/bench"
+cp "$work/bench/results.json" "$out/bench-results.json" 2>/dev/null
+cp "$work/profile/profile.json" "$out/profile-chargpt.json" 2>/dev/null
+echo "logs in $out; everything else in $work"
