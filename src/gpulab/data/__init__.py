@@ -6,13 +6,12 @@ from gpulab.data.loaders import (
     EpochSampler,
     LoaderBatches,
     LoaderPolicy,
-    len_or_none,
     make_loader,
     usable_physical_cores,
 )
 from gpulab.data.prefetch import DevicePrefetcher
 from gpulab.data.streams import is_stream, stop_together
-from gpulab.data.tensor_batches import EpochCursor, TensorBatches, epoch_permutation
+from gpulab.data.tensor_batches import EpochCursor, TensorBatches, epoch_permutation, len_or_none
 from gpulab.data.transfer import batch_size_of, to_device
 
 __all__ = [

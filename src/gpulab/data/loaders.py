@@ -40,11 +40,13 @@ from torch.utils.data import (
 
 from gpulab.data.prefetch import DevicePrefetcher
 from gpulab.data.tensor_batches import (
+    CursorSource,
     EpochCursor,
     TensorBatches,
     check_batch_size,
     check_rank,
     epoch_permutation,
+    len_or_none,
     num_batches,
     rank_span,
 )
@@ -186,22 +188,7 @@ class EpochSampler(Sampler[int]):
         )
 
 
-class _CursorSource:
-    """The ``BatchSource`` methods shared by the two DataLoader-backed sources."""
-
-    _cursor: EpochCursor
-
-    def set_epoch(self, epoch: int) -> None:
-        self._cursor.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, int]:
-        return self._cursor.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._cursor.load_state_dict(state, len_or_none(self))
-
-
-class DatasetBatches(_CursorSource):
+class DatasetBatches(CursorSource):
     """A map-style ``Dataset`` through a ``DataLoader`` with an ``EpochSampler``: resumes by index."""
 
     def __init__(
@@ -251,7 +238,7 @@ class DatasetBatches(_CursorSource):
         return self._cursor.track(batches, epoch, start, len(self))
 
 
-class LoaderBatches(_CursorSource):
+class LoaderBatches(CursorSource):
     """A user's own ``DataLoader``, used as given; batches are moved to the device.
 
     Resuming skips the already-consumed batches by *iterating* them (they are loaded and thrown away),
@@ -276,14 +263,6 @@ class LoaderBatches(_CursorSource):
         raw: Iterable[Any] = islice(self.loader, start, None)
         batches = DevicePrefetcher(raw, self.device)
         return self._cursor.track(batches, epoch, start, len_or_none(self))
-
-
-def len_or_none(source: Any) -> int | None:
-    """``len(source)``, or None for a source of unknown length (a stream)."""
-    try:
-        return len(source)
-    except TypeError:
-        return None
 
 
 def make_loader(

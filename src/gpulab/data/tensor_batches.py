@@ -122,7 +122,30 @@ class EpochCursor:
             self.epoch, self.consumed = epoch + 1, 0
 
 
-class TensorBatches:
+def len_or_none(source: Any) -> int | None:
+    """``len(source)``, or None for a source of unknown length (a stream)."""
+    try:
+        return len(source)
+    except TypeError:
+        return None
+
+
+class CursorSource:
+    """The ``BatchSource`` methods every source with an ``EpochCursor`` shares."""
+
+    _cursor: EpochCursor
+
+    def set_epoch(self, epoch: int) -> None:
+        self._cursor.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        return self._cursor.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._cursor.load_state_dict(state, len_or_none(self))
+
+
+class TensorBatches(CursorSource):
     """Batches of a tuple of equal-length tensors for ``device``; see the module docstring.
 
     Implements ``BatchSource``: iterable over device-resident tuples of tensors, ``len()`` batches per
@@ -157,15 +180,6 @@ class TensorBatches:
 
     def __len__(self) -> int:
         return num_batches(self.num_samples, self.batch_size, self.drop_last, self.world_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        self._cursor.set_epoch(epoch)
-
-    def state_dict(self) -> dict[str, int]:
-        return self._cursor.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._cursor.load_state_dict(state, len(self))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch, start, total = self._cursor.epoch, self._cursor.consumed, len(self)
