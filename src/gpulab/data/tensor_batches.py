@@ -257,15 +257,8 @@ def check_tensors(tensors: Sequence[Any]) -> int:
 def room_for_copy(tensors: Sequence[torch.Tensor], fraction: float) -> bool:
     """Whether one more copy of ``tensors`` (all on one device) takes at most ``fraction`` of the free
     memory there: the GPU's free memory, or the host's available RAM."""
-    needed = sum(t.numel() * t.element_size() for t in tensors)
-    device = tensors[0].device
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-    elif device.type == "cpu":
-        free = psutil.virtual_memory().available
-    else:
-        return False
-    return needed <= fraction * free
+    free = _free_bytes(tensors[0].device)
+    return free is not None and _nbytes(tensors) <= fraction * free
 
 
 def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fraction: float) -> bool:
@@ -273,6 +266,18 @@ def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fracti
     not already there are at most ``fraction`` of the free memory (the rest is for the model)."""
     if device.type != "cuda":
         return True
-    needed = sum(t.numel() * t.element_size() for t in tensors if t.device != device)
-    free, _total = torch.cuda.mem_get_info(device)
-    return needed <= fraction * free
+    return _nbytes(t for t in tensors if t.device != device) <= fraction * _free_bytes(device)
+
+
+def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes a copy of ``tensors`` takes (their elements, not the storages they may view)."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Free memory for new tensors on ``device``: the GPU's, the host's available RAM; None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        return psutil.virtual_memory().available
+    return None
