@@ -15,25 +15,28 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GPULAB_TORCH=keep
 
-step() {  # step NAME CMD...: run, keep the log, show its tail
-    local name=$1
-    shift
-    echo "== $name: $*"
-    "$@" >"$out/$name.log" 2>&1
-    echo "   exit $?"
+step() {  # step NAME SECONDS CMD...: run under a time limit, keep the log, show its tail
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s): $*"
+    local t0=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "   exit $? after $((SECONDS - t0)) s"
     tail -n 12 "$out/$name.log"
 }
 
 gpulab() { python3 -m gpulab "$@"; }
-step doctor gpulab doctor --peak
-step overhead python3 benchmarks/overhead.py --device cuda --repeats 7
-step pytest-gpu python3 -m pytest -q -p no:cacheprovider -m gpu tests
-step profile-chargpt gpulab profile chargpt --device cuda --out "$work/profile" \
+# Limits keep the whole script inside one 10-minute call of the device tool; a step cut off still leaves
+# its log.
+step doctor 60 python3 -m gpulab doctor --peak
+step overhead 120 python3 benchmarks/overhead.py --device cuda --repeats 7
+step pytest-gpu 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests
+step profile-chargpt 80 python3 -m gpulab profile chargpt --device cuda --out "$work/profile" \
     --set options.n_layer=12 --set options.n_embd=768 --set options.block_size=1024
-step single-rank-nccl-fsdp2 bash -c "python3 -m gpulab launch --nproc-per-node 1 -- gpulab train mlp \
+step single-rank-nccl-fsdp2 90 bash -c "python3 -m gpulab launch --nproc-per-node 1 -- gpulab train mlp \
     --out $work/ddp --max-steps 200 --set strategy=ddp && python3 -m gpulab launch --nproc-per-node 1 -- \
     gpulab train chargpt --out $work/fsdp2 --max-steps 50 --set strategy=fsdp2"
-step bench gpulab bench --quick --out "$work/bench"
+step bench 110 python3 -m gpulab bench --quick --out "$work/bench"
 cp "$work/bench/results.json" "$out/bench-results.json" 2>/dev/null
 cp "$work/profile/profile.json" "$out/profile-chargpt.json" 2>/dev/null
 echo "logs in $out; everything else in $work"
