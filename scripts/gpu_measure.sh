@@ -25,7 +25,6 @@ step() {  # step NAME SECONDS CMD...: run under a time limit, keep the log, show
     tail -n 12 "$out/$name.log"
 }
 
-gpulab() { python3 -m gpulab "$@"; }
 # Limits keep the whole script inside one 10-minute call of the device tool; a step cut off still leaves
 # its log.
 step doctor 60 python3 -m gpulab doctor --peak
