@@ -39,7 +39,9 @@ class DataParallel(Strategy):
     def setup_module(self, model: nn.Module) -> nn.Module:
         model = model.to(self.root_device)
         if self.root_device.type != "cuda":
-            return nn.DataParallel(model, device_ids=[])  # no GPU: calls the module directly
+            # Nothing to replicate on: the module runs as is. (nn.DataParallel(device_ids=[]) would only
+            # pass through where torch sees no GPU at all; on a GPU machine it fails on device_ids[0].)
+            return model
         first = self.root_device.index or 0  # outputs and the master copy live on the first id
         device_ids = [first] + [i for i in range(torch.cuda.device_count()) if i != first]
         return nn.DataParallel(model, device_ids=device_ids)
