@@ -26,6 +26,10 @@ class DataError(GpulabError):
     """Training data of a shape or type gpulab cannot use."""
 
 
+class DeviceMemoryError(GpulabError):
+    """The model itself does not fit on the device (or under the memory_limit set for it)."""
+
+
 class CheckpointError(GpulabError):
     """A checkpoint is missing, incomplete, tampered with, or does not fit the run."""
 

@@ -110,7 +110,8 @@ def train(out: Path, args) -> None:
 def job_env(**extra: str) -> dict[str, str]:
     """The environment for a launcher under test: one thread per worker, so runs compare bit for bit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "TORCHELASTIC_", "PET_"))}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}, **extra)
+    # CUDA_VISIBLE_DEVICES empty: these jobs are gloo jobs on the CPU, on a machine with GPUs too.
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, **extra)
     return env
 
 

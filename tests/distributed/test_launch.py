@@ -358,3 +358,14 @@ def test_launch_runs_gpulab_train(tmp_path):
                       "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_more_processes_than_gpus_is_refused_before_anything_starts(monkeypatch):
+    # On an H100 box, `gpulab launch --nproc-per-node 2` started two NCCL ranks for one GPU.
+    monkeypatch.setattr(L, "local_accelerator", lambda: ("cuda", 1))
+    with pytest.raises(
+        LaunchError, match=r"--nproc-per-node 2 but this node has 1 GPU\(s\).*--nproc-per-node 1"
+    ):
+        L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={})
+    plan = L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={L.BACKEND_ENV: "gloo"})
+    assert plan.backend == "gloo" and plan.nproc_per_node == 2  # a CPU job on a GPU box stays possible

@@ -232,6 +232,13 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> L
     kind, gpus = local_accelerator()
     nproc = spec.nproc_per_node or max(gpus, 1)
     backend = environ.get(BACKEND_ENV) or default_backend(kind)
+    if backend == "nccl" and nproc > gpus:
+        # Rank r would take cuda:r, which does not exist, and NCCL refuses two ranks on one GPU.
+        raise LaunchError(
+            f"--nproc-per-node {nproc} but this node has {gpus} GPU(s) visible: NCCL needs one process "
+            f"per GPU; use --nproc-per-node {gpus}, or run on the CPU (CUDA_VISIBLE_DEVICES= or "
+            f"{BACKEND_ENV}=gloo)"
+        )
     return LaunchPlan(
         min_nodes=min_nodes,
         max_nodes=max_nodes,

@@ -26,8 +26,10 @@ import torch
 from torch import nn
 
 from gpulab.data.transfer import to_device
+from gpulab.errors import DeviceMemoryError
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
+from gpulab.runtime.memory import memory_limit_bytes
 from gpulab.runtime.precision import Precision, resolve_precision
 from gpulab.runtime.seed import seed_everything
 from gpulab.runtime.strategies import Strategy, resolve_strategy
@@ -127,7 +129,10 @@ class Runtime:
         parameters that will really be trained (a wrapping strategy may replace them). An optimizer
         instance keeps working after a plain move because ``Module.to`` changes parameters in place.
         """
-        model = self.strategy.setup_module(model)
+        try:
+            model = self.strategy.setup_module(model)
+        except torch.OutOfMemoryError:
+            raise DeviceMemoryError(_model_does_not_fit(model, self.device)) from None
         if optimizer is None:
             return model, None
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -217,3 +222,15 @@ class Runtime:
 def _given_or(value: Any, resolve: Callable[..., tuple[Any, str]], *args: Any, **kwargs: Any):
     """A ready-made Precision/Strategy is used as given; a name goes through its registry."""
     return (value, "given") if not isinstance(value, str) else resolve(value, *args, **kwargs)
+
+
+def _model_does_not_fit(model: nn.Module, device: torch.device) -> str:
+    """One line for an out-of-memory error while the model moves to its device."""
+    size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    limit = memory_limit_bytes(device)
+    under = f" under memory_limit {limit / 2**20:,.1f} MiB" if limit else ""
+    fix = "raise memory_limit (a fraction such as 0.9, or bytes)" if limit else "free the device"
+    return (
+        f"the model's parameters and buffers ({size / 2**20:,.1f} MiB) do not fit on {device}{under}; "
+        f"{fix}, or shard it (strategy fsdp2)"
+    )
