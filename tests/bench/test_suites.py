@@ -192,3 +192,18 @@ def test_the_report_holds_every_suite_that_ran(smoke):
     for name in doc["suites"]:
         assert f'data-suite="{name}"' in html
     assert html.count("data:image/png;base64,") == sum(len(s["plots"]) for s in doc["suites"].values())
+
+
+def test_precision_says_why_mixed_precision_is_slower_on_a_small_model():
+    from gpulab.bench.results import Figure, Row
+    from gpulab.bench.suites.precision import _launch_bound_notes
+
+    def row(model, precision, speedup):
+        return Row(
+            {"model": model, "precision": precision}, {"speedup_vs_fp32": Figure.single(speedup, "x")}, {}
+        )
+
+    rows = [row("digits", "fp32", 1.0), row("digits", "bf16-mixed", 0.66), row("digits", "fp16-mixed", 0.39)]
+    rows += [row("chargpt-gpu", "fp32", 1.0), row("chargpt-gpu", "bf16-mixed", 2.5)]
+    (note,) = _launch_bound_notes(rows)
+    assert note.startswith("digits: bf16-mixed and fp16-mixed slower than fp32") and "launch-bound" in note
