@@ -187,3 +187,11 @@ def test_user_recipe_from_yaml_config(tmp_path):
     assert summary["device"] == "cpu" and summary["accuracy"] is None  # no validation data
     assert len([r for r in _records(out / "metrics.jsonl") if "loss" in r]) == 1  # the final flush
     assert not (out / "tensorboard").exists()
+
+
+def test_output_without_a_terminal_keeps_long_lines_whole(tmp_path):
+    # Piped output once wrapped at 80 columns inside file paths (".../run/summa" + "ry.json").
+    out = tmp_path / ("a_directory_name_long_enough_to_pass_eighty_columns_" * 2) / "run"
+    proc = gpulab("train", "mlp", "--out", str(out), "--max-steps", "2", "--set", "mfu=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out / 'summary.json'} and {out / 'metrics.jsonl'}" in proc.stdout.splitlines()

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from gpulab.cli.console import make_console
 
 checkpoint_app = typer.Typer(help="Inspect and export checkpoints.", no_args_is_help=True)
 
@@ -24,7 +25,7 @@ def inspect(
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        console = Console()
+        console = make_console()
         status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
         console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
         for key, value in (report.get("metrics") or {}).items():
@@ -48,7 +49,7 @@ def export(
     from gpulab.train.checkpoint import export_weights
 
     written = export_weights(path, to)
-    Console().print(f"wrote {written}")
+    make_console().print(f"wrote {written}")
 
 
 def register(app: typer.Typer) -> None:

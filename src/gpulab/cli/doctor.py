@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report, run_doctor
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -48,7 +49,7 @@ def doctor(
     """Check that torch, drivers, GPUs, shared memory and threads are right for training."""
     report = run_doctor()
     out = report.to_json()
-    console = Console()
+    console = make_console()
     if peak:
         out["peak"] = _measure_peaks()
     if as_json:

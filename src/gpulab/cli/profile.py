@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab.cli.console import make_console
 from gpulab.config import layer_settings
 
 _ROWS = (
@@ -66,9 +67,9 @@ def profile(
     result = profile_recipe(user, out_dir, options)
     if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
         return  # not rank zero: rank 0 prints
-    render(result.report, Console())
+    render(result.report, make_console())
     for name, path in result.files.items():
-        Console().print(f"wrote {name}: {path}", highlight=False)
+        make_console().print(f"wrote {name}: {path}", highlight=False)
 
 
 def render(report: dict, console: Console) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from gpulab.cli.console import make_console
 from gpulab.config import layer_settings
 
 
@@ -51,7 +51,7 @@ def train(
     cfg, result, out_dir = run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
-    console = Console()
+    console = make_console()
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(
