@@ -112,7 +112,8 @@ def rename_into_place(tmp: Path, final: Path) -> Path:
 
 
 def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_saved: Path) -> None:
-    """Remove complete checkpoints beyond the newest ``keep_last`` (never the best, latest or new one).
+    """Remove complete checkpoints beyond the newest ``keep_last`` (never the best, latest or new one,
+    nor the newest whose meta.json metrics are all finite: NaN checkpoints never push out the last good one).
 
     Directories that fail the manifest check are left for a person to inspect. Each removal renames the
     directory to a ``.tmp-`` name first, so a kill mid-removal never leaves a partial ``step-*`` dir.
@@ -122,11 +123,25 @@ def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_sa
     if keep_best is not None:
         best = _best(complete, *keep_best)
         keep |= {best} if best is not None else set()
+    finite = _newest_finite(complete)
+    keep |= {finite} if finite is not None else set()
     for directory in complete:
         if directory not in keep:
             doomed = directory.with_name(f"{TMP_PREFIX}prune-{directory.name}-{os.getpid()}")
             os.rename(directory, doomed)
             remove_path(doomed)
+
+
+def _newest_finite(directories: list[Path]) -> Path | None:
+    for directory in reversed(directories):
+        try:
+            metrics = load_meta(directory / META).get("metrics", {})
+        except CheckpointError:
+            continue
+        values = metrics.values() if isinstance(metrics, dict) else ()
+        if all(math.isfinite(v) for v in values if isinstance(v, (int, float))):
+            return directory
+    return None
 
 
 def _best(directories: list[Path], metric: str, mode: str) -> Path | None:

@@ -47,7 +47,7 @@ from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import LossWindow, Mean, correct_count
-from gpulab.train.nonfinite import NonFiniteWatch
+from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
 
@@ -348,7 +348,18 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         if self.checkpointer is not None and self.settings.checkpoints:
+            self._refuse_nonfinite()
             self.checkpointer.save(self)
+
+    def _refuse_nonfinite(self) -> None:
+        """Never checkpoint NaN: the unread loss window and the parameters must be finite (every rank
+        stops together otherwise; the loss window is read without being reset, so logging is unchanged)."""
+        rt, step = self.runtime, self.state.global_step
+        loss = self._train_loss.mean(reduce=rt.all_reduce)
+        if loss is not None:
+            note = f"; checkpoint {step} was not written"
+            self._nonfinite.check(rt, loss, self._train_loss.first_bad_step, note=note)
+        check_parameters(rt, self.model, step)
 
     def train_loss_state(self) -> dict[str, Any]:
         """The running training-loss window, so a resumed run logs the same numbers."""
