@@ -52,6 +52,9 @@ def train(
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
     console = Console()
+    if "nothing_to_do" in result.extras:
+        console.print(result.extras["nothing_to_do"], markup=False)
+        return
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(

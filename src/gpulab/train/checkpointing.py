@@ -112,6 +112,9 @@ class Checkpointer:
             int(p["batch_in_epoch"]),
             int(p["samples_seen"]),
         )
+        metrics = ckpt.meta.get("metrics")  # the figures last read, as the saved run knew them
+        if isinstance(metrics, dict):
+            trainer.state.metrics.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         trainer.load_train_loss_state(st.get("train_loss"))
         trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step

@@ -56,6 +56,8 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     if not trainer.is_rank_zero:
         return config, result, None
+    if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
+        return config, result, out
     write_summary(out, config, result, recipe.info)
     return config, result, out
 

@@ -95,6 +95,8 @@ class Trainer:
         try:
             with _memory_limit(self.runtime.device, self.settings.memory_limit):
                 train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
+                if self.resumed_from is not None and self._done():
+                    return self._nothing_left()
                 return self._loop(train, val)
         except BaseException as error:
             if self.callbacks is not None:
@@ -421,6 +423,33 @@ class Trainer:
                 "memory": memory_stats(rt.device).to_json(),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
             },
+        )
+
+    def _nothing_left(self) -> FitResult:
+        """The checkpoint resumed from already reached the planned length: no step, no log, no save.
+
+        The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
+        (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
+        rt, state = self.runtime, self.state
+        message = (
+            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
+            "raise max_steps (or epochs) to train further"
+        )
+        return FitResult(
+            device=str(rt.device),
+            precision=rt.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=None,
+            peak_memory_bytes=0,
+            train_seconds=0.0,
+            val_loss=state.metrics.get("val_loss"),
+            accuracy=state.metrics.get("val_accuracy"),
+            strategy=rt.strategy.name,
+            world_size=rt.world_size,
+            batch_size=self.settings.batch_size,
+            extras={"nothing_to_do": message},
         )
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
