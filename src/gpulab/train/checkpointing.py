@@ -28,10 +28,14 @@ from gpulab.train.checkpoint import (
     save_checkpoint,
 )
 from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
+from gpulab.train.checkpoint_io import LATEST
+from gpulab.train.checkpoint_read import step_dirs
 from gpulab.train.rng_state import capture_rng
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
+
+AUTO = "auto"  # resume from the newest checkpoint when there is one, else start
 
 # Settings that change which samples meet which weights: a resume with any of them changed is not the
 # same run, so it is refused unless forced.
@@ -80,9 +84,16 @@ class Checkpointer:
         self.last_saved_step = state.global_step
         return path or self.root
 
+    def choose(self, which: str) -> str | None:
+        """``auto``: ``latest`` when this root holds any ``step-*`` directory, else None (start fresh).
+        Any directory counts, so damaged ones make ``latest`` say what is wrong rather than start over."""
+        if which != AUTO:
+            return which
+        return LATEST if step_dirs(self.root) else None
+
     def locate(self, which: str) -> Path:
         """``latest`` under this run's checkpoint root, or a checkpoint directory given by path."""
-        return resolve_checkpoint(self.root if which == "latest" else which)
+        return resolve_checkpoint(self.root if which == LATEST else which)
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""

@@ -83,7 +83,8 @@ class Trainer:
         scheduler: Any = None,
         resume: str | None = None,
     ) -> FitResult:
-        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path.
+        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory), a checkpoint's path, or
+        ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.
@@ -137,7 +138,10 @@ class Trainer:
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
+            resume = self.checkpointer.choose(resume)  # auto: latest if there is a checkpoint, else None
+        if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
+            self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         return train, val
 
