@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -41,3 +42,27 @@ def test_resuming_a_finished_run_says_so_and_leaves_the_summary(run_dir):
     assert "nothing to do" in proc.stdout and "step 30 of 30" in proc.stdout
     assert "Traceback" not in proc.stderr
     assert {name: (run_dir / name).read_bytes() for name in before} == before
+
+
+def test_a_corrupt_latest_is_named_in_one_warning_and_kept_aside(run_dir):
+    root = run_dir / "checkpoints"
+    state = root / "step-00000030" / "state.pt"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the checksum can tell
+    state.write_bytes(bytes(data))
+    proc = train(run_dir, "--max-steps", "30", "--resume", "latest", "--set", "keep_last=1")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("gpulab: warning: "), proc.stderr
+    assert "step-00000030 refused" in warnings[0] and "state.pt: checksum mismatch" in warnings[0]
+    assert f"resuming from {root / 'step-00000020'}" in warnings[0]
+    aside = root / "step-00000030.refused"
+    assert aside.is_dir() and (aside / "state.pt").read_bytes() == bytes(data)  # kept as it was
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == str(root / "step-00000020")
+    assert summary["refused_checkpoints"] == [
+        {"path": str(root / "step-00000030"), "reason": warnings[0].split("(", 1)[1].split("), kept")[0],
+         "kept_as": str(aside)}
+    ]  # fmt: skip
+    # keep_last=1 pruned everything else, but never the refused directory
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000030", "step-00000030.refused"]

@@ -12,24 +12,24 @@ for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, ever
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import gpulab
-from gpulab.errors import CheckpointError
+from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.train.checkpoint import (
     LoadedCheckpoint,
     apply_model_state,
     load_checkpoint,
-    resolve_checkpoint,
     restore_rng,
     save_checkpoint,
 )
 from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-from gpulab.train.checkpoint_io import LATEST
-from gpulab.train.checkpoint_read import step_dirs
+from gpulab.train.checkpoint_io import LATEST, set_aside
+from gpulab.train.checkpoint_read import locate, step_dirs
 from gpulab.train.rng_state import capture_rng
 
 if TYPE_CHECKING:
@@ -91,13 +91,35 @@ class Checkpointer:
             return which
         return LATEST if step_dirs(self.root) else None
 
-    def locate(self, which: str) -> Path:
-        """``latest`` under this run's checkpoint root, or a checkpoint directory given by path."""
-        return resolve_checkpoint(self.root if which == LATEST else which)
+    def locate(self, which: str, trainer: Trainer) -> Path:
+        """``latest`` under this run's checkpoint root, or a checkpoint directory (or root) given by path.
+
+        Checkpoints passed over because they do not verify are named in one warning and in the run's
+        summary (``refused_checkpoints``); under this run's root rank 0 renames them ``NAME.refused``, so
+        no later save prunes them and a person can look at them.
+        """
+        refused: list[tuple[Path, str]] = []
+        found = locate(Path(self.root if which == LATEST else which), refused=refused)[0]
+        if not refused:
+            return found
+        records = []
+        for directory, why in refused:
+            kept = directory
+            if trainer.runtime.is_rank_zero and directory.parent == self.root and directory.is_dir():
+                kept = set_aside(directory)
+            records.append({"path": str(directory), "reason": why, "kept_as": str(kept)})
+        trainer.extras["refused_checkpoints"] = records
+        if trainer.runtime.is_rank_zero:
+            names = "; ".join(
+                f"{Path(r['path']).name} refused ({r['reason']}), kept as {Path(r['kept_as']).name}"
+                for r in records
+            )
+            warnings.warn(f"{names}; resuming from {found}", GpulabWarning, stacklevel=2)
+        return found
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
-        ckpt = load_checkpoint(self.locate(which))
+        ckpt = load_checkpoint(self.locate(which, trainer))
         st = ckpt.state
         missing = [k for k in ("optimizer", "progress", "data", "rng", "config") if k not in st]
         if missing:
