@@ -66,3 +66,21 @@ def test_a_corrupt_latest_is_named_in_one_warning_and_kept_aside(run_dir):
     ]  # fmt: skip
     # keep_last=1 pruned everything else, but never the refused directory
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000030", "step-00000030.refused"]
+
+
+def test_changed_recipe_options_are_refused_naming_them(run_dir):
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    proc = train(run_dir, "--max-steps", "40", "--resume", "latest",
+                 "--set", "options.lr=0.5", "--set", "options.data_seed=7")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "options.data_seed (default) -> 7" in proc.stderr and "options.lr (default) -> 0.5" in proc.stderr
+    assert "force_resume" in proc.stderr
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+
+
+def test_precision_is_compared_as_resolved(run_dir):
+    # the run asked for auto, which is fp32 on a CPU: asking for fp32 now is the same run
+    proc = train(run_dir, "--max-steps", "40", "--resume", "latest", "--precision", "fp32")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 40

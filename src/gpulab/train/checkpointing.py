@@ -71,6 +71,8 @@ class Checkpointer:
             "data": trainer.train_source.state_dict(),
             "rng": capture_rng(),
             "config": trainer.settings.model_dump(),
+            "trajectory": trainer.trajectory,
+            "resolved": {"precision": trainer.runtime.precision.name},
             "environment": {
                 "gpulab": gpulab.__version__,
                 "torch": str(torch.__version__),
@@ -127,7 +129,7 @@ class Checkpointer:
                 f"{ckpt.path}: state.pt lacks {', '.join(missing)}; it was not written by a Trainer"
             )
         if not force:
-            _refuse_if_changed(ckpt.path, st["config"], st["progress"], trainer)
+            _refuse_if_changed(ckpt.path, st, trainer)
         strategy = trainer.runtime.strategy
         if ckpt.layout != strategy.checkpoint_layout:
             raise CheckpointError(
@@ -212,12 +214,16 @@ class _ShardedLayout:
 _LAYOUTS = {"full": _FullLayout, "sharded": _ShardedLayout}
 
 
-def _refuse_if_changed(path: Path, saved: dict[str, Any], progress: dict[str, Any], trainer: Trainer) -> None:
-    now = trainer.settings.model_dump()
+def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None:
+    saved, now = dict(st["config"]), trainer.settings.model_dump()
+    if isinstance(st.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
+        saved.update(st["resolved"])
+        now["precision"] = trainer.runtime.precision.name
     diffs = [
         f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in TRAJECTORY_SETTINGS if saved.get(k) != now.get(k)
     ]
-    world = int(progress.get("world_size", 1))
+    diffs += _changed("", st.get("trajectory"), trainer.trajectory)
+    world = int(st["progress"].get("world_size", 1))
     if world != trainer.runtime.world_size:
         diffs.append(f"world_size {world} -> {trainer.runtime.world_size}")
     if diffs:
@@ -225,3 +231,27 @@ def _refuse_if_changed(path: Path, saved: dict[str, Any], progress: dict[str, An
             f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
             "(set force_resume=True / --set force_resume=true to resume anyway)"
         )
+
+
+def _changed(prefix: str, saved: Any, now: Any) -> list[str]:
+    """``key old -> new`` for every leaf that differs between two nested dicts (``options.lr 0.001 -> 0.5``).
+    A checkpoint from before ``trajectory`` was recorded (None) has nothing to compare."""
+    if saved is None:
+        return []
+    if not (isinstance(saved, dict) and isinstance(now, dict)):
+        return [] if saved == now else [f"{prefix} {saved!r} -> {now!r}"]
+    missing = object()
+    out = []
+    for key in sorted(set(saved) | set(now), key=str):
+        old, new = saved.get(key, missing), now.get(key, missing)
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if old is missing or new is missing:
+            if old != new:
+                out.append(f"{name} {_shown(old, missing)} -> {_shown(new, missing)}")
+        else:
+            out += _changed(name, old, new)
+    return out
+
+
+def _shown(value: Any, missing: object) -> str:
+    return "(default)" if value is missing else repr(value)

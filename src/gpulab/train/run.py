@@ -54,7 +54,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
     config, recipe = resolve_config(default_resume(user))
     settings = config.model_dump(exclude={"recipe", "options", "resume"})
-    trainer = Trainer(**settings)
+    trainer = Trainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
     result = trainer.fit(
         recipe.model,
         recipe.train_data,

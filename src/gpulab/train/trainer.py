@@ -57,12 +57,20 @@ class Trainer:
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
+    ``trajectory``: anything else that changes what the run computes (``gpulab train`` passes the recipe
+    and its ``options``); it is stored in checkpoints and a resume that changes it is refused.
     """
 
     def __init__(
-        self, *, callbacks: Sequence[Callback] = (), runtime: Runtime | None = None, **settings: Any
+        self,
+        *,
+        callbacks: Sequence[Callback] = (),
+        runtime: Runtime | None = None,
+        trajectory: dict[str, Any] | None = None,
+        **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
+        self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)
         self._given_runtime = runtime
