@@ -16,7 +16,9 @@ def gpulab(*args: str) -> subprocess.CompletedProcess:
 
 
 def train(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return gpulab("train", "mlp", "--out", str(out), "--set", "tensorboard=false", *extra)
+    """``gpulab train mlp --out OUT ...``, or another recipe when ``extra`` starts with its name."""
+    recipe, extra = (extra[0], extra[1:]) if extra and not extra[0].startswith("-") else ("mlp", extra)
+    return gpulab("train", recipe, "--out", str(out), "--set", "tensorboard=false", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +86,18 @@ def test_precision_is_compared_as_resolved(run_dir):
     proc = train(run_dir, "--max-steps", "40", "--resume", "latest", "--precision", "fp32")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 40
+
+
+@pytest.mark.slow
+def test_extending_a_scheduled_run_is_refused_naming_max_steps(tmp_path):
+    out = tmp_path / "digits"
+    assert train(out, "digits", "--max-steps", "6", "--set", "mfu=false").returncode == 0
+    before = (out / "summary.json").read_bytes()
+    proc = train(out, "digits", "--max-steps", "12", "--resume", "latest", "--set", "mfu=false")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "max_steps 6 -> 12 (the LR schedule was planned for 6 steps" in proc.stderr
+    assert (out / "summary.json").read_bytes() == before
+    # the planned length itself: nothing left, and it says why raising max_steps would not help
+    proc = train(out, "digits", "--max-steps", "6", "--resume", "latest", "--set", "mfu=false")
+    assert proc.returncode == 0 and "LR schedule is complete" in proc.stdout, proc.stderr

@@ -65,6 +65,7 @@ class Checkpointer:
                 "batch_in_epoch": state.batch_in_epoch,
                 "samples_seen": state.samples_seen,
                 "world_size": trainer.runtime.world_size,
+                "total_steps": state.total_steps,  # the length the LR schedule was planned for
             },
             "train_loss": trainer.train_loss_state(),
             "micro_batch": trainer.micro_batch_state(),
@@ -223,6 +224,13 @@ def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None
         f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in TRAJECTORY_SETTINGS if saved.get(k) != now.get(k)
     ]
     diffs += _changed("", st.get("trajectory"), trainer.trajectory)
+    planned, total = st["progress"].get("total_steps"), trainer.state.total_steps
+    if trainer.scheduler is not None and planned is not None and planned != total:
+        # A schedule is a function of the planned length: run past its end, cosine climbs back up.
+        diffs.append(
+            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
+            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
+        )
     world = int(st["progress"].get("world_size", 1))
     if world != trainer.runtime.world_size:
         diffs.append(f"world_size {world} -> {trainer.runtime.world_size}")

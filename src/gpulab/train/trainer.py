@@ -443,9 +443,14 @@ class Trainer:
         The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
         (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
         rt, state = self.runtime, self.state
+        further = (  # a schedule cannot be stretched (see checkpointing.py)
+            "its LR schedule is complete: start a new run to train further"
+            if self.scheduler is not None
+            else "raise max_steps (or epochs) to train further"
+        )
         message = (
             f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
-            "raise max_steps (or epochs) to train further"
+            + further
         )
         return FitResult(
             device=str(rt.device),
