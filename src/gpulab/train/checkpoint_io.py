@@ -88,8 +88,12 @@ def write_bytes_durably(path: Path, data: bytes) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that a reader sees the old content or the new, never a mix."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
-    write_bytes_durably(tmp, text.encode())
-    os.replace(tmp, path)
+    try:
+        write_bytes_durably(tmp, text.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave the temp file behind
+        raise
     fsync_dir(path.parent)
 
 

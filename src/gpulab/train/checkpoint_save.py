@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import platform
+import shutil
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -90,8 +94,54 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     try:
         save_file(tensors, str(path), metadata={"format": "pt"})
     except Exception as exc:  # safetensors raises its own types for unsupported tensors
+        if is_disk_full(exc):
+            raise
         raise CheckpointError(f"{path.name}: cannot save model weights ({one_line(exc)})") from exc
     fsync_file(path)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT as an OSError, or as the text of safetensors' own error (``StorageFull``)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return any(mark in str(exc) for mark in ("StorageFull", "No space left", "QuotaExceeded"))
+
+
+def payload_bytes(*trees: Any) -> int:
+    """Bytes of every tensor in ``trees``: about what a checkpoint of them needs on disk."""
+    total = 0
+    for tree in trees:
+        if isinstance(tree, torch.Tensor):
+            total += tree.numel() * tree.element_size()
+        elif isinstance(tree, dict):
+            total += payload_bytes(*tree.values())
+        elif isinstance(tree, (list, tuple)):
+            total += payload_bytes(*tree)
+    return total
+
+
+@contextlib.contextmanager
+def disk_full_as_error(root: Path, name: str, needed: int) -> Iterator[None]:
+    """A full disk while writing checkpoint ``name`` becomes one line naming ROOT and the bytes needed
+    (the callers remove their temporary directory first, and ``latest`` has not moved)."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        free = shutil.disk_usage(root).free if root.exists() else 0
+        raise CheckpointError(
+            f"{root}: no space left on the device to write checkpoint {name} (it needs about "
+            f"{needed:,} bytes, {free:,} are free); free space there, lower keep_last, or set "
+            f"checkpoint_dir on a bigger disk. {read_latest_name(root)} stays the latest checkpoint"
+        ) from None
+
+
+def read_latest_name(root: Path) -> str:
+    try:
+        return (root / LATEST).read_text().strip() or "nothing"
+    except OSError:
+        return "nothing"
 
 
 def rename_into_place(tmp: Path, final: Path) -> Path:
@@ -168,6 +218,7 @@ def commit_checkpoint(
     layout: str | None = None,
     keep_last: int | None = None,
     keep_best: tuple[str, str] | None = None,
+    needed: int | None = None,
 ) -> Path:
     """Finish a checkpoint whose weights are already in ``tmp``: state, meta, manifest, each fsync'd;
     rename into place; only then move ``latest``; then prune. A failure removes ``tmp`` and re-raises.
@@ -175,6 +226,12 @@ def commit_checkpoint(
     Shared by full (safetensors) and sharded (torch.distributed.checkpoint) saves, so both keep the same
     order of durable steps and the same kill points.
     """
+    needed = payload_bytes(state) if needed is None else needed  # for the message of a full disk
+    with disk_full_as_error(root, name, needed):
+        return _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best)
+
+
+def _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best) -> Path:
     try:
         pause_point("after-weights")
         with open(tmp / STATE, "wb") as handle:
