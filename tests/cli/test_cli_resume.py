@@ -101,3 +101,21 @@ def test_extending_a_scheduled_run_is_refused_naming_max_steps(tmp_path):
     # the planned length itself: nothing left, and it says why raising max_steps would not help
     proc = train(out, "digits", "--max-steps", "6", "--resume", "latest", "--set", "mfu=false")
     assert proc.returncode == 0 and "LR schedule is complete" in proc.stdout, proc.stderr
+
+
+def test_resume_drops_the_records_logged_after_the_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    every = ("--set", "log_every=5", "--set", "checkpoint_every=10", "--set", "keep_last=null")
+    assert train(out, "--max-steps", "30", *every).returncode == 0
+    # as if killed just before step 30's checkpoint: resume from step 20 while 25 and 30 are logged
+    proc = train(out, "--max-steps", "30", *every, "--resume", str(out / "checkpoints" / "step-00000020"))
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [5, 10, 15, 20, 25, 30]  # no duplicates
+    assert [r["step"] for r in records if "val_loss" in r] == [30]
+
+
+def test_weights_are_written_with_the_umask_like_the_other_files(finished):
+    step = finished / "checkpoints" / "step-00000030"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in step.iterdir()}
+    assert modes["model.safetensors"] == modes["state.pt"] == modes["meta.json"], modes

@@ -97,6 +97,9 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
         if is_disk_full(exc):
             raise
         raise CheckpointError(f"{path.name}: cannot save model weights ({one_line(exc)})") from exc
+    # safetensors creates the file 0600; give it the umask's mode like every other file. The directory
+    # was just made with mkdir (0777 & ~umask), so its mode without the x bits is that, race-free.
+    os.chmod(path, path.parent.stat().st_mode & 0o666)
     fsync_file(path)
 
 
