@@ -155,7 +155,9 @@ class RunConfig(TrainerSettings):
     recipe: str = Field(..., description="mlp|digits|chargpt, or your own package.module:function")
     options: dict[str, Any] = Field(default_factory=dict, description="the recipe's own settings")
     resume: str | None = Field(
-        None, description="checkpoint directory, or 'latest' under out_dir/checkpoints"
+        None,
+        description="checkpoint directory, 'latest' under out_dir/checkpoints, or 'auto' (latest if a "
+        "checkpoint exists, else start; the default under gpulab launch/torchrun, so a restart continues)",
     )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 

@@ -51,6 +51,10 @@ class WorkersFailedError(LaunchError):
         self.exit_code = exit_code
 
 
+class GpulabWarning(UserWarning):
+    """Something the user should know that does not stop the run; the CLI prints it as one line."""
+
+
 def choices(values) -> str:
     """Render valid choices the same way in every message: ``a|b|c``."""
     return "|".join(str(v) for v in values)

@@ -7,10 +7,11 @@ environment problem) into one line on stderr and exit code 2; ``--debug`` keeps 
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, GpulabWarning
 
 app = typer.Typer(
     name="gpulab",
@@ -36,9 +37,22 @@ def _register() -> None:
         verb.register(app)
 
 
+def _one_line_warnings() -> None:
+    """gpulab's own warnings print as ``gpulab: warning: ...``, one line, without a source line."""
+    plain = warnings.formatwarning
+
+    def format_warning(message, category, filename, lineno, line=None):
+        if issubclass(category, GpulabWarning):
+            return f"gpulab: warning: {message}\n"
+        return plain(message, category, filename, lineno, line)
+
+    warnings.formatwarning = format_warning
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()
+    _one_line_warnings()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         app(args=argv, standalone_mode=True)

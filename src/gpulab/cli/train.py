@@ -26,11 +26,13 @@ def train(
     accumulate: int = typer.Option(None, help="Micro-batches per optimizer step"),
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
-    resume: str = typer.Option(None, help="Checkpoint directory, or 'latest'"),
+    resume: str = typer.Option(
+        None, help="Checkpoint directory, 'latest', or 'auto' (latest if any; the default under launch)"
+    ),
     set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
 ) -> None:
     """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
-    from gpulab.train.run import run
+    from gpulab.train.run import default_resume, run
 
     flags = {
         "recipe": recipe,
@@ -45,13 +47,16 @@ def train(
         "seed": seed,
         "resume": resume,
     }
-    user = layer_settings(config, flags, set_)
+    user = default_resume(layer_settings(config, flags, set_))  # auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     cfg, result, out_dir = run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
     console = make_console()
+    if "nothing_to_do" in result.extras:
+        console.print(result.extras["nothing_to_do"], markup=False)
+        return
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(

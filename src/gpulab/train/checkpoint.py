@@ -48,7 +48,14 @@ from gpulab.train.checkpoint_read import (
     locate,
     step_dirs,
 )
-from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes, save_weights
+from gpulab.train.checkpoint_save import (
+    check_save_args,
+    commit_checkpoint,
+    disk_full_as_error,
+    meta_bytes,
+    payload_bytes,
+    save_weights,
+)
 from gpulab.train.checkpoint_state import weights_for_file
 from gpulab.train.rng_state import capture_rng, restore_rng
 
@@ -103,13 +110,17 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(root)
     tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
-    tmp.mkdir()
-    try:
-        save_weights(tensors, tmp / WEIGHTS)
-    except BaseException:
-        remove_path(tmp)
-        raise
-    return commit_checkpoint(tmp, root, name, state, meta_json, keep_last=keep_last, keep_best=keep_best)
+    needed = payload_bytes(tensors, state)
+    with disk_full_as_error(root, name, needed):
+        try:
+            tmp.mkdir()
+            save_weights(tensors, tmp / WEIGHTS)
+        except BaseException:
+            remove_path(tmp)
+            raise
+    return commit_checkpoint(
+        tmp, root, name, state, meta_json, keep_last=keep_last, keep_best=keep_best, needed=needed
+    )
 
 
 def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:

@@ -29,6 +29,7 @@ DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard 
 # every rank's shard through torch.distributed.checkpoint (FSDP2), next to the same state.pt and meta.
 LAYOUTS = {"full": REQUIRED, "sharded": (DCP_METADATA, STATE, META)}
 TMP_PREFIX = ".tmp-"
+REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never deleted)
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _CHUNK = 1 << 20
 
@@ -87,8 +88,12 @@ def write_bytes_durably(path: Path, data: bytes) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that a reader sees the old content or the new, never a mix."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
-    write_bytes_durably(tmp, text.encode())
-    os.replace(tmp, path)
+    try:
+        write_bytes_durably(tmp, text.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave the temp file behind
+        raise
     fsync_dir(path.parent)
 
 
@@ -196,6 +201,17 @@ def remove_stale_tmp(root: Path) -> None:
                 fsync_dir(root)
                 continue
         remove_path(entry)
+
+
+def set_aside(directory: Path) -> Path:
+    """Rename a refused checkpoint to ``NAME.refused`` (``.refused-2``, ...): no longer a ``step-*``
+    directory, so nothing resolves, loads or prunes it, and it stays for a person to look at."""
+    target, n = directory.with_name(directory.name + REFUSED_SUFFIX), 2
+    while target.exists():
+        target, n = directory.with_name(f"{directory.name}{REFUSED_SUFFIX}-{n}"), n + 1
+    os.rename(directory, target)
+    fsync_dir(directory.parent)
+    return target
 
 
 def remove_path(path: Path) -> None:

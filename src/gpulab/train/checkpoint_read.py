@@ -21,9 +21,9 @@ from gpulab.train.checkpoint_io import (
     MANIFEST,
     REQUIRED,
     file_status,
-    is_complete,
     one_line,
     step_of,
+    verify_manifest,
 )
 
 
@@ -41,21 +41,41 @@ def _is_root(path: Path) -> bool:
     return not any((path / name).exists() for name in (MANIFEST, *REQUIRED))
 
 
-def locate(path: Path, *, verify_latest: bool = True) -> tuple[Path, bool]:
-    """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``."""
+def locate(
+    path: Path, *, verify_latest: bool = True, refused: list[tuple[Path, str]] | None = None
+) -> tuple[Path, bool]:
+    """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``.
+
+    For a root, each ``step-*`` directory passed over because its manifest does not verify is appended to
+    ``refused`` as ``(directory, why)``, so a caller can say what it fell back from.
+    """
     if path.name == LATEST and path.is_file():
         path = path.parent
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory or checkpoint root")
     if not _is_root(path):
         return path, False
+    refused = [] if refused is None else refused
     named = read_latest(path)
-    if named is not None and (not verify_latest or is_complete(named)):
-        return named, verify_latest
-    for directory in reversed(step_dirs(path)):
-        if directory != named and is_complete(directory):
+    if named is not None and not verify_latest:
+        return named, False
+    for directory in [named] * (named is not None) + list(reversed(step_dirs(path))):
+        if directory in (d for d, _ in refused):
+            continue
+        why = problem(directory)
+        if why is None:
             return directory, True
+        refused.append((directory, why))
     raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
+
+
+def problem(directory: Path) -> str | None:
+    """Why ``directory``'s MANIFEST does not verify (one line), or None when it does."""
+    try:
+        verify_manifest(directory)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
 
 
 def read_latest(root: Path) -> Path | None:

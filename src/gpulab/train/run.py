@@ -6,7 +6,9 @@ Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults 
 from __future__ import annotations
 
 import json
+import os
 import platform
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,11 +41,20 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     return config, recipe
 
 
+def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``) unless the user chose:
+    a restarted attempt then continues from the failed one's last checkpoint instead of starting over."""
+    environ = os.environ if environ is None else environ
+    if user.get("resume") is None and "TORCHELASTIC_RUN_ID" in environ:
+        return {**user, "resume": "auto"}
+    return user
+
+
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
-    config, recipe = resolve_config(user)
+    config, recipe = resolve_config(default_resume(user))
     settings = config.model_dump(exclude={"recipe", "options", "resume"})
-    trainer = Trainer(**settings)
+    trainer = Trainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
     result = trainer.fit(
         recipe.model,
         recipe.train_data,
@@ -56,6 +67,8 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     if not trainer.is_rank_zero:
         return config, result, None
+    if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
+        return config, result, out
     write_summary(out, config, result, recipe.info)
     return config, result, out
 

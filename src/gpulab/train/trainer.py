@@ -47,7 +47,7 @@ from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import LossWindow, Mean, correct_count
-from gpulab.train.nonfinite import NonFiniteWatch
+from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
 
@@ -57,12 +57,20 @@ class Trainer:
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
+    ``trajectory``: anything else that changes what the run computes (``gpulab train`` passes the recipe
+    and its ``options``); it is stored in checkpoints and a resume that changes it is refused.
     """
 
     def __init__(
-        self, *, callbacks: Sequence[Callback] = (), runtime: Runtime | None = None, **settings: Any
+        self,
+        *,
+        callbacks: Sequence[Callback] = (),
+        runtime: Runtime | None = None,
+        trajectory: dict[str, Any] | None = None,
+        **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
+        self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)
         self._given_runtime = runtime
@@ -83,7 +91,8 @@ class Trainer:
         scheduler: Any = None,
         resume: str | None = None,
     ) -> FitResult:
-        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path.
+        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory), a checkpoint's path, or
+        ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.
@@ -95,6 +104,8 @@ class Trainer:
         try:
             with _memory_limit(self.runtime.device, self.settings.memory_limit):
                 train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
+                if self.resumed_from is not None and self._done():
+                    return self._nothing_left()
                 return self._loop(train, val)
         except BaseException as error:
             if self.callbacks is not None:
@@ -135,7 +146,10 @@ class Trainer:
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
+            resume = self.checkpointer.choose(resume)  # auto: latest if there is a checkpoint, else None
+        if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
+            self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         return train, val
 
@@ -348,7 +362,18 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         if self.checkpointer is not None and self.settings.checkpoints:
+            self._refuse_nonfinite()
             self.checkpointer.save(self)
+
+    def _refuse_nonfinite(self) -> None:
+        """Never checkpoint NaN: the unread loss window and the parameters must be finite (every rank
+        stops together otherwise; the loss window is read without being reset, so logging is unchanged)."""
+        rt, step = self.runtime, self.state.global_step
+        loss = self._train_loss.mean(reduce=rt.all_reduce)
+        if loss is not None:
+            note = f"; checkpoint {step} was not written"
+            self._nonfinite.check(rt, loss, self._train_loss.first_bad_step, note=note)
+        check_parameters(rt, self.model, step)
 
     def train_loss_state(self) -> dict[str, Any]:
         """The running training-loss window, so a resumed run logs the same numbers."""
@@ -410,6 +435,38 @@ class Trainer:
                 "memory": memory_stats(rt.device).to_json(),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
             },
+        )
+
+    def _nothing_left(self) -> FitResult:
+        """The checkpoint resumed from already reached the planned length: no step, no log, no save.
+
+        The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
+        (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
+        rt, state = self.runtime, self.state
+        further = (  # a schedule cannot be stretched (see checkpointing.py)
+            "its LR schedule is complete: start a new run to train further"
+            if self.scheduler is not None
+            else "raise max_steps (or epochs) to train further"
+        )
+        message = (
+            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
+            + further
+        )
+        return FitResult(
+            device=str(rt.device),
+            precision=rt.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=None,
+            peak_memory_bytes=0,
+            train_seconds=0.0,
+            val_loss=state.metrics.get("val_loss"),
+            accuracy=state.metrics.get("val_accuracy"),
+            strategy=rt.strategy.name,
+            world_size=rt.world_size,
+            batch_size=self.settings.batch_size,
+            extras={"nothing_to_do": message},
         )
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
