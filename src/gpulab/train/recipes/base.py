@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,10 +50,14 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
     if ":" not in name:
         raise ConfigError(f"unknown recipe {name!r}; valid: {choices(builtin)} or your own module:function")
     module_name, _, func_name = name.partition(":")
+    here = _put_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"recipe {name!r}: cannot import module {module_name!r} ({exc})") from None
+        raise ConfigError(
+            f"recipe {name!r}: cannot import module {module_name!r} ({exc}); looked in the current "
+            f"directory ({here}) and on sys.path (add the module's folder to PYTHONPATH)"
+        ) from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ConfigError(f"recipe {name!r}: module {module_name!r} has no function {func_name!r}")
@@ -61,6 +67,15 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
     if not isinstance(recipe, Recipe):
         raise ConfigError(f"recipe {name!r} returned {type(recipe).__name__}, expected gpulab Recipe or dict")
     return recipe
+
+
+def _put_cwd_on_path() -> str:
+    """The working directory first on sys.path, as ``python -m`` has it (the ``gpulab`` console script
+    puts its own bin directory there instead), so ``my_recipe:build`` finds ./my_recipe.py."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    return here
 
 
 def param_count(model: nn.Module) -> int:
