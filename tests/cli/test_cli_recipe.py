@@ -56,3 +56,28 @@ def test_a_module_that_is_nowhere_names_the_places_looked(tmp_path):
     (line,) = proc.stderr.splitlines()
     assert "cannot import module 'no_such_recipe'" in line
     assert f"current directory ({tmp_path})" in line and "PYTHONPATH" in line
+
+
+WRONG = {
+    "no-parameter": ("def build():\n    return None\n", "cannot be called with the options dict"),
+    "two-parameters": ("def build(options, size):\n    return None\n", "missing a required argument: 'size'"),
+    "not-a-function": ("build = 5\n", "is not a function (found int 5)"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG))
+def test_a_recipe_with_the_wrong_signature_is_one_line_naming_the_expected_one(
+    tmp_path, monkeypatch, capfd, case
+):
+    from gpulab.cli import main
+
+    source, expected = WRONG[case]
+    (tmp_path / f"wrong_{case.replace('-', '_')}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["train", f"wrong_{case.replace('-', '_')}:build", "--out", "run"])
+    err = capfd.readouterr().err
+    assert code == 2, err
+    (line,) = err.splitlines()
+    assert expected in line and "expected def build(options: dict) -> gpulab.Recipe" in line
+    assert "Traceback" not in err

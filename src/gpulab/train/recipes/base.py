@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -58,15 +59,36 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
             f"recipe {name!r}: cannot import module {module_name!r} ({exc}); looked in the current "
             f"directory ({here}) and on sys.path (add the module's folder to PYTHONPATH)"
         ) from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
+    if not hasattr(module, func_name):
         raise ConfigError(f"recipe {name!r}: module {module_name!r} has no function {func_name!r}")
+    func = getattr(module, func_name)
+    _check_signature(name, func)
     recipe = func(options)
     if isinstance(recipe, dict):
         recipe = Recipe(**recipe)
     if not isinstance(recipe, Recipe):
         raise ConfigError(f"recipe {name!r} returned {type(recipe).__name__}, expected gpulab Recipe or dict")
     return recipe
+
+
+SIGNATURE = "def build(options: dict) -> gpulab.Recipe"
+
+
+def _check_signature(name: str, func: Any) -> None:
+    """A recipe is called as ``func(options)``: say so in one line rather than let the call fail."""
+    if not callable(func):
+        raise ConfigError(
+            f"recipe {name!r} is not a function (found {type(func).__name__} {func!r:.40}); "
+            f"expected {SIGNATURE}"
+        )
+    try:
+        inspect.signature(func).bind({})
+    except TypeError as exc:
+        raise ConfigError(
+            f"recipe {name!r} cannot be called with the options dict ({exc}); expected {SIGNATURE}"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): let the call itself tell
+        pass
 
 
 def _put_cwd_on_path() -> str:
