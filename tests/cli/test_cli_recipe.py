@@ -81,3 +81,47 @@ def test_a_recipe_with_the_wrong_signature_is_one_line_naming_the_expected_one(
     (line,) = err.splitlines()
     assert expected in line and "expected def build(options: dict) -> gpulab.Recipe" in line
     assert "Traceback" not in err
+
+
+FAILING = {
+    "import-raises": (
+        "raise ZeroDivisionError('division by zero')\n",
+        "importing module",
+        "ZeroDivisionError",
+    ),
+    "import-keyerror": ("{}['x']\n", "importing module", "KeyError: 'x'"),
+    "build-raises": (
+        "def build(options):\n    raise ValueError('no data here')\n",
+        "build(options)",
+        "ValueError: no data here",
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(FAILING))
+def test_a_recipe_that_raises_is_one_line_naming_recipe_and_exception(tmp_path, monkeypatch, capfd, case):
+    from gpulab.cli import main
+
+    source, where, what = FAILING[case]
+    module = f"failing_{case.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["train", f"{module}:build", "--out", "run"])
+    err = capfd.readouterr().err
+    assert code == 2, err
+    (line,) = err.splitlines()
+    assert f"recipe '{module}:build'" in line and where in line and what in line and "--debug" in line
+    sys.modules.pop(module, None)  # a failed import leaves nothing behind, but be sure for --debug below
+    with pytest.raises(Exception, match="recipe") as info:
+        main(["--debug", "train", f"{module}:build", "--out", "run"])
+    assert info.value.__cause__ is not None  # --debug: the recipe's own traceback is chained
+
+
+def test_options_that_are_not_a_mapping_are_one_line(tmp_path, monkeypatch, capfd):
+    from gpulab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "mlp", "--set", "options=5", "--out", "run"]) == 2
+    (line,) = capfd.readouterr().err.splitlines()
+    assert "setting 'options' = 5 is invalid" in line and "--set options.lr=0.01" in line

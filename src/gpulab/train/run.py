@@ -18,6 +18,7 @@ from gpulab.config import RunConfig, merge, parse_config
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.recipes.base import load_recipe
+from gpulab.train.run_dir import check_output_dirs
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -42,6 +43,8 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
     config, recipe = resolve_config(user)
+    out = Path(config.out_dir or f"runs/{config.recipe}")
+    check_output_dirs(out, config.checkpoint_dir)
     settings = config.model_dump(exclude={"recipe", "options", "resume"})
     trainer = Trainer(**settings)
     result = trainer.fit(
@@ -53,7 +56,6 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         scheduler=recipe.scheduler,
         resume=config.resume,
     )
-    out = Path(config.out_dir or f"runs/{config.recipe}")
     if not trainer.is_rank_zero:
         return config, result, None
     write_summary(out, config, result, recipe.info)

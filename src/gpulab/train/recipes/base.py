@@ -12,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from gpulab.errors import ConfigError, choices
+from gpulab.errors import ConfigError, GpulabError, choices
 
 
 @dataclass
@@ -44,7 +44,12 @@ def recipe_names() -> list[str]:
 
 def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
     """A built-in recipe by name, or a user's ``package.module:function`` returning a Recipe."""
-    options = options or {}
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        raise ConfigError(
+            f"setting 'options' = {options!r:.40} is invalid: it holds the recipe's own settings, a mapping "
+            "(e.g. --set options.lr=0.01, or options: {lr: 0.01} in --config)"
+        )
     builtin = _builtin()
     if name in builtin:
         return builtin[name](options)
@@ -59,11 +64,18 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
             f"recipe {name!r}: cannot import module {module_name!r} ({exc}); looked in the current "
             f"directory ({here}) and on sys.path (add the module's folder to PYTHONPATH)"
         ) from None
+    except Exception as exc:  # the module's own code failed: a user's bug, named in one line
+        raise ConfigError(f"recipe {name!r}: importing module {module_name!r} {_failed(exc)}") from exc
     if not hasattr(module, func_name):
         raise ConfigError(f"recipe {name!r}: module {module_name!r} has no function {func_name!r}")
     func = getattr(module, func_name)
     _check_signature(name, func)
-    recipe = func(options)
+    try:
+        recipe = func(options)
+    except GpulabError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"recipe {name!r}: {func_name}(options) {_failed(exc)}") from exc
     if isinstance(recipe, dict):
         recipe = Recipe(**recipe)
     if not isinstance(recipe, Recipe):
@@ -89,6 +101,13 @@ def _check_signature(name: str, func: Any) -> None:
         ) from None
     except ValueError:  # no signature to read (some builtins): let the call itself tell
         pass
+
+
+def _failed(exc: Exception) -> str:
+    """``raised ValueError: bad width (--debug shows the traceback)``: the first line of the message."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+    return f"raised {text} (--debug shows the traceback)"
 
 
 def _put_cwd_on_path() -> str:
