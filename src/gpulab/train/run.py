@@ -15,10 +15,11 @@ import torch
 
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.distributed.process_group import LaunchEnv
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.recipes.base import load_recipe
-from gpulab.train.run_dir import check_output_dirs
+from gpulab.train.run_dir import check_output_dirs, claim
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -45,20 +46,22 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     config, recipe = resolve_config(user)
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
-    settings = config.model_dump(exclude={"recipe", "options", "resume"})
-    trainer = Trainer(**settings)
-    result = trainer.fit(
-        recipe.model,
-        recipe.train_data,
-        loss_fn=recipe.loss_fn,
-        optimizer=recipe.optimizer,
-        val_data=recipe.val_data,
-        scheduler=recipe.scheduler,
-        resume=config.resume,
-    )
-    if not trainer.is_rank_zero:
-        return config, result, None
-    write_summary(out, config, result, recipe.info)
+    launch = LaunchEnv.from_env()
+    with claim(out, rank=launch.rank if launch else 0):
+        settings = config.model_dump(exclude={"recipe", "options", "resume"})
+        trainer = Trainer(**settings)
+        result = trainer.fit(
+            recipe.model,
+            recipe.train_data,
+            loss_fn=recipe.loss_fn,
+            optimizer=recipe.optimizer,
+            val_data=recipe.val_data,
+            scheduler=recipe.scheduler,
+            resume=config.resume,
+        )
+        if not trainer.is_rank_zero:
+            return config, result, None
+        write_summary(out, config, result, recipe.info)
     return config, result, out
 
 

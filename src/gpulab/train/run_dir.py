@@ -1,14 +1,30 @@
-"""The run directory (``--out``) of ``gpulab train``: checked before a run starts writing into it.
+"""The run directory (``--out``) of ``gpulab train``: checked and claimed before a run writes into it.
 
-A path that is a file where a directory is due is one line here, before the recipe's data is touched, rather
-than an ``OSError`` from deep inside a logger or a checkpoint save.
+- A path that is a file where a directory is due is one line, before the recipe's data is touched, rather
+  than an ``OSError`` from deep inside a logger or a checkpoint save.
+- ``RunDirLock``: one run at a time per directory. Two runs into one ``--out`` would interleave
+  metrics.jsonl and overwrite each other's checkpoints and summary, both exiting 0. The lock is an
+  ``flock`` on ``OUT/.gpulab.lock``, which holds the holder's pid and host for the refusal message. The
+  kernel drops an ``flock`` when its process dies, however it dies, so a lock file left by a killed run is
+  stale by construction and simply taken over. Only rank 0 of a launch takes it (one process per run), so
+  the ranks of one job never refuse each other, and a restarted attempt's rank 0 takes it anew.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
-from gpulab.errors import ConfigError
+from gpulab.errors import ConfigError, RunDirError
+
+LOCK_FILE = ".gpulab.lock"
 
 
 def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:
@@ -22,3 +38,101 @@ def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:
                 f"{what} {str(path)!r}: {str(blocker)!r} is a file, not a directory; give a directory path "
                 "(or move the file away)"
             )
+
+
+class RunDirLock:
+    """An exclusive claim on a run directory for the length of a run (a context manager)."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = Path(out) / LOCK_FILE
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunDirLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while self._fd is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _describe(_read_holder(self.path))
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) or _holder_alive(self.path):
+                    raise self._busy(holder) from None
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no flock here: a dead pid is stale
+            # A holder that was releasing may have unlinked the file we opened: lock the file at the path.
+            if _same_file(fd, self.path):
+                self._fd = fd
+            else:
+                os.close(fd)
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, json.dumps(_me()).encode())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # while still holding it, so no one locks a file about to vanish
+            os.close(self._fd)
+            self._fd = None
+
+    def _busy(self, holder: str) -> RunDirError:
+        return RunDirError(
+            f"{self.path.parent} is in use by another run ({holder}); wait for it to finish, stop it, "
+            "or give another --out"
+        )
+
+
+def _me() -> dict[str, object]:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _read_holder(path: Path) -> dict[str, object]:
+    try:
+        holder = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe(holder: dict[str, object]) -> str:
+    if not holder.get("pid"):
+        return "a run that is just starting"
+    since = f", since {holder['since']}" if holder.get("since") else ""
+    return f"pid {holder['pid']} on host {holder.get('host', '?')}{since}"
+
+
+def _holder_alive(path: Path) -> bool:
+    """For filesystems without flock: the recorded holder is alive unless it is a dead pid on this host."""
+    holder = _read_holder(path)
+    if not holder.get("pid"):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True  # another machine's process: cannot tell, so it holds
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True
+    return True
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def claim(out: Path, rank: int) -> Iterator[None]:
+    """Hold ``out``'s lock for the run on rank 0; the other ranks of the job share rank 0's claim."""
+    if rank != 0:
+        yield
+        return
+    with RunDirLock(out):
+        yield
