@@ -157,6 +157,11 @@ class RunConfig(TrainerSettings):
     resume: str | None = Field(
         None, description="checkpoint directory, or 'latest' under out_dir/checkpoints"
     )
+    overwrite: bool = Field(
+        False,
+        description="start afresh in an out_dir that holds a previous run: remove its summary, metrics, "
+        "TensorBoard logs and checkpoints first (without it, or resume, such a directory is refused)",
+    )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 
 

@@ -70,7 +70,7 @@ def test_a_second_run_into_a_busy_out_is_refused_naming_the_holder(tmp_path):
 
     # The killed run's lock file is still there, naming a dead pid: the next run takes it over.
     assert json.loads((out / LOCK_FILE).read_text())["pid"] == first.pid
-    third = gpulab("train", "mlp", "--out", str(out), *QUICK, cwd=tmp_path)
+    third = gpulab("train", "mlp", "--out", str(out), *QUICK, "--overwrite", cwd=tmp_path)
     assert third.returncode == 0, third.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert not (out / LOCK_FILE).exists()  # released at the end
@@ -100,3 +100,62 @@ def test_the_ranks_of_one_launch_do_not_refuse_each_other(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["world_size"] == 2
     assert not (out / LOCK_FILE).exists()
+
+
+def _train(out: Path, *args: str) -> tuple[int, str]:
+    """``gpulab train mlp`` in-process through the CLI entry point: (exit code, stderr)."""
+    import contextlib
+    import io
+
+    from gpulab.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["train", "mlp", "--out", str(out), *QUICK, *args])
+    return code, err.getvalue()
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_rerunning_into_a_used_out_is_refused_unless_resume_or_overwrite(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "--max-steps", "4", "--set", "checkpoint_every=1")[0] == 0
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+
+    code, err = _train(out)
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith(f"gpulab: error: {out} already holds a run (checkpoints, metrics.jsonl, notes.txt")
+    assert "--resume latest" in line and "--overwrite" in line
+    assert _snapshot(out) == before  # nothing touched
+
+    code, err = _train(out, "--overwrite", "--resume", "latest")  # the two contradict each other
+    assert code == 2 and "--overwrite removes the checkpoints --resume latest" in err
+    assert _snapshot(out) == before
+
+    assert _train(out, "--max-steps", "6", "--resume", "latest")[0] == 0  # an explicit resume continues
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+    # --overwrite: the old run's outputs are gone, only the new run's remain; a file of the user's stays.
+    assert _train(out, "--max-steps", "2", "--set", "checkpoint_every=1", "--overwrite")[0] == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest",
+        "step-00000001",
+        "step-00000002",
+    ]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_clears_checkpoints_kept_outside_out(tmp_path):
+    out, elsewhere = tmp_path / "run", tmp_path / "ckpts"
+    keep = ["--set", f"checkpoint_dir={elsewhere}", "--set", "checkpoint_every=1"]
+    assert _train(out, "--max-steps", "4", *keep)[0] == 0
+    (elsewhere / "README").write_text("not a checkpoint")
+    assert _train(out, "--max-steps", "1", *keep, "--overwrite")[0] == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["README", "latest", "step-00000001"]

@@ -27,6 +27,9 @@ def train(
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
     resume: str = typer.Option(None, help="Checkpoint directory, or 'latest'"),
+    overwrite: bool = typer.Option(
+        None, "--overwrite", help="Remove a previous run's outputs in --out first (else it is refused)"
+    ),
     set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
 ) -> None:
     """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
@@ -44,6 +47,7 @@ def train(
         "compile": compile,
         "seed": seed,
         "resume": resume,
+        "overwrite": overwrite,
     }
     user = layer_settings(config, flags, set_)
     if "out_dir" not in user and user.get("recipe"):

@@ -6,6 +6,7 @@ Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults 
 from __future__ import annotations
 
 import json
+import os
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +20,7 @@ from gpulab.distributed.process_group import LaunchEnv
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.recipes.base import load_recipe
-from gpulab.train.run_dir import check_output_dirs, claim
+from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -48,7 +49,10 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     check_output_dirs(out, config.checkpoint_dir)
     launch = LaunchEnv.from_env()
     with claim(out, rank=launch.rank if launch else 0):
-        settings = config.model_dump(exclude={"recipe", "options", "resume"})
+        # A restarted attempt of a launched job continues in the directory its first attempt made.
+        if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
         trainer = Trainer(**settings)
         result = trainer.fit(
             recipe.model,

@@ -17,14 +17,19 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
 from gpulab.errors import ConfigError, RunDirError
+from gpulab.train.checkpoint_io import LATEST, TMP_PREFIX, step_of
 
 LOCK_FILE = ".gpulab.lock"
+# What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes
+# these and nothing else, so a mistyped --out (a home directory) loses no file gpulab did not write.
+RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "tensorboard", "checkpoints")
 
 
 def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:
@@ -126,6 +131,54 @@ def _same_file(fd: int, path: Path) -> bool:
         return os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         return False
+
+
+def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite: bool) -> None:
+    """On rank 0, holding the lock: refuse to mix with a previous run, or clear it for ``overwrite``."""
+    root = Path(checkpoint_dir) if checkpoint_dir else out / "checkpoints"
+    if overwrite:
+        if resume == "latest" or (resume and resume != "auto" and _inside(Path(resume), out, root)):
+            raise ConfigError(
+                f"--overwrite removes the checkpoints --resume {resume} would continue from: give one of them"
+            )
+        _clear(out, root)
+        return
+    found = _previous(out, root)
+    if found and not resume:
+        listing = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        raise RunDirError(
+            f"{out} already holds a run ({listing}): continue it with --resume latest, or start afresh "
+            "with --overwrite (removes its summary, metrics, TensorBoard logs and checkpoints), or give "
+            "another --out"
+        )
+
+
+def _previous(out: Path, root: Path) -> list[str]:
+    """What is in the run directory (the lock aside), and checkpoints kept outside it."""
+    found = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+    if root.is_dir() and not _inside(root, out):
+        found += [str(p) for p in sorted(root.iterdir()) if _is_checkpoint_entry(p)]
+    return found
+
+
+def _clear(out: Path, root: Path) -> None:
+    doomed = [out / name for name in RUN_OUTPUTS]
+    if root.is_dir() and not _inside(root, out):
+        doomed += [p for p in root.iterdir() if _is_checkpoint_entry(p)]
+    for path in doomed:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _is_checkpoint_entry(path: Path) -> bool:
+    return path.name == LATEST or path.name.startswith(TMP_PREFIX) or step_of(path) is not None
+
+
+def _inside(path: Path, *dirs: Path) -> bool:
+    resolved = path.resolve()
+    return any(resolved == d.resolve() or d.resolve() in resolved.parents for d in dirs)
 
 
 @contextlib.contextmanager
