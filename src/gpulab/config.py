@@ -159,6 +159,11 @@ class RunConfig(TrainerSettings):
         description="checkpoint directory, 'latest' under out_dir/checkpoints, or 'auto' (latest if a "
         "checkpoint exists, else start; the default under gpulab launch/torchrun, so a restart continues)",
     )
+    overwrite: bool = Field(
+        False,
+        description="start afresh in an out_dir that holds a previous run: remove its summary, metrics, "
+        "TensorBoard logs and checkpoints first (without it, or resume, such a directory is refused)",
+    )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 
 

@@ -34,6 +34,10 @@ class CheckpointError(GpulabError):
     """A checkpoint is missing, incomplete, tampered with, or does not fit the run."""
 
 
+class RunDirError(GpulabError):
+    """The run directory is in use by another run, or holds a finished run this one would mix with."""
+
+
 class LaunchError(GpulabError):
     """A distributed launch cannot start: bad --nnodes, no command, rendezvous port taken or unreachable."""
 

@@ -92,3 +92,26 @@ def test_resume_continues_to_the_new_step_count(run_dir):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 18
+
+
+@pytest.mark.parametrize("odd", [{"metrics": 5}, {"metrics": [1, 2]}, {"step": "twelve", "versions": "x"}])
+def test_inspect_reports_odd_meta_fields_instead_of_crashing(run_dir, tmp_path, capsys, odd):
+    """meta.json is human-readable and may be edited by hand; a field of the wrong type is a problem."""
+    import hashlib
+    import shutil
+
+    from gpulab.cli import main
+
+    ckpt = tmp_path / "step-00000012"
+    shutil.copytree(run_dir / "checkpoints" / "step-00000012", ckpt)
+    meta = {**json.loads((ckpt / "meta.json").read_text()), **odd}
+    data = json.dumps(meta).encode()
+    (ckpt / "meta.json").write_bytes(data)
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())  # the checksum agrees: only the types differ
+    manifest["files"]["meta.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (ckpt / "MANIFEST.json").write_text(json.dumps(manifest))
+    for extra in ([], ["--json"]):
+        assert main(["checkpoint", "inspect", str(ckpt), *extra]) == 1
+        out = capsys.readouterr().out
+        for key in odd:
+            assert f"meta.json: '{key}' is" in out

@@ -82,6 +82,11 @@ BAD_INPUTS = {
     "recipe": (["nosuch"], ["'nosuch'", "mlp|digits|chargpt", "module:function"]),
     "options": (["mlp", "--set", "options.lr=-1"], ["'options.lr'", "-1", "greater than 0"]),
     "no-recipe": ([], ["no recipe given", "mlp|digits|chargpt"]),
+    "out-is-a-file": (["mlp", "--out", "typo.yaml/run"], ["--out 'typo.yaml/run'", "'typo.yaml' is a file"]),
+    "checkpoint-dir-is-a-file": (
+        ["mlp", "--set", "checkpoint_dir=typo.yaml"],
+        ["checkpoint_dir 'typo.yaml'", "is a file, not a directory"],
+    ),
 }
 
 
@@ -109,7 +114,7 @@ def test_bad_input_is_one_line_and_exit_2(bad_input_dir, capfd, case):
     args, expected = BAD_INPUTS[case]
     if case == "device" and _has_cuda():
         pytest.skip("this machine has a CUDA device")
-    code = main(["train", *args, "--out", "run", "--max-steps", "2"])
+    code = main(["train", "--out", "run", *args, "--max-steps", "2"])  # a later --out wins
     _check_one_line_error(code, capfd.readouterr().err, expected)
     assert not (bad_input_dir / "run" / "summary.json").exists()
 

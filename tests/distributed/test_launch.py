@@ -369,3 +369,18 @@ def test_more_processes_than_gpus_is_refused_before_anything_starts(monkeypatch)
         L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={})
     plan = L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={L.BACKEND_ENV: "gloo"})
     assert plan.backend == "gloo" and plan.nproc_per_node == 2  # a CPU job on a GPU box stays possible
+
+
+@pytest.mark.distributed
+def test_launch_leaves_no_torchelastic_tree_in_tmp(tmp_path):
+    """torchrun alone leaves TMPDIR/torchelastic_* (its rank error files) behind after every launch."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    ok = gpulab_launch(
+        "--nproc-per-node", "1", "--", JOB, "allreduce", str(tmp_path), env=job_env(TMPDIR=str(tmp))
+    )
+    failed = gpulab_launch("--nproc-per-node", "1", "--", JOB, "exit", str(tmp_path), "--fail-rank", "0",
+                           "--code", "3", env=job_env(TMPDIR=str(tmp)))  # fmt: skip
+    assert (ok.returncode, failed.returncode) == (0, 1), ok.stderr[-2000:] + failed.stderr[-2000:]
+    assert "exited with code 3" in failed.stderr  # the error files were still read before the clean-up
+    assert sorted(p.name for p in tmp.iterdir()) == []

@@ -29,6 +29,9 @@ def train(
     resume: str = typer.Option(
         None, help="Checkpoint directory, 'latest', or 'auto' (latest if any; the default under launch)"
     ),
+    overwrite: bool = typer.Option(
+        None, "--overwrite", help="Remove a previous run's outputs in --out first (else it is refused)"
+    ),
     set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
 ) -> None:
     """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
@@ -46,6 +49,7 @@ def train(
         "compile": compile,
         "seed": seed,
         "resume": resume,
+        "overwrite": overwrite,
     }
     user = default_resume(layer_settings(config, flags, set_))  # auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
 from gpulab.errors import LaunchError, WorkersFailedError
@@ -384,7 +386,11 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(torchrun_argv(plan, spec)))
+    # Without --log-dir torchrun makes /tmp/torchelastic_* (each rank's error file) and never removes it:
+    # give it a directory of ours instead and remove it when the launch ends (failures are read by then).
+    own_log_dir = None if spec.log_dir else tempfile.mkdtemp(prefix="gpulab-launch-")
+    argv = torchrun_argv(plan, replace(spec, log_dir=spec.log_dir or own_log_dir))
+    config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(argv))
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*args)
     except ChildFailedError as exc:
@@ -401,3 +407,6 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
             f"rendezvous at {plan.endpoint} failed ({type(exc).__name__}: {first}{cause}); check that every "
             f"node uses the same --rdzv-endpoint and --rdzv-id and that --nnodes {spec.nnodes} nodes started"
         ) from None
+    finally:
+        if own_log_dir:
+            shutil.rmtree(own_log_dir, ignore_errors=True)

@@ -72,7 +72,8 @@ __all__ = [
     "save_checkpoint",
 ]
 
-_META_FIELDS = ("step", "epoch", "metrics", "created", "versions")
+# meta.json is for humans and may be edited by one: each field the report shows, with the type it must have.
+_META_FIELDS = {"step": int, "epoch": int, "metrics": dict, "created": str, "versions": dict}
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,12 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     report["problems"] += [f"{f['name']}: {f['status']}" for f in report["files"] if f["status"] != "ok"]
     try:  # JSON: safe to read even when other files are damaged, and it names step and epoch
         meta = load_meta(directory / META)
-        report.update({k: meta.get(k, report[k]) for k in _META_FIELDS})
+        for key, kind in _META_FIELDS.items():
+            value = meta.get(key, report[key])
+            if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+                report[key] = value
+            else:
+                report["problems"].append(f"meta.json: {key!r} is {value!r:.40}, expected {kind.__name__}")
     except CheckpointError as exc:
         report["problems"].append(str(exc))
     if not report["problems"]:  # deserialise only what the manifest vouched for

@@ -118,13 +118,16 @@ def load_state(path: Path) -> dict[str, Any]:
 
 
 def _unpickler_reason(exc: BaseException) -> str:
-    """torch's message opens with advice to disable weights_only; keep only the actual reason."""
+    """torch's message wraps the reason ("Trying to load unsupported GLOBAL posix.system ...") in advice to
+    disable weights_only and a link: keep only the reason."""
     text = str(exc)
-    marker = "WeightsUnpickler error:"
+    marker = "WeightsUnpickler error:"  # older torch: the reason follows this marker
     if marker in text:
-        text = text.split(marker, 1)[1]
-        text = text.split(" Please use", 1)[0]
-    return one_line(Exception(text.strip()))
+        text = text.split(marker, 1)[1].split(" Please use", 1)[0]
+    paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
+    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    reasons = [p for p in paragraphs if not p.startswith(boilerplate)] or paragraphs
+    return one_line(Exception(" ".join(" ".join(reasons).split())))
 
 
 def load_meta(path: Path) -> dict[str, Any]:

@@ -17,9 +17,11 @@ import torch
 
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.distributed.process_group import LaunchEnv
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.recipes.base import load_recipe
+from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -53,23 +55,29 @@ def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = Non
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
     config, recipe = resolve_config(default_resume(user))
-    settings = config.model_dump(exclude={"recipe", "options", "resume"})
-    trainer = Trainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
-    result = trainer.fit(
-        recipe.model,
-        recipe.train_data,
-        loss_fn=recipe.loss_fn,
-        optimizer=recipe.optimizer,
-        val_data=recipe.val_data,
-        scheduler=recipe.scheduler,
-        resume=config.resume,
-    )
     out = Path(config.out_dir or f"runs/{config.recipe}")
-    if not trainer.is_rank_zero:
-        return config, result, None
-    if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
-        return config, result, out
-    write_summary(out, config, result, recipe.info)
+    check_output_dirs(out, config.checkpoint_dir)
+    launch = LaunchEnv.from_env()
+    with claim(out, rank=launch.rank if launch else 0):
+        # A restarted attempt of a launched job continues in the directory its first attempt made.
+        if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
+        trainer = Trainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
+        result = trainer.fit(
+            recipe.model,
+            recipe.train_data,
+            loss_fn=recipe.loss_fn,
+            optimizer=recipe.optimizer,
+            val_data=recipe.val_data,
+            scheduler=recipe.scheduler,
+            resume=config.resume,
+        )
+        if not trainer.is_rank_zero:
+            return config, result, None
+        if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
+            return config, result, out
+        write_summary(out, config, result, recipe.info)
     return config, result, out
 
 
