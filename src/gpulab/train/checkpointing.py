@@ -70,7 +70,7 @@ class Checkpointer:
             "train_loss": trainer.train_loss_state(),
             "micro_batch": trainer.micro_batch_state(),
             "data": trainer.train_source.state_dict(),
-            "rng": capture_rng(),
+            **_rng_payload(trainer),
             "config": trainer.settings.model_dump(),
             "trajectory": trainer.trajectory,
             "resolved": {"precision": trainer.runtime.precision.name},
@@ -154,9 +154,30 @@ class Checkpointer:
         trainer.load_train_loss_state(st.get("train_loss"))
         trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step
-        restore_rng(st["rng"])  # last: nothing after it may draw random numbers before training resumes
+        # Last: nothing after it may draw random numbers before training resumes. Each rank takes its own.
+        per_rank, rt = st.get("rng_per_rank"), trainer.runtime
+        own = (
+            per_rank[rt.rank] if isinstance(per_rank, list) and len(per_rank) == rt.world_size else st["rng"]
+        )
+        restore_rng(own, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+def _own_cuda(trainer: Trainer) -> list[int]:
+    """The CUDA device this rank computes on (its RNG is the only one it draws from), or none."""
+    device = trainer.runtime.device
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def _rng_payload(trainer: Trainer) -> dict[str, Any]:
+    """``rng``: this rank's generators (rank 0's is what a full checkpoint keeps there, as before);
+    ``rng_per_rank``: every rank's, gathered (a collective), so each rank resumes its own stream --
+    ranks draw different numbers (dropout on different data, rank-dependent sampling)."""
+    mine = capture_rng(cuda_devices=_own_cuda(trainer))
+    return {"rng": mine, "rng_per_rank": trainer.runtime.strategy.all_gather_object(mine)}
 
 
 class _FullLayout:
