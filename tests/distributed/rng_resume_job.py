@@ -5,7 +5,8 @@
 DDP on gloo; the model has dropout, and each rank also draws ``rank + 1`` extra numbers a step, so the
 ranks' random streams differ. ``resume: auto``: a restarted attempt continues from the newest checkpoint.
 With ``--die-after K`` rank 1 of the first attempt exits right after step K's checkpoint. Each rank
-writes ``rankN.pt``: its final parameters and its CPU generator's state.
+writes ``rankN.pt``: its final parameters, its CPU generator's state, and the checkpoint files it hashed
+while resuming.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import torch
 from torch import nn
 
+from gpulab.train import checkpoint_io
 from gpulab.train.callbacks import Callback
 from gpulab.train.trainer import Trainer
 
@@ -30,6 +32,24 @@ class Noisy(nn.Module):
         if self.training:
             torch.rand(self.rank + 1)  # rank-dependent draws: the ranks' generators diverge
         return self.net(x)
+
+
+class HashLog(Callback):
+    """Records which checkpoint files this rank hashes while it resumes (until the fit starts)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] | None = []
+        real = checkpoint_io.sha256_of
+
+        def logged(path):
+            if self.names is not None:
+                self.names.append(f"{path.parent.name}/{path.name}")
+            return real(path)
+
+        checkpoint_io.sha256_of = logged
+
+    def on_fit_start(self, trainer, state):
+        self.hashed, self.names = self.names, None
 
 
 class DieAfter(Callback):
@@ -53,14 +73,14 @@ def main() -> None:
     model = Noisy()
     trainer = Trainer(device="cpu", precision="fp32", batch_size=8, max_steps=12, checkpoint_every=4,
                       keep_last=None, log_every=4, out_dir=args.out, progress=False, tensorboard=False,
-                      seed=5, callbacks=[DieAfter(args.die_after)])  # fmt: skip
+                      seed=5, callbacks=[DieAfter(args.die_after), hashes := HashLog()])  # fmt: skip
     trainer.fit(model, (x, y), loss_fn=nn.functional.cross_entropy,
                 optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2), resume="auto")  # fmt: skip
     state = {
         k: v.detach().clone() for k, v in trainer.runtime.strategy.unwrap(trainer.model).state_dict().items()
     }
-    torch.save({"params": state, "rng": torch.get_rng_state(), "resumed_from": str(trainer.resumed_from)},
-               os.path.join(args.out, f"rank{trainer.runtime.rank}.pt"))  # fmt: skip
+    torch.save({"params": state, "rng": torch.get_rng_state(), "resumed_from": str(trainer.resumed_from),
+                "hashed": hashes.hashed}, os.path.join(args.out, f"rank{trainer.runtime.rank}.pt"))  # fmt: skip
 
 
 if __name__ == "__main__":

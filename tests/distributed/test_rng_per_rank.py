@@ -1,6 +1,7 @@
 """Each rank resumes its own random stream: 2 gloo ranks whose generators differ (dropout plus
 rank-dependent draws), rank 1 killed after the step-8 checkpoint, restarted by ``gpulab launch``
-(``--max-restarts 1``, ``resume: auto``): every rank ends bit for bit where the uninterrupted run ends."""
+(``--max-restarts 1``, ``resume: auto``): every rank ends bit for bit where the uninterrupted run ends,
+and the ranks shared the hashing of the checkpoint they resumed from (each hashed its own share)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ def test_each_rank_resumes_its_own_rng_bit_exactly(tmp_path):
         assert torch.equal(resumed[rank]["rng"], straight[rank]["rng"]), f"rank {rank}'s generator"
         for name, value in straight[rank]["params"].items():
             assert torch.equal(resumed[rank]["params"][name], value), f"rank {rank}: {name}"
+    # resuming, each rank hashed its own share of the checkpoint's files, and together all of them, once
+    shares = [resumed[rank]["hashed"] for rank in range(2)]
+    assert shares[0] and shares[1] and not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == [
+        f"step-00000008/{name}" for name in ("meta.json", "model.safetensors", "state.pt")
+    ]

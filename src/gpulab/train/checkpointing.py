@@ -23,13 +23,13 @@ from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.train.checkpoint import (
     LoadedCheckpoint,
     apply_model_state,
-    load_checkpoint,
+    read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
 from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-from gpulab.train.checkpoint_io import LATEST, set_aside
-from gpulab.train.checkpoint_read import locate, step_dirs
+from gpulab.train.checkpoint_io import LATEST, read_manifest, set_aside
+from gpulab.train.checkpoint_read import locate, problem, step_dirs
 from gpulab.train.rng_state import capture_rng
 
 if TYPE_CHECKING:
@@ -102,7 +102,13 @@ class Checkpointer:
         no later save prunes them and a person can look at them.
         """
         refused: list[tuple[Path, str]] = []
-        found = locate(Path(self.root if which == LATEST else which), refused=refused)[0]
+
+        def check(directory: Path) -> str | None:
+            return _shared_problem(directory, trainer)
+
+        found, verified = locate(Path(self.root if which == LATEST else which), refused=refused, check=check)
+        if not verified and (why := check(found)) is not None:
+            raise CheckpointError(why)
         if not refused:
             return found
         records = []
@@ -122,7 +128,7 @@ class Checkpointer:
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
-        ckpt = load_checkpoint(self.locate(which, trainer))
+        ckpt = read_verified_checkpoint(self.locate(which, trainer))  # verified by every rank together
         st = ckpt.state
         missing = [k for k in ("optimizer", "progress", "data", "rng", "config") if k not in st]
         if missing:
@@ -162,6 +168,22 @@ class Checkpointer:
         restore_rng(own, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+def _shared_problem(directory: Path, trainer: Trainer) -> str | None:
+    """Verify a checkpoint with the ranks sharing the work: each hashes its own share of the files (and
+    checks every size); one gather tells every rank every verdict, so all decide alike. Called the same
+    number of times on every rank (they see the same directories)."""
+    rt = trainer.runtime
+    if rt.world_size == 1:
+        return problem(directory)
+    try:
+        names = sorted(read_manifest(directory))
+        mine = problem(directory, hash_only=names[rt.rank :: rt.world_size])
+    except CheckpointError as exc:
+        mine = str(exc)
+    found = [why for why in rt.strategy.all_gather_object(mine) if why is not None]
+    return found[0] if found else None
 
 
 def _own_cuda(trainer: Trainer) -> list[int]:
