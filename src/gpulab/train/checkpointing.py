@@ -12,14 +12,13 @@ for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, ever
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import gpulab
-from gpulab.errors import CheckpointError, GpulabWarning
+from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint import (
     LoadedCheckpoint,
     apply_model_state,
@@ -28,9 +27,10 @@ from gpulab.train.checkpoint import (
     save_checkpoint,
 )
 from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-from gpulab.train.checkpoint_io import LATEST, read_manifest, set_aside
-from gpulab.train.checkpoint_read import locate, problem, step_dirs
-from gpulab.train.rng_state import capture_rng
+from gpulab.train.checkpoint_io import LATEST
+from gpulab.train.checkpoint_read import step_dirs
+from gpulab.train.resume_locate import locate_for_resume
+from gpulab.train.rng_state import capture_rng, validate_rng
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
@@ -95,36 +95,9 @@ class Checkpointer:
         return LATEST if step_dirs(self.root) else None
 
     def locate(self, which: str, trainer: Trainer) -> Path:
-        """``latest`` under this run's checkpoint root, or a checkpoint directory (or root) given by path.
-
-        Checkpoints passed over because they do not verify are named in one warning and in the run's
-        summary (``refused_checkpoints``); under this run's root rank 0 renames them ``NAME.refused``, so
-        no later save prunes them and a person can look at them.
-        """
-        refused: list[tuple[Path, str]] = []
-
-        def check(directory: Path) -> str | None:
-            return _shared_problem(directory, trainer)
-
-        found, verified = locate(Path(self.root if which == LATEST else which), refused=refused, check=check)
-        if not verified and (why := check(found)) is not None:
-            raise CheckpointError(why)
-        if not refused:
-            return found
-        records = []
-        for directory, why in refused:
-            kept = directory
-            if trainer.runtime.is_rank_zero and directory.parent == self.root and directory.is_dir():
-                kept = set_aside(directory)
-            records.append({"path": str(directory), "reason": why, "kept_as": str(kept)})
-        trainer.extras["refused_checkpoints"] = records
-        if trainer.runtime.is_rank_zero:
-            names = "; ".join(
-                f"{Path(r['path']).name} refused ({r['reason']}), kept as {Path(r['kept_as']).name}"
-                for r in records
-            )
-            warnings.warn(f"{names}; resuming from {found}", GpulabWarning, stacklevel=2)
-        return found
+        """``latest`` under this run's root, or a checkpoint directory (or root) given by path: verified by
+        the ranks together, refused ones named and kept aside (``resume_locate``)."""
+        return locate_for_resume(self.root, which, trainer.runtime, trainer.extras)
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
@@ -137,6 +110,8 @@ class Checkpointer:
             )
         if not force:
             _refuse_if_changed(ckpt.path, st, trainer)
+        rng = _own_rng(st, trainer)
+        validate_rng(rng, cuda_devices=_own_cuda(trainer))  # before anything is applied
         strategy = trainer.runtime.strategy
         if ckpt.layout != strategy.checkpoint_layout:
             raise CheckpointError(
@@ -161,29 +136,16 @@ class Checkpointer:
         trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step
         # Last: nothing after it may draw random numbers before training resumes. Each rank takes its own.
-        per_rank, rt = st.get("rng_per_rank"), trainer.runtime
-        own = (
-            per_rank[rt.rank] if isinstance(per_rank, list) and len(per_rank) == rt.world_size else st["rng"]
-        )
-        restore_rng(own, cuda_devices=_own_cuda(trainer))
+        restore_rng(rng, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
 
 
-def _shared_problem(directory: Path, trainer: Trainer) -> str | None:
-    """Verify a checkpoint with the ranks sharing the work: each hashes its own share of the files (and
-    checks every size); one gather tells every rank every verdict, so all decide alike. Called the same
-    number of times on every rank (they see the same directories)."""
-    rt = trainer.runtime
-    if rt.world_size == 1:
-        return problem(directory)
-    try:
-        names = sorted(read_manifest(directory))
-        mine = problem(directory, hash_only=names[rt.rank :: rt.world_size])
-    except CheckpointError as exc:
-        mine = str(exc)
-    found = [why for why in rt.strategy.all_gather_object(mine) if why is not None]
-    return found[0] if found else None
+def _own_rng(st: dict[str, Any], trainer: Trainer) -> Any:
+    """This rank's saved generators (``rng``, rank 0's, when the world size changed or for an older
+    checkpoint)."""
+    per_rank, rt = st.get("rng_per_rank"), trainer.runtime
+    return per_rank[rt.rank] if isinstance(per_rank, list) and len(per_rank) == rt.world_size else st["rng"]
 
 
 def _own_cuda(trainer: Trainer) -> list[int]:

@@ -104,9 +104,10 @@ def _cuda_targets(
     return [(i, full[i].cpu()) for i in own] if full else []
 
 
-def validate_rng(state: Any, *, strict_cuda: bool = True) -> None:
-    """Raise ``CheckpointError`` if ``state`` is not a well-formed ``capture_rng()`` result."""
-    _cuda_targets(state, _checked(state, strict_cuda)[3], None)
+def validate_rng(state: Any, *, strict_cuda: bool = True, cuda_devices: Sequence[int] | None = None) -> None:
+    """Raise ``CheckpointError`` if ``state`` is not a well-formed ``capture_rng()`` result (that
+    ``restore_rng`` with the same ``cuda_devices`` could put back)."""
+    _cuda_targets(state, _checked(state, strict_cuda and cuda_devices is None)[3], cuda_devices)
 
 
 def _checked(state: Any, strict_cuda: bool) -> tuple[tuple, tuple, torch.Tensor, list[torch.Tensor]]:
