@@ -40,12 +40,15 @@ def _register() -> None:
 def _one_line_warnings() -> None:
     """gpulab's own warnings print as ``gpulab: warning: ...``, one line, without a source line."""
     plain = warnings.formatwarning
+    if getattr(plain, "gpulab", False):  # installed by an earlier main() in this process
+        return
 
     def format_warning(message, category, filename, lineno, line=None):
         if issubclass(category, GpulabWarning):
             return f"gpulab: warning: {message}\n"
         return plain(message, category, filename, lineno, line)
 
+    format_warning.gpulab = True
     warnings.formatwarning = format_warning
 
 

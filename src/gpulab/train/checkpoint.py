@@ -133,6 +133,12 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
+    return read_verified_checkpoint(directory)
+
+
+def read_verified_checkpoint(directory: Path) -> LoadedCheckpoint:
+    """Deserialise a checkpoint directory whose MANIFEST the caller has just verified (several ranks may
+    share that hashing); only safe formats are read either way."""
     layout = manifest_layout(directory)
     return LoadedCheckpoint(
         model_state=load_weights(directory / WEIGHTS) if layout == "full" else {},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,19 @@ def _is_root(path: Path) -> bool:
 
 
 def locate(
-    path: Path, *, verify_latest: bool = True, refused: list[tuple[Path, str]] | None = None
+    path: Path,
+    *,
+    verify_latest: bool = True,
+    refused: list[tuple[Path, str]] | None = None,
+    check: Callable[[Path], str | None] | None = None,
 ) -> tuple[Path, bool]:
     """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``.
 
     For a root, each ``step-*`` directory passed over because its manifest does not verify is appended to
-    ``refused`` as ``(directory, why)``, so a caller can say what it fell back from.
+    ``refused`` as ``(directory, why)``, so a caller can say what it fell back from. ``check`` replaces
+    ``problem`` as the verification (several ranks share the hashing).
     """
+    check = check or problem
     if path.name == LATEST and path.is_file():
         path = path.parent
     if not path.is_dir():
@@ -62,17 +69,17 @@ def locate(
     for directory in [named] * (named is not None) + list(reversed(step_dirs(path))):
         if directory in (d for d, _ in refused):
             continue
-        why = problem(directory)
+        why = check(directory)
         if why is None:
             return directory, True
         refused.append((directory, why))
     raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
 
 
-def problem(directory: Path) -> str | None:
+def problem(directory: Path, hash_only: Collection[str] | None = None) -> str | None:
     """Why ``directory``'s MANIFEST does not verify (one line), or None when it does."""
     try:
-        verify_manifest(directory)
+        verify_manifest(directory, hash_only=hash_only)
     except CheckpointError as exc:
         return str(exc)
     return None

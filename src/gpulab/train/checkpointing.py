@@ -12,25 +12,25 @@ for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, ever
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import gpulab
-from gpulab.errors import CheckpointError, GpulabWarning
+from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint import (
     LoadedCheckpoint,
     apply_model_state,
-    load_checkpoint,
+    read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
 from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-from gpulab.train.checkpoint_io import LATEST, set_aside
-from gpulab.train.checkpoint_read import locate, step_dirs
-from gpulab.train.rng_state import capture_rng
+from gpulab.train.checkpoint_io import LATEST
+from gpulab.train.checkpoint_read import step_dirs
+from gpulab.train.resume_locate import locate_for_resume
+from gpulab.train.rng_state import capture_rng, validate_rng
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
@@ -70,7 +70,7 @@ class Checkpointer:
             "train_loss": trainer.train_loss_state(),
             "micro_batch": trainer.micro_batch_state(),
             "data": trainer.train_source.state_dict(),
-            "rng": capture_rng(),
+            **_rng_payload(trainer),
             "config": trainer.settings.model_dump(),
             "trajectory": trainer.trajectory,
             "resolved": {"precision": trainer.runtime.precision.name},
@@ -95,34 +95,13 @@ class Checkpointer:
         return LATEST if step_dirs(self.root) else None
 
     def locate(self, which: str, trainer: Trainer) -> Path:
-        """``latest`` under this run's checkpoint root, or a checkpoint directory (or root) given by path.
-
-        Checkpoints passed over because they do not verify are named in one warning and in the run's
-        summary (``refused_checkpoints``); under this run's root rank 0 renames them ``NAME.refused``, so
-        no later save prunes them and a person can look at them.
-        """
-        refused: list[tuple[Path, str]] = []
-        found = locate(Path(self.root if which == LATEST else which), refused=refused)[0]
-        if not refused:
-            return found
-        records = []
-        for directory, why in refused:
-            kept = directory
-            if trainer.runtime.is_rank_zero and directory.parent == self.root and directory.is_dir():
-                kept = set_aside(directory)
-            records.append({"path": str(directory), "reason": why, "kept_as": str(kept)})
-        trainer.extras["refused_checkpoints"] = records
-        if trainer.runtime.is_rank_zero:
-            names = "; ".join(
-                f"{Path(r['path']).name} refused ({r['reason']}), kept as {Path(r['kept_as']).name}"
-                for r in records
-            )
-            warnings.warn(f"{names}; resuming from {found}", GpulabWarning, stacklevel=2)
-        return found
+        """``latest`` under this run's root, or a checkpoint directory (or root) given by path: verified by
+        the ranks together, refused ones named and kept aside (``resume_locate``)."""
+        return locate_for_resume(self.root, which, trainer.runtime, trainer.extras)
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
-        ckpt = load_checkpoint(self.locate(which, trainer))
+        ckpt = read_verified_checkpoint(self.locate(which, trainer))  # verified by every rank together
         st = ckpt.state
         missing = [k for k in ("optimizer", "progress", "data", "rng", "config") if k not in st]
         if missing:
@@ -131,6 +110,8 @@ class Checkpointer:
             )
         if not force:
             _refuse_if_changed(ckpt.path, st, trainer)
+        rng = _own_rng(st, trainer)
+        validate_rng(rng, cuda_devices=_own_cuda(trainer))  # before anything is applied
         strategy = trainer.runtime.strategy
         if ckpt.layout != strategy.checkpoint_layout:
             raise CheckpointError(
@@ -154,9 +135,33 @@ class Checkpointer:
         trainer.load_train_loss_state(st.get("train_loss"))
         trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step
-        restore_rng(st["rng"])  # last: nothing after it may draw random numbers before training resumes
+        # Last: nothing after it may draw random numbers before training resumes. Each rank takes its own.
+        restore_rng(rng, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+def _own_rng(st: dict[str, Any], trainer: Trainer) -> Any:
+    """This rank's saved generators (``rng``, rank 0's, when the world size changed or for an older
+    checkpoint)."""
+    per_rank, rt = st.get("rng_per_rank"), trainer.runtime
+    return per_rank[rt.rank] if isinstance(per_rank, list) and len(per_rank) == rt.world_size else st["rng"]
+
+
+def _own_cuda(trainer: Trainer) -> list[int]:
+    """The CUDA device this rank computes on (its RNG is the only one it draws from), or none."""
+    device = trainer.runtime.device
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def _rng_payload(trainer: Trainer) -> dict[str, Any]:
+    """``rng``: this rank's generators (rank 0's is what a full checkpoint keeps there, as before);
+    ``rng_per_rank``: every rank's, gathered (a collective), so each rank resumes its own stream --
+    ranks draw different numbers (dropout on different data, rank-dependent sampling)."""
+    mine = capture_rng(cuda_devices=_own_cuda(trainer))
+    return {"rng": mine, "rng_per_rank": trainer.runtime.strategy.all_gather_object(mine)}
 
 
 class _FullLayout:

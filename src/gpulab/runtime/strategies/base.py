@@ -112,6 +112,10 @@ class Strategy:
         """Rank ``src``'s ``obj`` on every rank (a picklable object)."""
         return obj
 
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (a picklable object), in rank order, on every rank."""
+        return [obj]
+
     def run_on_rank_zero(self, fn: Callable[[], T], *, name: str, timeout_s: float | None = None) -> T | None:
         """Run ``fn`` on rank 0 while the others wait for it; its result there, None elsewhere.
 

@@ -94,6 +94,12 @@ class ProcessGroupStrategy(Strategy):
             dist.broadcast_object_list(box, src=src)
         return box[0]
 
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        with self.collective("all_gather_object"):
+            dist.all_gather_object(out, obj)
+        return out
+
     def run_on_rank_zero(self, fn: Callable[[], T], *, name: str, timeout_s: float | None = None) -> T | None:
         key = f"{self._rank_zero_calls}"
         self._rank_zero_calls += 1

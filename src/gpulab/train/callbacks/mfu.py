@@ -43,12 +43,14 @@ class MfuCallback(Callback):
         self._summary: dict[str, Any] = {}
         self.note = ""
         self._first_step = None  # a FlopCounterMode counting the first real step (sharded models)
+        self._samples_before = 0  # samples_seen when this fit started (restored by a resume)
 
     def on_fit_start(self, trainer, state):
         from gpulab.profiling.flops import device_peaks
 
         rt = trainer.runtime
         self.world_size = rt.world_size
+        self._samples_before = state.samples_seen  # a resumed run's first step counts only its own samples
         sharded = holds_shards(trainer.model)
         if self.flops_per_sample is None and not sharded:
             try:
@@ -63,7 +65,8 @@ class MfuCallback(Callback):
     def on_step_end(self, trainer, state):
         if self._first_step is not None:
             flops = self._stop_counting()
-            self.flops_per_sample = flops / state.samples_seen if state.samples_seen else None
+            samples = state.samples_seen - self._samples_before
+            self.flops_per_sample = flops / samples if samples else None
 
     def _stop_counting(self) -> int:
         counter, self._first_step = self._first_step, None
