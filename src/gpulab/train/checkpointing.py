@@ -27,7 +27,6 @@ from gpulab.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
 from gpulab.train.rng_state import capture_rng
 
 if TYPE_CHECKING:
@@ -156,6 +155,9 @@ class _ShardedLayout:
 
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
+        # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
+        from gpulab.train.checkpoint_dcp import save_sharded_checkpoint
+
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
             ckpt.root,
@@ -170,6 +172,8 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
+        from gpulab.train.checkpoint_dcp import load_sharded_checkpoint
+
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 
 
