@@ -88,25 +88,17 @@ def render_suite(name: str, suite: dict, console: Console) -> None:
         console.print(text, highlight=False, markup=False)
 
 
-def _header(figure: str, unit: str) -> str:
-    """``samples_per_s`` in samples/s -> ``samples/s``; ``step_time`` in ms -> ``step time (ms)``."""
-    name = figure.replace("_per_", "/").replace("_", " ")
-    return name if unit.lower() in name.lower() else f"{name} ({unit})"
-
-
 def _table(rows: list[dict]) -> Table:
-    from gpulab.bench.report import format_number
+    from gpulab.bench.report import figure_header, format_number, label
 
     keys = list(dict.fromkeys(k for r in rows for k in r["key"]))
     figures = list(dict.fromkeys(f for r in rows for f in r["figures"]))
     table = Table()
     units = {f: next(r["figures"][f]["unit"] for r in rows if f in r["figures"]) for f in figures}
     for column in keys:
-        table.add_column(
-            column.replace("_mib", " (MiB)").replace("_", " "), overflow="fold"
-        )  # too narrow: fold, never cut
+        table.add_column(label(column), overflow="fold")  # too narrow: fold, never cut
     for f in figures:
-        table.add_column(_header(f, units[f]), justify="right", overflow="fold")
+        table.add_column(figure_header(f, units[f]), justify="right", overflow="fold")
     for r in rows:
         cells = [str(r["key"].get(k, "")) for k in keys]
         cells += [format_number(r["figures"][f]["value"]) if f in r["figures"] else "-" for f in figures]
