@@ -20,7 +20,9 @@ def bench(
         "transfer. Or `compare A.json B.json` to compare two runs.",
     ),
     quick: bool = typer.Option(
-        False, "--quick", help="Fewer sizes and steps: a few minutes on a laptop CPU."
+        False,
+        "--quick",
+        help="Fewer sizes and steps: about half a minute on a quiet 2-core CPU, minutes on a busy one.",
     ),
     device: str = typer.Option("auto", help="auto|cpu|cuda|cuda:N"),
     out: Path = typer.Option(
