@@ -61,3 +61,8 @@ def test_no_bool_metavar_and_docstring_paragraphs_reflowed(verb):
             textwrap.fill(" ".join(paragraph.split()), 78, initial_indent="  ", subsequent_indent="  ")
             in text
         )
+
+
+@pytest.mark.parametrize("verb", ["train", "profile"])
+def test_set_shows_what_it_takes(verb):
+    assert "--set KEY=VALUE" in _help(verb)

@@ -45,7 +45,7 @@ def profile(
         "--memory-snapshot",
         help="CUDA: also write DIR/memory_snapshot.pickle for pytorch.org/memory_viz",
     ),
-    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
     """Time and profile training steps: where a step's time goes.
 

@@ -28,7 +28,7 @@ def train(
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
     resume: str = typer.Option(None, help="Checkpoint directory, or 'latest'"),
-    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
     """Train a built-in recipe or your own module:function.
 
