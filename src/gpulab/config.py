@@ -105,7 +105,11 @@ class TrainerSettings(Settings):
     growth_interval: int = Field(
         2000, ge=1, description="fp16-mixed: steps without overflow before the scale grows"
     )
-    progress: bool | None = Field(None, description="progress bar; None: only when stdout is a terminal")
+    progress: bool | None = Field(
+        None,
+        description="progress bar; None: a bar when stdout is a terminal, else a plain line every 10 s; "
+        "False: neither",
+    )
     out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
     tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
     checkpoints: bool = Field(True, description="write checkpoints (resuming from one works either way)")

@@ -40,6 +40,12 @@ def test_inspect_and_export(run_dir, tmp_path):
     report = json.loads(proc.stdout)
     assert report["valid"] and report["step"] == 12
     assert {f["name"] for f in report["files"]} >= {"model.safetensors", "state.pt", "meta.json"}
+    # The table prints every metric as a person reads it: at most six significant digits.
+    text = gpulab("checkpoint", "inspect", str(run_dir / "checkpoints")).stdout
+    for key, value in report["metrics"].items():
+        assert (
+            f"  {key} = {value:.6g}\n" in text if isinstance(value, float) else f"  {key} = {value}\n" in text
+        )
     dest = tmp_path / "mlp.safetensors"
     assert gpulab("checkpoint", "export", str(run_dir / "checkpoints"), "--to", str(dest)).returncode == 0
     assert "0.weight" in load_file(dest)

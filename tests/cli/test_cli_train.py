@@ -46,6 +46,7 @@ def test_train_writes_summary_and_metrics(tmp_path):
         "train", "mlp", "--out", str(out), "--max-steps", "20", "--set", "log_every=5", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
+    assert "mlp: 20 steps, 1 epoch on " in proc.stdout  # not "1 epochs"
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary.keys() >= SUMMARY_KEYS

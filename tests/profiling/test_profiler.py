@@ -98,6 +98,9 @@ def test_cli_profile_prints_the_breakdown(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "data wait" in out and "backward" in out and "fix:" in out
+    title, top = out.splitlines()[:2]
+    assert title.startswith("mlp on cpu (fp32), batch ") and " steps" in title  # whole, not wrapped
+    assert top.startswith("┏")
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert json.loads((tmp_path / "profile.json").read_text())["recipe"] == "mlp"
 

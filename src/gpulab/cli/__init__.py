@@ -19,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: typer's rich panels print `<bool>` beside every flag and keep a docstring's line
+    # breaks in its later paragraphs; this mode reflows paragraphs to the terminal as click does.
+    rich_markup_mode=None,
 )
 
 _state = {"debug": False}
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     _one_line_warnings()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, standalone_mode=True)
+        app(args=argv, prog_name="gpulab", standalone_mode=True)  # `python -m gpulab` says gpulab too
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except GpulabError as exc:

@@ -9,8 +9,11 @@ import typer
 from rich.table import Table
 
 from gpulab.cli.console import make_console
+from gpulab.cli.text import number
 
-checkpoint_app = typer.Typer(help="Inspect and export checkpoints.", no_args_is_help=True)
+checkpoint_app = typer.Typer(
+    help="Inspect and export checkpoints.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @checkpoint_app.command()
@@ -29,7 +32,7 @@ def inspect(
         status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
         console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
         for key, value in (report.get("metrics") or {}).items():
-            console.print(f"  {key} = {value}")
+            console.print(f"  {key} = {number(value)}")
         table = Table("file", "size", "sha256", "status")
         for f in report.get("files", []):
             table.add_row(f["name"], str(f.get("size")), (f.get("sha256") or "")[:16], f["status"])
@@ -45,7 +48,10 @@ def export(
     path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
     to: Path = typer.Option(..., "--to", help="Destination .safetensors file"),
 ) -> None:
-    """Write the model weights to one safetensors file, after verifying the checkpoint."""
+    """Write the model weights to one .safetensors file.
+
+    The checkpoint is verified against its manifest first.
+    """
     from gpulab.train.checkpoint import export_weights
 
     written = export_weights(path, to)

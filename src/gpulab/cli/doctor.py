@@ -46,7 +46,12 @@ def doctor(
         False, "--peak", help="Also time a matrix product on the auto-selected device."
     ),
 ) -> None:
-    """Check that torch, drivers, GPUs, shared memory and threads are right for training."""
+    """Check that this machine is right for training.
+
+    Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
+    memory, threads and a compute sanity check on every device, and prints the fix for what is not
+    right. Exit 1 when a check fails.
+    """
     report = run_doctor()
     out = report.to_json()
     console = make_console()

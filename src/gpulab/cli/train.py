@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gpulab.cli.console import make_console
+from gpulab.cli.text import plural
 from gpulab.config import layer_settings
 
 
@@ -32,9 +33,12 @@ def train(
     overwrite: bool = typer.Option(
         None, "--overwrite", help="Remove a previous run's outputs in --out first (else it is refused)"
     ),
-    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
-    """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
+    """Train a built-in recipe or your own module:function.
+
+    Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
+    """
     from gpulab.train.run import default_resume, run
 
     flags = {
@@ -64,7 +68,8 @@ def train(
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(
-        f"[bold]{cfg.recipe}[/]: {result.steps} steps, {result.epochs} epochs on {result.device} "
+        f"[bold]{cfg.recipe}[/]: {plural(result.steps, 'step')}, {plural(result.epochs, 'epoch')} "
+        f"on {result.device} "
         f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; "
         f"{speed}; peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
     )

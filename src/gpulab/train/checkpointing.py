@@ -26,7 +26,6 @@ from gpulab.train.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
 from gpulab.train.checkpoint_io import LATEST
 from gpulab.train.checkpoint_read import step_dirs
 from gpulab.train.resume_locate import locate_for_resume
@@ -200,6 +199,9 @@ class _ShardedLayout:
 
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
+        # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
+        from gpulab.train.checkpoint_dcp import save_sharded_checkpoint
+
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
             ckpt.root,
@@ -214,6 +216,8 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
+        from gpulab.train.checkpoint_dcp import load_sharded_checkpoint
+
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 
 

@@ -43,6 +43,7 @@ from gpulab.runtime.memory import (
 )
 from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
@@ -246,6 +247,7 @@ class Trainer:
         if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
             self._data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
+            state.first_loss = self._train_loss.mean()  # the clock just synchronised: no extra wait
         if state.global_step % s.log_every == 0:
             self._flush_log()
         if self.checkpointer is not None and self.checkpointer.due(state.global_step):
@@ -402,6 +404,8 @@ class Trainer:
         out.append(NvmlSamplerCallback())  # silent (no thread) without an NVIDIA GPU
         if s.progress if s.progress is not None else sys.stdout.isatty():
             out.append(ProgressBar())
+        elif s.progress is None:  # no terminal (a CI log, nohup, a pipe): plain lines, never silent
+            out.append(LogLines())
         if s.out_dir:
             out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
             if s.tensorboard:

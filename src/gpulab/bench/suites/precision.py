@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from gpulab.bench.harness import BenchContext, memory_kind, peak_memory
+from gpulab.bench.harness import BenchContext, memory_kind, missing_memory_note, peak_memory
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Figure, Row, SuiteResult
 from gpulab.bench.suites import Stepper, load_workload, single_runtime
@@ -61,9 +61,11 @@ def _one(ctx: BenchContext, model: str, precision: str, cfg: dict, notes: list[s
         "samples_per_s": timing.rate(work.batch_size, "samples/s"),
         "loss_after": Figure.single(loss_after, "loss"),
     }
+    info = {"loss_before": loss_before, "diverged": diverged, "batch_size": work.batch_size}
     if memory.figure is not None:
         figures["peak_memory"] = memory.figure
-    info = {"loss_before": loss_before, "diverged": diverged, "batch_size": work.batch_size}
+    else:
+        info["no_peak_memory"] = memory.kind  # why: not measurable here, or below what a reading resolves
     info |= {"steps": cfg["steps"], "skipped_steps": skipped}
     return Row({"model": model, "precision": precision}, figures, info)
 
@@ -79,7 +81,9 @@ def _notes(ctx: BenchContext, rows: list[Row]) -> list[str]:
     cpu = (
         "" if ctx.on_gpu else ": the step's working memory, not the model and optimizer state held before it"
     )
-    notes.append(f"Peak memory: {memory_kind(ctx.device)}{cpu}.")
+    if any("peak_memory" in r.figures for r in rows):
+        notes.append(f"Peak memory: {memory_kind(ctx.device)}{cpu}.")
+    notes += missing_memory_note(rows, lambda r: f"{r.key['model']} {r.key['precision']}")
     notes += _launch_bound_notes(rows) if ctx.on_gpu else []
     if not any(r.info["diverged"] for r in rows):
         notes.append("No precision diverged: every loss is finite and lower than before training.")
