@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +39,7 @@ from torch.utils.data import (
 )
 
 from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.data.streams import shards_by_worker
 from gpulab.data.tensor_batches import (
     CursorSource,
     EpochCursor,
@@ -126,11 +127,32 @@ class LoaderPolicy:
             prefetch_factor=2 if workers > 0 else None,
         )
 
+    def for_stream(self, data: IterableDataset) -> LoaderPolicy:
+        """This policy for a stream: without workers unless ``data`` shards by worker
+        (``gpulab.data.streams.shards_by_worker``); every worker would otherwise yield the whole stream.
+        Says so in one warning per dataset class when it drops the workers."""
+        if self.num_workers == 0 or shards_by_worker(data):
+            return self
+        name = type(data).__name__
+        if name not in _WARNED_STREAMS:
+            _WARNED_STREAMS.add(name)
+            warnings.warn(
+                f"the IterableDataset {name} does not split itself by torch.utils.data.get_worker_info(), "
+                f"so each of {self.num_workers} DataLoader workers would yield all of it: loading it in the "
+                "main process instead; to load it in workers, shard it in __iter__ by get_worker_info() "
+                f"(or set {name}.shards_by_worker = True if it already does)",
+                stacklevel=4,
+            )
+        return replace(self, num_workers=0, persistent_workers=False, prefetch_factor=None)
+
     def dataloader_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``torch.utils.data.DataLoader`` takes from this policy."""
         kwargs = asdict(self)
         del kwargs["resident_fraction"]
         return kwargs
+
+
+_WARNED_STREAMS: set[str] = set()  # one warning per stream class and process
 
 
 def usable_physical_cores() -> int:
@@ -394,12 +416,13 @@ def _iterable_loader(
     policy: LoaderPolicy,
 ) -> LoaderBatches:
     """An ``IterableDataset`` decides its own order; with workers it must shard by ``get_worker_info()``
-    or each worker yields every sample."""
+    or each worker yields every sample, so a stream that does not is loaded without workers."""
     if shuffle:
         raise DataError(
             f"an IterableDataset ({type(data).__name__}) cannot be shuffled by the loader; "
             "pass shuffle=False and shuffle inside the dataset"
         )
     batch_size = check_batch_size(batch_size)
+    policy = policy.for_stream(data)
     loader = DataLoader(data, batch_size=batch_size, drop_last=drop_last, **policy.dataloader_kwargs())
     return LoaderBatches(loader, device)

@@ -5,6 +5,7 @@ agreed across ranks; ``search_batch_size`` is the Trainer's ``batch_size: auto``
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
@@ -134,8 +135,13 @@ def find_batch_size(
 
 def _trial(try_step: Callable[[int], int | None], b: int, limit: int | None, device) -> BatchTrial:
     try:
-        peak = try_step(b)
-    except torch.OutOfMemoryError:
+        peak, ran_out = try_step(b), False
+    except torch.OutOfMemoryError as exc:
+        # The traceback's frames hold the failed step's tensors: clear them, and release the cache only
+        # once the ``except`` block (and with it the exception) is gone, or nothing is freed to release.
+        traceback.clear_frames(exc.__traceback__)
+        peak, ran_out = None, True
+    if ran_out:
         release_cached_memory(device)
         return BatchTrial(b, False, None, "out of memory")
     if limit is not None and peak is not None and peak > limit:
