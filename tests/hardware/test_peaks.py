@@ -256,3 +256,10 @@ def test_import_without_torch():
         "nvml.nvml_status(); nvml.read_gpu(0); nvml.parse_visible_devices('0,1')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_measuring_leaves_the_global_rng_alone(cache):
+    # MFU measures the peak at fit start, after a resume restored the RNG: a draw here would shift dropout.
+    before = torch.get_rng_state()
+    measure_peak("cpu", "fp32", n=32, repeats=1, warmup=0, use_cache=False)
+    assert torch.equal(torch.get_rng_state(), before)

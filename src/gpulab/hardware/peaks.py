@@ -261,8 +261,11 @@ def _time_matmul(dev, dtype: str, n: int, repeats: int, warmup: int) -> float:
         "bf16": torch.bfloat16,
         "fp16": torch.float16,
     }
-    a = torch.randn(n, n, device=dev, dtype=torch_dtype[dtype])
-    b = torch.randn(n, n, device=dev, dtype=torch_dtype[dtype])
+    # A private generator: measuring at fit start (after a resume restored the RNG) must not move the
+    # user's random streams, or dropout masks shift and the resumed run is no longer the same run.
+    g = torch.Generator(device=dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, dtype=torch_dtype[dtype], generator=g)
+    b = torch.randn(n, n, device=dev, dtype=torch_dtype[dtype], generator=g)
     # On CPU there are no TF32 units: tf32 is fp32 there, and leaving the flag alone changes nothing.
     context = _tf32_enabled() if dtype == "tf32" else contextlib.nullcontext()
     time_once = _cuda_timer(dev) if dev.type == "cuda" else _cpu_timer
