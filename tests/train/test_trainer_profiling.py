@@ -175,3 +175,21 @@ def test_flops_are_counted_on_the_first_real_step_not_by_a_separate_trace(monkey
     assert mfu.note == "" and mfu.flops_per_sample == expected
     assert torch._C._len_torch_dispatch_stack() == 0  # the counter is off again
 
+
+def test_mfu_never_exceeds_the_peak_it_divides_by(tmp_path, monkeypatch):
+    # A cached peak measured while the machine was busy is beaten by the run: it is re-measured (and
+    # raised to the run's figure if need be) and the summary says so, instead of printing "152 %".
+    from gpulab.hardware.peaks import cache_path, measure_peak
+
+    monkeypatch.setenv("GPULAB_CACHE_DIR", str(tmp_path))
+    measure_peak("cpu", "fp32")
+    entries = json.loads(cache_path().read_text())
+    for entry in entries.values():
+        entry["flops_per_s"] = 1.0
+    cache_path().write_text(json.dumps(entries))
+    with pytest.warns(UserWarning, match="above the cached fp32 peak"):
+        trainer, result = _fit(mfu=True, max_steps=12, log_every=4)
+    logged = [h["mfu_measured"] for h in trainer.history if "mfu_measured" in h]
+    assert logged and all(0 < m <= 1 for m in logged)
+    assert 0 < result.extras["mfu"]["mfu_measured"] <= 1
+    assert "re-measured" in result.extras["mfu"]["note"]

@@ -280,6 +280,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
     peaks = device_peaks(rt.device, precision, measure=o.measure_peak)
     flops_per_step = flops.per_sample * batch_size  # per rank, at the configured batch
     achieved = flops_per_step / step_s if step_s > 0 else None
+    peaks, peak_note = peaks.within_peak(achieved)  # MFU never above 100 % of the figure it divides by
     mfu = peaks.mfu(achieved)
     util = nvml.gpu_utilization_pct if nvml.available else None
     diag = diagnose(
@@ -315,7 +316,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         "flops_per_sample": flops.per_sample,
         "flops_method": flops.method,
         "achieved_flops_per_s": achieved,
-        "peaks": peaks.to_json(),
+        "peaks": {**peaks.to_json(), **({"note": peak_note} if peak_note else {})},
         **mfu,
         "memory": memory.to_json(),
         "nvml": nvml.to_json(),

@@ -8,11 +8,13 @@ compiled model, or one under ``micro_batch: auto`` (whose first step may be retr
 out-of-memory), is traced once with fake tensors at fit start instead (``profiling.flops``). At every log
 the throughput the Trainer measured becomes ``mfu`` (against the datasheet peak of this GPU and precision,
 when the part is known) and ``mfu_measured`` (against the matmul peak measured on this device,
-``hardware.peaks.measure_peak``, cached). Per device: the global samples/s is divided by the world size.
+``hardware.peaks.measure_peak``, cached; a run that beats it has it re-measured, so ``mfu_measured`` never
+exceeds 1). Per device: the global samples/s is divided by the world size.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
@@ -97,6 +99,10 @@ class MfuCallback(Callback):
         if self.peaks is None or not self.flops_per_sample or not samples_per_s:
             return {"mfu": None, "mfu_measured": None}
         achieved = self.flops_per_sample * samples_per_s / self.world_size
+        self.peaks, note = self.peaks.within_peak(achieved)  # never above 100 % of its divisor
+        if note:
+            self.note = f"{self.note}; {note}" if self.note else note
+            warnings.warn(f"MFU: {note}", stacklevel=2)
         return self.peaks.mfu(achieved)
 
     def on_log(self, trainer, state, metrics):
