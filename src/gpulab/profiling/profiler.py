@@ -36,6 +36,7 @@ import torch
 
 from gpulab.data import make_loader
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import diagnose
 from gpulab.profiling.flops import device_peaks, training_step_flops
 from gpulab.profiling.sampler import NvmlSampler
@@ -292,6 +293,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         fixed_cost_fraction=fixed_fraction,
         precision=precision,
         compiled=compiled,
+        native=native_dtypes(rt.device),
     )
     parts = sum(breakdown.get(k, 0.0) for k in (*PHASES, "idle"))
     from gpulab.train.run import environment
