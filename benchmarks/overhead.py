@@ -5,9 +5,12 @@
       fed the same DataLoader; its defaults include running torch's Adam on its fused kernels
   (b0) the same, with the optimizer exactly as given (fuse_optimizer=False): the loop's own overhead
   (c) the Trainer fed plain tensors (its fast path: index batching, data resident on the device)
+  (cm) (c) with mfu=True, as `gpulab train` runs (the matmul peak and the FLOP count)
   (c2) on a GPU only: (c) with compile_mode=reduce-overhead, the model's forward and backward replayed
       as CUDA graphs (the issue's "CUDA graphs through compile are fair game"; on a CPU inductor is slower)
 
+Besides us/step of the loop alone, every variant's whole job is timed from the ``fit()`` call (for (a): the
+line after the model is built) to its return: the fixed cost a short job pays on top of its steps.
 Repeats are interleaved (a, b, c, a, b, c, ...) so drift in machine load hits all three alike; the
 median per variant is reported, ratios last.
 Usage: python benchmarks/overhead.py [--device cuda] [--repeats 5]
@@ -40,10 +43,13 @@ from gpulab.train.trainer import Trainer
 BATCH, EPOCHS, LR = 64, 16, 1e-3
 
 
-def hand_written(x, y, device: torch.device) -> float:
-    """The tutorial loop: DataLoader over a TensorDataset, .to(device) per batch. Returns us/step."""
+def hand_written(x, y, device: torch.device) -> tuple[float, float]:
+    """The tutorial loop: DataLoader over a TensorDataset, .to(device) per batch.
+
+    Returns (us/step of the loop, seconds of the whole job with its set-up)."""
     torch.manual_seed(0)
     model = make_model().to(device)
+    start = time.perf_counter()  # the model is the user's on both sides: set-up starts after it
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     loss_fn = nn.BCEWithLogitsLoss()
     loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True)
@@ -59,7 +65,8 @@ def hand_written(x, y, device: torch.device) -> float:
             opt.step()
             steps += 1
     synchronize(device)
-    return (time.perf_counter() - t0) / steps * 1e6
+    end = time.perf_counter()
+    return (end - t0) / steps * 1e6, end - start
 
 
 class LoopTimer(Callback):
@@ -74,8 +81,10 @@ class LoopTimer(Callback):
         self.seconds = time.perf_counter() - self.t0
 
 
-def with_trainer(data, device: torch.device, out_dir: str, **settings) -> float:
-    """The Trainer with progress bar and JSONL + TensorBoard logging on. Returns us/step.
+def with_trainer(data, device: torch.device, out_dir: str, **settings) -> tuple[float, float]:
+    """The Trainer with progress bar and JSONL + TensorBoard logging on.
+
+    Returns (us/step of the loop, seconds from the ``fit()`` call to its return, set-up included).
 
     Checkpoints are off: (a) saves none, and a run this short would mostly time their disk writes."""
     torch.manual_seed(0)
@@ -85,10 +94,14 @@ def with_trainer(data, device: torch.device, out_dir: str, **settings) -> float:
         out_dir=out_dir, log_every=50, callbacks=[timer], checkpoints=False, **settings,
     )  # fmt: skip
     loss_fn = nn.BCEWithLogitsLoss()
-    result = trainer.fit(make_model(), data, loss_fn=loss_fn, optimizer=lambda p: torch.optim.Adam(p, lr=LR))
+    model = make_model()
+    start = time.perf_counter()
+    result = trainer.fit(model, data, loss_fn=loss_fn, optimizer=lambda p: torch.optim.Adam(p, lr=LR))
+    synchronize(device)
+    whole = time.perf_counter() - start
     if settings.get("compile") and not result.compiled:
         raise RuntimeError("torch.compile fell back to eager (see the warning above)")
-    return timer.seconds / result.steps * 1e6
+    return timer.seconds / result.steps * 1e6, whole
 
 
 def main() -> None:
@@ -110,6 +123,7 @@ def main() -> None:
         "b_trainer_same_dataloader": lambda: with_trainer(loader(), device, tmp),
         "b0_trainer_optimizer_as_given": lambda: with_trainer(loader(), device, tmp, fuse_optimizer=False),
         "c_trainer_tensors": lambda: with_trainer((x, y), device, tmp),
+        "cm_trainer_tensors_mfu": lambda: with_trainer((x, y), device, tmp, mfu=True),
     }
     if device.type == "cuda":
         variants["c2_trainer_tensors_cuda_graphs"] = lambda: with_trainer(
@@ -125,9 +139,12 @@ def main() -> None:
                 print(f"{name}: not measured: {type(exc).__name__}: {exc}", file=sys.stderr)
                 del variants[name]
         times: dict[str, list[float]] = {k: [] for k in variants}
+        whole: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(args.repeats):
             for name, fn in variants.items():
-                times[name].append(fn())
+                us, seconds = fn()
+                times[name].append(us)
+                whole[name].append(seconds)
     med = {k: statistics.median(v) for k, v in times.items()}
     a, b, b0, c = (times[k] for k in list(variants)[:4])
     # Each ratio is taken within a round (runs seconds apart) and the median of those is reported: a
@@ -136,12 +153,16 @@ def main() -> None:
         "b_over_a": paired_median(b, a),
         "b0_over_a": paired_median(b0, a),
         "a_over_c": paired_median(a, c),
+        # Whole jobs, set-up included: what a short run as `gpulab train` starts it (MFU on) keeps.
+        "a_over_c_whole": paired_median(whole["a_hand_written_dataloader"], whole["c_trainer_tensors"]),
+        "a_over_cm_whole": paired_median(whole["a_hand_written_dataloader"], whole["cm_trainer_tensors_mfu"]),
     }
     if "c2_trainer_tensors_cuda_graphs" in times:
         ratios["a_over_c2"] = paired_median(a, times["c2_trainer_tensors_cuda_graphs"])
     report = {
         "us_per_step_median": med,
         "us_per_step_min": {k: min(v) for k, v in times.items()},
+        "whole_job_s_median": {k: round(statistics.median(v), 4) for k, v in whole.items()},
         **ratios,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
@@ -157,10 +178,14 @@ def main() -> None:
     for name, us in med.items():
         runs = ", ".join(f"{t:.0f}" for t in times[name])
         print(f"{name:30s} {us:7.1f} us/step median, {min(times[name]):7.1f} min   (runs: {runs})")
+    for name, seconds in report["whole_job_s_median"].items():
+        print(f"{name:30s} {seconds * 1e3:7.1f} ms whole job (set-up included), median")
     print("ratios: the median over rounds of each round's ratio")
     print(f"(b)/(a)  = {ratios['b_over_a']:.3f}  target <= 1.03  (the Trainer as it comes, same DataLoader)")
     print(f"(b0)/(a) = {ratios['b0_over_a']:.3f}  (the loop alone: the hand-written loop's Adam kernels)")
     print(f"(a)/(c)  = {ratios['a_over_c']:.2f}   target >= 2 on CPU, >= 5 on a GPU  (fast path speed-up)")
+    print(f"(a)/(c)  = {ratios['a_over_c_whole']:.2f}   whole jobs, set-up included")
+    print(f"(a)/(cm) = {ratios['a_over_cm_whole']:.2f}   whole jobs, with MFU on as `gpulab train` runs")
     if "a_over_c2" in ratios:
         print(f"(a)/(c2) = {ratios['a_over_c2']:.2f}   (the fast path, CUDA graphs through torch.compile)")
 

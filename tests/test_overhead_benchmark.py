@@ -25,7 +25,10 @@ def test_overhead_benchmark_reports_all_variants_and_ratios():
         "b_trainer_same_dataloader",
         "b0_trainer_optimizer_as_given",
         "c_trainer_tensors",
+        "cm_trainer_tensors_mfu",
     }
     assert all(us > 0 for us in report["us_per_step_median"].values())
-    assert {"b_over_a", "b0_over_a", "a_over_c"} <= report.keys()
+    assert {"b_over_a", "b0_over_a", "a_over_c", "a_over_c_whole", "a_over_cm_whole"} <= report.keys()
+    assert report["whole_job_s_median"].keys() == report["us_per_step_median"].keys()
+    assert all(s > 0 for s in report["whole_job_s_median"].values())
     assert report["steps_per_run"] == 2000 and report["threads"] == 1

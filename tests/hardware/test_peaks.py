@@ -256,3 +256,40 @@ def test_import_without_torch():
         "nvml.nvml_status(); nvml.read_gpu(0); nvml.parse_visible_devices('0,1')\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_measuring_leaves_the_global_rng_alone(cache):
+    # MFU measures the peak at fit start, after a resume restored the RNG: a draw here would shift dropout.
+    before = torch.get_rng_state()
+    measure_peak("cpu", "fp32", n=32, repeats=1, warmup=0, use_cache=False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_train_doctor_and_profile_share_one_cached_peak_written_only_when_new(cache):
+    from gpulab.profiling.flops import device_peaks
+
+    first = device_peaks("cpu", "fp32")  # what train and profile use
+    written = cache.stat()
+    again = device_peaks("cpu", "fp32")
+    assert again.measured == first.measured
+    assert (cache.stat().st_ino, cache.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    doctor = measure_peak("cpu", "fp32")  # what `gpulab doctor --peak` shows: the same figure
+    assert doctor.cached and doctor.flops_per_s == first.measured
+
+
+def test_a_run_beating_the_cached_peak_re_measures_it_and_mfu_stays_within_100_percent(cache):
+    from gpulab.profiling.flops import device_peaks
+
+    measure_peak("cpu", "fp32")
+    entries = json.loads(cache.read_text())
+    (key,) = entries
+    entries[key]["flops_per_s"] = 1.0  # a peak measured while the machine was very busy
+    cache.write_text(json.dumps(entries))
+    peaks = device_peaks("cpu", "fp32")
+    assert peaks.measured == 1.0
+    fresh, note = peaks.within_peak(1e6)
+    assert fresh.measured > 1e6 and "re-measured" in note
+    assert fresh.mfu(1e6)["mfu_measured"] < 1
+    assert json.loads(cache.read_text())[key]["flops_per_s"] == fresh.measured  # the cache keeps it
+    raised, note = device_peaks("cpu", "fp32").within_peak(1e18)  # faster than any product: raised to it
+    assert raised.measured == 1e18 and raised.mfu(1e18)["mfu_measured"] == 1.0 and "peak now" in note

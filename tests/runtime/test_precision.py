@@ -149,7 +149,8 @@ def _fake_gpu(monkeypatch, capability: tuple[int, int]) -> None:
 # Building a CUDA GradScaler on a CPU-only machine warns that it disables itself; irrelevant here.
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
-    ("capability", "expected"), [((7, 0), "fp16-mixed"), ((7, 5), "fp16-mixed"), ((8, 0), "bf16-mixed")]
+    ("capability", "expected"),
+    [((6, 1), "fp32"), ((7, 0), "fp16-mixed"), ((7, 5), "fp16-mixed"), ((8, 0), "bf16-mixed")],
 )
 def test_auto_on_cuda_depends_on_bf16_support(monkeypatch, capability, expected):
     _fake_gpu(monkeypatch, capability)

@@ -74,6 +74,7 @@ def main() -> None:
         progress=False,
         tensorboard=False,
         seed=3,
+        mfu=True,  # the CLI's default: its peak measurement and FLOP count must not move the RNG
         callbacks=[Interrupt(args.kill_at, args.pause_save_at)],
     )
     trainer.fit(

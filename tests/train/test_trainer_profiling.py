@@ -166,3 +166,40 @@ def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypa
     with pytest.raises(RuntimeError, match="boom"):
         trainer.fit(_model(), _data(), loss_fn=broken_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
     assert torch._C._len_torch_dispatch_stack() == 0
+
+
+def test_flops_are_counted_on_the_first_real_step_not_by_a_separate_trace(monkeypatch):
+    # The separate fake-tensor trace cost the mlp recipe 50-110 ms before its first step; the first real
+    # optimizer step (two micro-batches here) gives the same count for nothing.
+    from gpulab.profiling import flops
+
+    x, y = _data()
+    expected = flops.training_step_flops(_model(), F.mse_loss, (x[:32], y[:32])).per_sample
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("a separate FLOP trace ran before the first step")
+
+    monkeypatch.setattr(flops, "training_step_flops", no_trace)
+    mfu = MfuCallback(measure_peak=False)
+    _fit(callbacks=[mfu], max_steps=4, accumulate=2)
+    assert mfu.note == "" and mfu.flops_per_sample == expected
+    assert torch._C._len_torch_dispatch_stack() == 0  # the counter is off again
+
+
+def test_mfu_never_exceeds_the_peak_it_divides_by(tmp_path, monkeypatch):
+    # A cached peak measured while the machine was busy is beaten by the run: it is re-measured (and
+    # raised to the run's figure if need be) and the summary says so, instead of printing "152 %".
+    from gpulab.hardware.peaks import cache_path, measure_peak
+
+    monkeypatch.setenv("GPULAB_CACHE_DIR", str(tmp_path))
+    measure_peak("cpu", "fp32")
+    entries = json.loads(cache_path().read_text())
+    for entry in entries.values():
+        entry["flops_per_s"] = 1.0
+    cache_path().write_text(json.dumps(entries))
+    with pytest.warns(UserWarning, match="above the cached fp32 peak"):
+        trainer, result = _fit(mfu=True, max_steps=12, log_every=4)
+    logged = [h["mfu_measured"] for h in trainer.history if "mfu_measured" in h]
+    assert logged and all(0 < m <= 1 for m in logged)
+    assert 0 < result.extras["mfu"]["mfu_measured"] <= 1
+    assert "re-measured" in result.extras["mfu"]["note"]

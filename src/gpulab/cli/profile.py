@@ -115,6 +115,8 @@ def render(report: dict, console: Console) -> None:
         f"{against_sheet}; {against_measured}; a one-sample step takes {report['fixed_cost_s'] * 1e3:.2f} ms",
         highlight=False,
     )
+    if peaks.get("note"):
+        console.print(f"[yellow]note:[/] {peaks['note']}", highlight=False)
     mem = report["memory"]
     util = report["nvml"]["mean"].get("utilization_gpu_pct") if report["nvml"]["available"] else None
     console.print(

@@ -3,6 +3,8 @@
 The rules, first match wins (thresholds are module constants, documented in docs/PERF.md's spirit:
 rough but stated):
 
+0. a precision the device only emulates (bf16 or fp16 without native support: many times slower than
+   fp32) is named first, with fp32 as the fix. No fix ever advises a precision the device runs slowly.
 1. input-bound: waiting for data takes more than 10 % of the step.
 2. communication-bound: collectives take more than 25 % of the step (several processes only).
 3. host/launch-bound: on a GPU, utilisation under 70 % although data arrives in time -- the GPU idles
@@ -51,17 +53,28 @@ def diagnose(
     fixed_cost_fraction: float | None = None,
     precision: str = "fp32",
     compiled: bool = False,
+    native: dict[str, bool | None] | None = None,
 ) -> Diagnosis:
     """Name the bound of a run from its step ``breakdown`` (seconds per phase and ``step``), the GPU's
     mean utilisation (None on a CPU or without NVML), the peak memory over the capacity or limit, MFU
     against the measured peak, and the time of a one-sample step over the real step's (each None if
-    unknown)."""
+    unknown). ``native``: ``hardware.native_dtypes.native_dtypes`` of the device (None: a GPU is assumed
+    to have fast bf16 and fp16, a CPU neither)."""
     step = breakdown.get("step") or 0.0
     fractions = {k: v / step for k, v in breakdown.items() if k != "step"} if step > 0 else {}
     on_gpu = device_type == "cuda"
+    fast = _fast_low_precision(native, on_gpu)
 
     def verdict(bound: str, reason: str, fix: str) -> Diagnosis:
         return Diagnosis(bound, reason, fix, fractions)
+
+    dtype = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}.get(precision)
+    if dtype is not None and native is not None and native.get(dtype) is False:
+        return verdict(
+            "compute-bound",
+            f"{precision} on a device without native {dtype}: every {dtype} operation is emulated",
+            f"--precision fp32 (often many times faster here){'; or ' + fast if fast else ''}",
+        )
 
     data = fractions.get("data", 0.0)
     if data > INPUT_FRACTION:
@@ -81,8 +94,10 @@ def diagnose(
         return verdict(
             "memory-bound",
             f"the peak holds {memory_peak_fraction:.0%} of the memory",
-            "free memory: bf16-mixed (half the activations), activation checkpointing of the large blocks, "
-            "micro_batch: auto (smaller micro-batches, same effective batch), or FSDP to shard the state",
+            "free memory: "
+            + (f"{fast} (half the activations), " if fast and precision in ("fp32", "tf32") else "")
+            + "activation checkpointing of the large blocks, micro_batch: auto (smaller micro-batches, "
+            "same effective batch), or FSDP to shard the state",
         )
     if (
         mfu is not None
@@ -93,12 +108,11 @@ def diagnose(
         return verdict(
             "memory-bound",
             f"MFU {mfu:.0%} of the measured peak{busy}: time goes to moving bytes, not multiplying",
-            _bandwidth_fix(precision, compiled),
+            _bandwidth_fix(precision, compiled, fast),
         )
     mfu_text = f" at {mfu:.0%} of the measured peak" if mfu is not None else ""
-    return verdict(
-        "compute-bound", f"the device computes most of the step{mfu_text}", _compute_fix(precision, on_gpu)
-    )
+    reason = f"the device computes most of the step{mfu_text}"
+    return verdict("compute-bound", reason, _compute_fix(precision, on_gpu, fast))
 
 
 def _host_bound(
@@ -141,22 +155,34 @@ def _host_fix(on_gpu: bool, compiled: bool) -> str:
     return "less Python per sample: a larger batch, or torch.compile (--compile) to fuse small operations"
 
 
-def _bandwidth_fix(precision: str, compiled: bool) -> str:
+def _fast_low_precision(native: dict[str, bool | None] | None, on_gpu: bool) -> str | None:
+    """The mixed precision worth advising on this device, or None: never one it only emulates."""
+    if native is None:  # unknown: a GPU is assumed to be a recent one, a CPU to have neither
+        return "bf16-mixed" if on_gpu else None
+    if native.get("bf16"):
+        return "bf16-mixed"
+    return "fp16-mixed" if on_gpu and native.get("fp16") else None
+
+
+def _bandwidth_fix(precision: str, compiled: bool, fast: str | None) -> str:
     parts = []
-    if precision in ("fp32", "tf32"):
-        parts.append("bf16-mixed (half the bytes per element)")
+    if precision in ("fp32", "tf32") and fast:
+        parts.append(f"{fast} (half the bytes per element)")
     if not compiled:
         parts.append("torch.compile (--compile) to fuse element-wise operations")
     parts.append("a larger batch or wider layers (more FLOPs per byte)")
     return "raise arithmetic intensity: " + ", ".join(parts)
 
 
-def _compute_fix(precision: str, on_gpu: bool) -> str:
-    if on_gpu and precision in ("fp32",):
-        return "use the tensor cores: bf16-mixed (or tf32), several times the fp32 peak"
+def _compute_fix(precision: str, on_gpu: bool, fast: str | None) -> str:
+    if on_gpu and precision == "fp32" and fast:
+        tf32 = " (or tf32)" if fast == "bf16-mixed" else ""
+        return f"use the tensor cores: {fast}{tf32}, several times the fp32 peak"
     if on_gpu:
         return "already compute-bound: add GPUs (DDP/FSDP), or cut FLOPs (fused attention, a smaller model)"
-    return "the CPU's arithmetic is the limit: train on a GPU, or bf16-mixed on a CPU with AMX/AVX-512 BF16"
+    if precision == "fp32" and fast:
+        return f"the CPU's arithmetic is the limit: train on a GPU, or {fast} (this CPU computes it natively)"
+    return "the CPU's arithmetic is the limit: train on a GPU, or cut FLOPs (a smaller model)"
 
 
 def diagnose_run(
@@ -169,6 +195,7 @@ def diagnose_run(
     mfu: float | None = None,
     precision: str = "fp32",
     compiled: bool = False,
+    native: dict[str, bool | None] | None = None,
 ) -> Diagnosis:
     """``diagnose`` for a whole training run, from the Trainer's totals (no per-phase timing)."""
     return diagnose(
@@ -179,4 +206,5 @@ def diagnose_run(
         mfu=mfu,
         precision=precision,
         compiled=compiled,
+        native=native,
     )

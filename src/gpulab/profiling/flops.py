@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -123,6 +123,21 @@ class Peaks:
     device_name: str
     datasheet: float | None
     measured: float | None
+    measurement: Any = field(default=None, compare=False)  # hardware.peaks.PeakMeasurement behind it
+
+    def within_peak(self, achieved: float | None) -> tuple[Peaks, str | None]:
+        """These peaks, or, when ``achieved`` beats the measured one, peaks re-measured (and raised to the
+        run's figure if it still beats them), with a note saying so: MFU never exceeds 100 % of its divisor.
+        """
+        if achieved is None or not self.measured or achieved <= self.measured or self.measurement is None:
+            return self, None
+        from gpulab.hardware.peaks import raise_beaten_peak
+
+        try:
+            fresh, note = raise_beaten_peak(self.measurement, achieved)
+        except Exception as exc:  # a peak that cannot be re-measured: drop it rather than print > 100 %
+            return replace(self, measured=None, measurement=None), f"measured peak dropped: {exc}"
+        return replace(self, measured=fresh.flops_per_s, measurement=fresh), note
 
     def mfu(self, achieved: float | None) -> dict[str, float | None]:
         """MFU against each peak (None where a peak or the achieved rate is unknown)."""
@@ -144,8 +159,8 @@ class Peaks:
 def device_peaks(device: torch.device | str, precision: str, *, measure: bool = True) -> Peaks:
     """The datasheet and measured peaks of ``device`` for ``precision`` (a policy name).
 
-    The measured one comes from ``hardware.peaks.measure_peak``: cached per device and torch version on a
-    GPU, timed afresh on a CPU (see below).
+    The measured one comes from ``hardware.peaks.measure_peak`` with its defaults and its cache, the very
+    figure ``gpulab doctor --peak`` shows: one peak per device, dtype, thread count and torch version.
     """
     from gpulab.hardware.peaks import cpu_name, datasheet_peak, measure_peak
 
@@ -157,15 +172,11 @@ def device_peaks(device: torch.device | str, precision: str, *, measure: bool = 
     else:
         name, sheet = cpu_name(), None
         dtype = "fp32" if dtype == "tf32" else dtype  # no TF32 units on a CPU
-    measured = None
+    measurement = None
     if measure and device.type in ("cpu", "cuda"):
-        cpu = device.type == "cpu"
         try:
-            # A CPU's peak moves with torch's thread count and whatever else runs on the machine, so it
-            # is measured afresh (a 512-wide product: a fraction of a second); a GPU's comes from the cache.
-            measured = measure_peak(
-                str(device), dtype, n=512 if cpu else None, repeats=5, warmup=2, use_cache=not cpu
-            ).flops_per_s
+            measurement = measure_peak(str(device), dtype)
         except Exception:  # a peak that cannot be measured here only leaves that MFU blank
-            measured = None
-    return Peaks(dtype, name, sheet, measured)
+            measurement = None
+    measured = measurement.flops_per_s if measurement is not None else None
+    return Peaks(dtype, name, sheet, measured, measurement)

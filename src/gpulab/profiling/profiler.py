@@ -36,6 +36,7 @@ import torch
 
 from gpulab.data import make_loader
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import diagnose
 from gpulab.profiling.flops import device_peaks, training_step_flops
 from gpulab.profiling.sampler import NvmlSampler
@@ -280,6 +281,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
     peaks = device_peaks(rt.device, precision, measure=o.measure_peak)
     flops_per_step = flops.per_sample * batch_size  # per rank, at the configured batch
     achieved = flops_per_step / step_s if step_s > 0 else None
+    peaks, peak_note = peaks.within_peak(achieved)  # MFU never above 100 % of the figure it divides by
     mfu = peaks.mfu(achieved)
     util = nvml.gpu_utilization_pct if nvml.available else None
     diag = diagnose(
@@ -291,6 +293,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         fixed_cost_fraction=fixed_fraction,
         precision=precision,
         compiled=compiled,
+        native=native_dtypes(rt.device),
     )
     parts = sum(breakdown.get(k, 0.0) for k in (*PHASES, "idle"))
     from gpulab.train.run import environment
@@ -315,7 +318,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         "flops_per_sample": flops.per_sample,
         "flops_method": flops.method,
         "achieved_flops_per_s": achieved,
-        "peaks": peaks.to_json(),
+        "peaks": {**peaks.to_json(), **({"note": peak_note} if peak_note else {})},
         **mfu,
         "memory": memory.to_json(),
         "nvml": nvml.to_json(),

@@ -186,17 +186,17 @@ PRECISIONS: dict[str, type[Precision]] = {cls.name: cls for cls in (FP32, TF32, 
 
 
 def _auto_cuda(device: torch.device) -> tuple[str, str]:
+    from gpulab.hardware.native_dtypes import native_on_cuda
+
+    # From what the part computes fast, not from what torch can run: torch "supports" bf16 on pre-Ampere
+    # GPUs by emulating it, and fp16 on Pascal consumer parts at 1/64 of fp32.
     major, minor = torch.cuda.get_device_capability(device)
-    # Without including_emulation=False, torch reports bf16 "supported" on pre-Ampere GPUs that
-    # only emulate it, slowly.
-    if torch.cuda.is_bf16_supported(including_emulation=False):
-        return "bf16-mixed", (
-            f"{device} (compute capability {major}.{minor}) has native bfloat16: bf16-mixed, no loss scaler"
-        )
-    return "fp16-mixed", (
-        f"{device} (compute capability {major}.{minor}) has no native bfloat16: "
-        "fp16-mixed with a dynamic loss scaler"
-    )
+    where = f"{device} (compute capability {major}.{minor})"
+    if native_on_cuda("bf16", (major, minor)):
+        return "bf16-mixed", f"{where} has native bfloat16: bf16-mixed, no loss scaler"
+    if native_on_cuda("fp16", (major, minor)):
+        return "fp16-mixed", f"{where} has no native bfloat16: fp16-mixed with a dynamic loss scaler"
+    return "fp32", f"{where} has no tensor cores: fp32, as fp16 and bf16 run slower than it there"
 
 
 def _auto_fp32(device: torch.device) -> tuple[str, str]:
@@ -205,6 +205,19 @@ def _auto_fp32(device: torch.device) -> tuple[str, str]:
 
 # Device types with a better default than fp32; every other type falls back to _auto_fp32.
 _AUTO: dict[str, Callable[[torch.device], tuple[str, str]]] = {"cuda": _auto_cuda}
+
+
+def slow_precision_warning(precision: Precision, device: torch.device | str) -> str | None:
+    """One line when ``precision`` computes in a dtype ``device`` only emulates (slow), else None."""
+    from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
+
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(precision.compute_dtype)
+    if dtype is None or native_dtypes(device)[dtype] is not False:
+        return None
+    return (
+        f"{precision.name} on {device}: {slow_dtype_note(dtype, device)}, often many times slower than fp32; "
+        "use --precision fp32 (or auto)"
+    )
 
 
 def precision_choices() -> list[str]:

@@ -18,6 +18,7 @@ strategy in ``strategies/``, so nothing here branches on either.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -30,7 +31,7 @@ from gpulab.errors import DeviceMemoryError
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
 from gpulab.runtime.memory import memory_limit_bytes
-from gpulab.runtime.precision import Precision, resolve_precision
+from gpulab.runtime.precision import Precision, resolve_precision, slow_precision_warning
 from gpulab.runtime.seed import seed_everything
 from gpulab.runtime.strategies import Strategy, resolve_strategy
 
@@ -68,6 +69,11 @@ class Runtime:
             precision, resolve_precision, self.device, **dict(precision_options or {})
         )
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
+        slow = slow_precision_warning(self.precision, self.device)  # auto never picks one: asked for
+        if slow:
+            self._reasons["precision"] = f"{precision_reason}; {slow}"
+            if self.is_rank_zero:
+                warnings.warn(slow, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
         self.precision.setup()
         self.strategy.setup_precision(self.precision)

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
 from gpulab.profiling.timers import DataWaitMeter
 from gpulab.runtime import Runtime
@@ -485,6 +486,7 @@ class Trainer:
             mfu=(extras.get("mfu") or {}).get("mfu_measured"),
             precision=result.precision,
             compiled=result.compiled,
+            native=native_dtypes(self.runtime.device),
         )
 
 

@@ -62,8 +62,9 @@ class Workload:
 def load_workload(name: str, *, seed: int = 0, batch_size: int | None = None) -> Workload:
     """A fresh copy of model ``name`` (a key of ``MODELS``): the same seed gives the same weights."""
     recipe_name, options, default_batch = MODELS[name]
-    torch.manual_seed(seed)
-    recipe = load_recipe(recipe_name, dict(options))
+    with torch.random.fork_rng(devices=[]):  # seeded weights, without moving the caller's random stream
+        torch.manual_seed(seed)
+        recipe = load_recipe(recipe_name, dict(options))
     inputs, targets = recipe.train_data
     return Workload(
         name=name,

@@ -74,7 +74,8 @@ def _sweep(ctx: BenchContext, device: torch.device, dtype: str, cfg: dict, notes
 
 
 def _time_product(ctx: BenchContext, device: torch.device, dtype: str, n: int):
-    a, b = (torch.randn(n, n, device=device, dtype=DTYPES[dtype]) for _ in range(2))
+    g = torch.Generator(device=device).manual_seed(0)  # never the caller's random stream
+    a, b = (torch.randn(n, n, device=device, dtype=DTYPES[dtype], generator=g) for _ in range(2))
     c = torch.empty(n, n, device=device, dtype=DTYPES[dtype])
     policy = TF32(device.type) if dtype == "tf32" else None
     if policy:

@@ -116,10 +116,12 @@ def _measure(ctx: BenchContext, cfg: dict, batch: int, limit: int) -> Row:
 def _synthetic(work, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two batches of inputs shaped like the workload's (token ids stay within the vocabulary)."""
     shape = (2 * batch, *work.inputs.shape[1:])
+    g = torch.Generator().manual_seed(0)  # never the caller's random stream
     if work.inputs.dtype.is_floating_point:
-        return torch.randn(shape), torch.randint(0, int(work.targets.max()) + 1, (2 * batch,))
+        classes = int(work.targets.max()) + 1
+        return torch.randn(shape, generator=g), torch.randint(0, classes, (2 * batch,), generator=g)
     vocab = int(work.inputs.max()) + 1
-    return torch.randint(0, vocab, shape), torch.randint(0, vocab, shape)
+    return torch.randint(0, vocab, shape, generator=g), torch.randint(0, vocab, shape, generator=g)
 
 
 def _state_bytes(stepper: Stepper) -> int:

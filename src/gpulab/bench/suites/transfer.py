@@ -62,7 +62,7 @@ def _copy_row(
 def _host_copies(ctx: BenchContext, cfg: dict) -> list[Row]:
     rows = []
     for size in cfg["sizes_mib"]:
-        src = torch.randn(size * MIB // 4)
+        src = torch.randn(size * MIB // 4, generator=torch.Generator().manual_seed(0))
         rows.append(_copy_row(ctx, "host-to-host", "pageable", size, src, torch.empty_like(src), False))
     return rows
 
@@ -83,16 +83,19 @@ def _gpu_copies(ctx: BenchContext, cfg: dict) -> list[Row]:
 
 def _prefetch(ctx: BenchContext, cfg: dict) -> list[Row]:
     """Time one pass over ``batches`` host batches, fed plainly and through the prefetcher."""
-    torch.manual_seed(0)
     hidden = cfg["features"] if ctx.on_gpu else CPU_HIDDEN
-    model = nn.Sequential(nn.Linear(cfg["features"], hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(ctx.device)
+    with torch.random.fork_rng(devices=[]):  # seeded, without moving the caller's random stream
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(cfg["features"], hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    model = model.to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     pin = ctx.on_gpu
+    g = torch.Generator().manual_seed(0)
     host = [
         (
-            torch.randn(cfg["batch"], cfg["features"], pin_memory=pin),
-            torch.randint(0, 10, (cfg["batch"],), pin_memory=pin),
+            torch.randn(cfg["batch"], cfg["features"], pin_memory=pin, generator=g),
+            torch.randint(0, 10, (cfg["batch"],), pin_memory=pin, generator=g),
         )
         for _ in range(cfg["batches"])
     ]

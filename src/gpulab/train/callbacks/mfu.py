@@ -1,16 +1,20 @@
 """``MfuCallback``: model FLOPs utilisation in the logged metrics and the run's summary.
 
-FLOPs per sample come from one forward + backward traced with fake tensors at fit start
-(``profiling.flops``: nothing is computed, no random number drawn) unless given; for a sharded model
-(FSDP2), whose parameters cannot be swapped for fakes, they are counted on the first real optimizer step
-instead (``FlopCounterMode`` around it, on this rank; MFU then starts at the first log). At every log the
-throughput the Trainer measured becomes ``mfu`` (against the datasheet peak of this GPU and precision,
+FLOPs per sample are counted on the first real optimizer step (``FlopCounterMode`` around it, on this
+rank, divided by the samples that step took): nothing extra is computed and no random number drawn, so
+counting costs the fit nothing before its first step (a separate fake-tensor trace cost the ``mlp`` recipe
+50-110 ms). MFU therefore starts at the first log after that step (the first step is not timed anyway). A
+compiled model, or one under ``micro_batch: auto`` (whose first step may be retried after an
+out-of-memory), is traced once with fake tensors at fit start instead (``profiling.flops``). At every log
+the throughput the Trainer measured becomes ``mfu`` (against the datasheet peak of this GPU and precision,
 when the part is known) and ``mfu_measured`` (against the matmul peak measured on this device,
-``hardware.peaks.measure_peak``, cached). Per device: the global samples/s is divided by the world size.
+``hardware.peaks.measure_peak``, cached; a run that beats it has it re-measured, so ``mfu_measured`` never
+exceeds 1). Per device: the global samples/s is divided by the world size.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
@@ -42,31 +46,33 @@ class MfuCallback(Callback):
         self.last: dict[str, float | None] = {}
         self._summary: dict[str, Any] = {}
         self.note = ""
-        self._first_step = None  # a FlopCounterMode counting the first real step (sharded models)
-        self._samples_before = 0  # samples_seen when this fit started (restored by a resume)
+        self._first_step = None  # a FlopCounterMode counting the first real optimizer step
+        self._samples_at_start = 0
 
     def on_fit_start(self, trainer, state):
         from gpulab.profiling.flops import device_peaks
 
         rt = trainer.runtime
         self.world_size = rt.world_size
-        self._samples_before = state.samples_seen  # a resumed run's first step counts only its own samples
-        sharded = holds_shards(trainer.model)
-        if self.flops_per_sample is None and not sharded:
+        self.peaks = device_peaks(rt.device, rt.precision.name, measure=self.measure_peak)
+        if self.flops_per_sample is not None:
+            return
+        s = trainer.settings
+        if (s.compile or s.micro_batch == "auto") and not holds_shards(trainer.model):
             try:
                 self.flops_per_sample = self._count(trainer)
             except Exception as exc:  # MFU is a report, never a reason to stop training
                 self.note = f"could not count FLOPs: {type(exc).__name__}: {exc}"
-        self.peaks = device_peaks(rt.device, rt.precision.name, measure=self.measure_peak)
-        if self.flops_per_sample is None and sharded:  # after the peak's own matmuls, or they would count
+        else:  # after the peak's own matmuls, or they would count
+            self._samples_at_start = state.samples_seen  # a resumed fit starts past zero
             self._first_step = FlopCounterMode(display=False)
             self._first_step.__enter__()
 
     def on_step_end(self, trainer, state):
         if self._first_step is not None:
             flops = self._stop_counting()
-            samples = state.samples_seen - self._samples_before
-            self.flops_per_sample = flops / samples if samples else None
+            samples = state.samples_seen - self._samples_at_start
+            self.flops_per_sample = flops / samples if samples and flops else None
 
     def _stop_counting(self) -> int:
         counter, self._first_step = self._first_step, None
@@ -93,6 +99,10 @@ class MfuCallback(Callback):
         if self.peaks is None or not self.flops_per_sample or not samples_per_s:
             return {"mfu": None, "mfu_measured": None}
         achieved = self.flops_per_sample * samples_per_s / self.world_size
+        self.peaks, note = self.peaks.within_peak(achieved)  # never above 100 % of its divisor
+        if note:
+            self.note = f"{self.note}; {note}" if self.note else note
+            warnings.warn(f"MFU: {note}", stacklevel=2)
         return self.peaks.mfu(achieved)
 
     def on_log(self, trainer, state, metrics):
