@@ -211,7 +211,7 @@ def test_a_ready_made_strategy_and_precision_are_used_as_given():
     precision = FP16Mixed("cpu", init_scale=2.0)
     rt = Runtime("cpu", precision=precision, strategy=strategy)
     assert rt.strategy is strategy and rt.precision is precision
-    assert rt.describe()["reasons"]["precision"] == "given"
+    assert rt.describe()["reasons"]["precision"].startswith("given")  # plus a note where it runs slowly
 
 
 @pytest.fixture

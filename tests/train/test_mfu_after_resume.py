@@ -8,17 +8,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab.train.callbacks import mfu as mfu_module
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.state import FitState
 
 
 def test_first_step_flops_are_per_sample_of_that_step_after_a_resume(monkeypatch):
-    monkeypatch.setattr(mfu_module, "holds_shards", lambda model: True)  # count on the first real step
+    # Counted on the first real step (the default: no compile, no micro_batch auto).
     runtime = SimpleNamespace(
         world_size=1, device=torch.device("cpu"), precision=SimpleNamespace(name="fp32")
     )
-    trainer = SimpleNamespace(runtime=runtime, model=torch.nn.Linear(2, 2))
+    settings = SimpleNamespace(compile=False, micro_batch=None)
+    trainer = SimpleNamespace(runtime=runtime, model=torch.nn.Linear(2, 2), settings=settings)
     state = FitState(global_step=100, samples_seen=6400)  # restored from a checkpoint
     callback = MfuCallback(measure_peak=False)
     callback.on_fit_start(trainer, state)
