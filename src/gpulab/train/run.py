@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,11 @@ import torch
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
 from gpulab.distributed.process_group import LaunchEnv
+from gpulab.errors import Preempted
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
+from gpulab.train.callbacks.preemption import StopOnSignal
+from gpulab.train.preemption import SignalWatch
 from gpulab.train.recipes.base import load_recipe
 from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
@@ -48,12 +52,12 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     launch = LaunchEnv.from_env()
-    with claim(out, rank=launch.rank if launch else 0):
+    with claim(out, rank=launch.rank if launch else 0), SignalWatch() as signals:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
         if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
         settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
-        trainer = Trainer(**settings)
+        trainer = Trainer(callbacks=[StopOnSignal(signals)], **settings)
         result = trainer.fit(
             recipe.model,
             recipe.train_data,
@@ -63,10 +67,24 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
             scheduler=recipe.scheduler,
             resume=config.resume,
         )
+        if "preempted" in result.extras:  # no summary: the run is not finished
+            raise _preempted(result.extras["preempted"], trainer.is_rank_zero)
         if not trainer.is_rank_zero:
             return config, result, None
         write_summary(out, config, result, recipe.info)
     return config, result, out
+
+
+def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
+    signum = int(signal.Signals[report["signal"]])
+    if not rank_zero:
+        return Preempted("", signum)
+    where = (
+        f"checkpoint {report['checkpoint']}; continue with --resume latest"
+        if report["checkpoint"]
+        else "no checkpoint (checkpoints are off)"
+    )
+    return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
 
 
 def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:

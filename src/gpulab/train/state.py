@@ -18,6 +18,7 @@ class FitState:
     steps_per_epoch: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
     should_stop: bool = False  # a callback may set it to end the fit after the current step
+    stop_signal: int | None = None  # the signal that stopped the fit early (preemption: StopOnSignal)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import sys
 import time
 import warnings
@@ -70,6 +71,7 @@ class Trainer:
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
+        self.last_checkpoint = None  # the checkpoint this fit wrote last
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -154,7 +156,7 @@ class Trainer:
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
             if self._done():
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            if epoch_complete or self._done():
+            if epoch_complete or (self._done() and state.stop_signal is None):  # preempted: save, no more
                 val_metrics = self._validate(val) if val is not None else {}
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
@@ -348,7 +350,7 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         if self.checkpointer is not None and self.settings.checkpoints:
-            self.checkpointer.save(self)
+            self.last_checkpoint = self.checkpointer.save(self)
 
     def train_loss_state(self) -> dict[str, Any]:
         """The running training-loss window, so a resumed run logs the same numbers."""
@@ -409,8 +411,18 @@ class Trainer:
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+                **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )
+
+    def _preempted(self) -> dict[str, Any]:
+        ckpt = self.checkpointer
+        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
+        return {
+            "signal": signal.Signals(self.state.stop_signal).name,
+            "step": self.state.global_step,
+            "checkpoint": str(saved) if saved is not None else None,
+        }
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
         """What bounds this run, from its totals and the callbacks' reports (absent ones are None)."""
