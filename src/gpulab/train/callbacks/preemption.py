@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 class StopOnSignal(Callback):
     """Every rank must stop at the same step, or the final checkpoint (a collective) would hang: with several
-    ranks the flag is all-reduced each step (one small collective); a single process only reads it."""
+    ranks the flag is all-reduced each step, read one step late so that no step waits for it
+    (``Runtime.lagged_flag``); a single process only reads it."""
 
     def __init__(self, watch: SignalWatch) -> None:
         self.watch = watch
@@ -23,7 +24,7 @@ class StopOnSignal(Callback):
     def on_step_end(self, trainer: Trainer, state: FitState) -> None:
         asked = self.watch.signum is not None
         if trainer.runtime.world_size > 1:
-            asked = trainer.runtime.reduce_flag(asked)
+            asked = trainer.runtime.lagged_flag(asked)
         if asked:
             state.should_stop = True
             # A rank that was not signalled itself stops for its peers' SIGTERM.
