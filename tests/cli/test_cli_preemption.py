@@ -52,6 +52,11 @@ def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 120) -
     pytest.fail("the run never logged a step")
 
 
+def losses(out: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
 def final_weights(out: Path) -> dict:
     latest = (out / "checkpoints" / "latest").read_text().strip()
     return load_file(out / "checkpoints" / latest / "model.safetensors")
@@ -88,6 +93,13 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
     assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
+    # The logged losses too: the stop wrote no extra record, and the loss window was saved whole.
+    ref_losses = losses(tmp_path / "ref")
+    run_losses = losses(tmp_path / "run")
+    assert all(s % 5 == 0 for s in run_losses)  # log_every=5; no record at the stop step
+    assert {s: v for s, v in run_losses.items() if s > step} == {
+        s: v for s, v in ref_losses.items() if s > step
+    }
 
 
 @pytest.mark.slow

@@ -154,15 +154,19 @@ class Trainer:
             ran_out = self._train_epoch(train)
             n = self._batches_per_epoch
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
-            if self._done():
+            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
+            # stays whole so that the resumed run logs what this one would have.
+            finishing = self._done() and state.stop_signal is None
+            if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            if epoch_complete or (self._done() and state.stop_signal is None):  # preempted: save, no more
+            if epoch_complete or finishing:
                 val_metrics = self._validate(val) if val is not None else {}
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                 self._save_checkpoint()
-        self._flush_log()
+        if state.stop_signal is None:
+            self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
