@@ -33,10 +33,10 @@ def gpulab(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess
 
 
 def start(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess.Popen:
+    """In a session of its own, so that a test can signal its whole process group as a terminal does."""
     cmd = [sys.executable, "-m", "gpulab", *(["launch", *launch, "--", "gpulab"] if launch else []), *args]
-    return subprocess.Popen(
-        cmd, cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    return subprocess.Popen(cmd, cwd=cwd, env=env(), start_new_session=True, **pipes)
 
 
 def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 120) -> None:
@@ -108,7 +108,7 @@ def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path):
     proc = start(*slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
-    time.sleep(1.2)  # later than the same-event window (one Ctrl-C reaching a worker twice)
+    time.sleep(1.2)  # well inside the 3 s step
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
@@ -146,3 +146,18 @@ def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is
     resumed = gpulab(*RUN, "--out", "run", "--resume", "latest", cwd=tmp_path, launch=two)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
+
+
+@pytest.mark.distributed
+def test_ctrl_c_under_launch_saves_a_checkpoint_on_both_ranks(tmp_path):
+    """A terminal's Ctrl-C goes to the launcher's whole process group; the launcher forwards it to its
+    workers (each in a session of its own, so they get it once): they save together and exit 130."""
+    proc = start(*RUN, "--max-steps", "2000", "--out", "run", cwd=tmp_path, launch=["--nproc-per-node", "2"])
+    wait_for_training(proc, tmp_path / "run")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "stopping now" not in stderr
+    (stopped,) = [line for line in stderr.splitlines() if line.startswith("gpulab: stopped: SIGINT at step ")]
+    step = int(stopped.split(" at step ")[1].split(":")[0])
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"

@@ -4,8 +4,8 @@
 SIGINT into a request, nothing more: the step under way finishes, ``StopOnSignal`` (a callback) ends the fit
 at that step boundary, and the Trainer writes a checkpoint on every rank together as at any fit end. A second
 signal exits at once (``os._exit(128 + signal)``: no cleanup, a save under way is left as a ``.tmp-*``
-entry the next save removes). A second signal less than ``SAME_EVENT_S`` after the first counts as the same
-one: Ctrl-C under ``gpulab launch`` reaches a worker twice, from the terminal and forwarded by the launcher.
+entry the next save removes). Under ``gpulab launch`` a terminal's Ctrl-C reaches only the launcher (torchrun
+starts each worker in a session of its own), which forwards it once: a worker sees one signal.
 
 The handlers only set a flag (and write one line with ``os.write``, which is safe in a handler); nothing
 is saved from inside a handler, where the loop's state is half-way through a step.
@@ -16,11 +16,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from types import FrameType
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SAME_EVENT_S = 1.0
 
 
 class SignalWatch:
@@ -29,7 +27,6 @@ class SignalWatch:
     def __init__(self, signals: tuple[signal.Signals, ...] = SIGNALS) -> None:
         self.signals = signals
         self.signum: int | None = None
-        self._first_at = 0.0
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> SignalWatch:
@@ -45,9 +42,9 @@ class SignalWatch:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.signum is None:
-            self.signum, self._first_at = signum, time.monotonic()
+            self.signum = signum
             _say(f"gpulab: {name}: finishing this step, then saving a checkpoint; again to stop at once")
-        elif time.monotonic() - self._first_at >= SAME_EVENT_S:
+        else:
             _say(f"gpulab: second {name}: stopping now, without a checkpoint")
             os._exit(128 + signum)
 
