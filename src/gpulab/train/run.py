@@ -47,7 +47,11 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
+    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None.
+
+    Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
+    the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
+    """
     config, recipe = resolve_config(user)
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
