@@ -38,6 +38,20 @@ class RunDirError(GpulabError):
     """The run directory is in use by another run, or holds a finished run this one would mix with."""
 
 
+class Preempted(GpulabError):
+    """A run stopped by SIGTERM/SIGINT after saving a checkpoint: exit 128 + N, as a process killed by N.
+
+    Not an error: the CLI prints it as ``gpulab: stopped: ...``; an empty message prints nothing (the
+    ranks other than 0 stop quietly).
+    """
+
+    label = "stopped"
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
 class LaunchError(GpulabError):
     """A distributed launch cannot start: bad --nnodes, no command, rendezvous port taken or unreachable."""
 

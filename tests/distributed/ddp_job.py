@@ -19,6 +19,7 @@ Scenarios:
 - ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
 - ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
   the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
+- ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned.
 - ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
   rank 1: 4) with max_steps=10: every pass must stop for both after 4 steps, with no rank left waiting.
 
@@ -231,6 +232,21 @@ def run_stall(out: Path, rank: int) -> dict:
     return {"finished": True}
 
 
+def run_lagged_flag(out: Path, rank: int) -> dict:
+    """Runtime.lagged_flag: rank 1 raises its flag at call 3 only (and rank 0 sleeps before each call, so
+    the ranks are out of step); both must see it at call 4 and at no other call."""
+    from gpulab.runtime import Runtime
+
+    rt = Runtime("cpu", "fp32", "ddp")
+    seen = []
+    for i in range(7):
+        if rank == 0:
+            time.sleep(0.05)
+        seen.append(rt.lagged_flag(rank == 1 and i == 3))
+    rt.teardown()
+    return {"seen": seen}
+
+
 class TiedLM(nn.Module):
     """Embedding -> block -> output layer tied to the embedding (as GPT-2), for FSDP2."""
 
@@ -294,6 +310,7 @@ SCENARIOS = {
     "fsdp2": run_fsdp2,
     "fsdp2_tied": run_fsdp2_tied,
     "stall": run_stall,
+    "lagged_flag": run_lagged_flag,
 }
 # Scenarios whose strategies create (and destroy) the process group themselves; fsdp2 does it twice in
 # one process (two fits), as a script running two Trainers would.

@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpulabError as exc:
         if debug:
             raise
-        print(f"gpulab: error: {exc}", file=sys.stderr)
+        if str(exc):
+            print(f"gpulab: {getattr(exc, 'label', 'error')}: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0

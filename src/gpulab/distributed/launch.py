@@ -398,7 +398,7 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     except SignalException as exc:
         name = getattr(exc.sigval, "name", str(exc.sigval))
         raise WorkersFailedError(
-            f"the launcher was stopped by {name}; its workers were terminated", 128 + int(exc.sigval)
+            f"the launcher was stopped by {name} and passed it on to its workers", 128 + int(exc.sigval)
         ) from None
     except RendezvousError as exc:
         cause = f": {exc.__cause__}" if exc.__cause__ else ""

@@ -206,6 +206,10 @@ class Runtime:
         """True on every process if ``flag`` is True on any (one small collective)."""
         return self.strategy.reduce_flag(flag)
 
+    def lagged_flag(self, flag: bool) -> bool:
+        """``reduce_flag`` one call late and without waiting (for a check made every step)."""
+        return self.strategy.lagged_flag(flag)
+
     seed_everything = staticmethod(seed_everything)
 
     # -- lifetime -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ class FitState:
     # the first log. None until then.
     first_loss: float | None = None
     should_stop: bool = False  # a callback may set it to end the fit after the current step
+    stop_signal: int | None = None  # the signal that stopped the fit early (preemption: StopOnSignal)
 
 
 @dataclass

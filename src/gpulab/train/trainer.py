@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import sys
 import time
 import warnings
@@ -80,6 +81,7 @@ class Trainer:
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
+        self.last_checkpoint = None  # the checkpoint this fit wrote last
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -168,15 +170,19 @@ class Trainer:
             ran_out = self._train_epoch(train)
             n = self._batches_per_epoch
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
-            if self._done():
+            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
+            # stays whole so that the resumed run logs what this one would have.
+            finishing = self._done() and state.stop_signal is None
+            if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            if epoch_complete or self._done():
+            if epoch_complete or finishing:
                 val_metrics = self._validate(val) if val is not None else {}
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                 self._save_checkpoint()
-        self._flush_log()
+        if state.stop_signal is None:
+            self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
@@ -366,7 +372,7 @@ class Trainer:
     def _save_checkpoint(self) -> None:
         if self.checkpointer is not None and self.settings.checkpoints:
             self._refuse_nonfinite()
-            self.checkpointer.save(self)
+            self.last_checkpoint = self.checkpointer.save(self)
 
     def _refuse_nonfinite(self) -> None:
         """Never checkpoint NaN: the unread loss window and the parameters must be finite (every rank
@@ -439,6 +445,7 @@ class Trainer:
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+                **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )
 
@@ -473,6 +480,15 @@ class Trainer:
             batch_size=self.settings.batch_size,
             extras={"nothing_to_do": message},
         )
+
+    def _preempted(self) -> dict[str, Any]:
+        ckpt = self.checkpointer
+        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
+        return {
+            "signal": signal.Signals(self.state.stop_signal).name,
+            "step": self.state.global_step,
+            "checkpoint": str(saved) if saved is not None else None,
+        }
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
         """What bounds this run, from its totals and the callbacks' reports (absent ones are None)."""

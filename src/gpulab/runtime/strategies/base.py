@@ -105,6 +105,11 @@ class Strategy:
         """True on every rank if ``flag`` is True on any rank (one small collective and a host sync)."""
         return bool(flag)
 
+    def lagged_flag(self, flag: bool) -> bool:
+        """``reduce_flag`` one call late, without waiting: True on every rank if ``flag`` was True on any rank
+        at the previous call. Every rank must call it at the same points; a single process gets ``flag``."""
+        return bool(flag)
+
     def barrier(self, name: str = "barrier") -> None:
         """Wait until every process gets here."""
 
