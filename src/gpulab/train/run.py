@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Mapping
 import signal
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
