@@ -119,6 +119,14 @@ def _snapshot(out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+def test_a_directory_of_the_users_own_files_is_no_previous_run(tmp_path):
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert _train(out, "--max-steps", "2")[0] == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").is_file()
+
+
 def test_rerunning_into_a_used_out_is_refused_unless_resume_or_overwrite(tmp_path):
     out = tmp_path / "run"
     assert _train(out, "--max-steps", "4", "--set", "checkpoint_every=1")[0] == 0
@@ -128,7 +136,9 @@ def test_rerunning_into_a_used_out_is_refused_unless_resume_or_overwrite(tmp_pat
     code, err = _train(out)
     assert code == 2
     (line,) = err.splitlines()
-    assert line.startswith(f"gpulab: error: {out} already holds a run (checkpoints, metrics.jsonl, notes.txt")
+    assert line.startswith(
+        f"gpulab: error: {out} already holds a run (checkpoints, metrics.jsonl, summary.json"
+    )
     assert "--resume latest" in line and "--overwrite" in line
     assert _snapshot(out) == before  # nothing touched
 

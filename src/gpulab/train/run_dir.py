@@ -154,8 +154,9 @@ def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite
 
 
 def _previous(out: Path, root: Path) -> list[str]:
-    """What is in the run directory (the lock aside), and checkpoints kept outside it."""
-    found = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+    """A previous run's outputs in the run directory, and checkpoints kept outside it. A user's own files
+    (``--out .`` in a project) are no previous run: outputs are written beside them."""
+    found = sorted(p.name for p in out.iterdir() if p.name in RUN_OUTPUTS) if out.is_dir() else []
     if root.is_dir() and not _inside(root, out):
         found += [str(p) for p in sorted(root.iterdir()) if _is_checkpoint_entry(p)]
     return found
