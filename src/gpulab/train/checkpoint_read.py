@@ -87,7 +87,7 @@ def load_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"{path}: refused pickle content ({_unpickler_reason(exc)}); "
+            f"{path}: refused pickle content ({unpickler_reason(exc)}); "
             "state.pt may hold only tensors, numbers, strings, lists, dicts and None"
         ) from exc
     except Exception as exc:  # zip/EOF errors from a damaged file
@@ -97,7 +97,7 @@ def load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _unpickler_reason(exc: BaseException) -> str:
+def unpickler_reason(exc: BaseException) -> str:
     """torch's message opens with advice to disable weights_only; keep only the actual reason."""
     text = str(exc)
     marker = "WeightsUnpickler error:"
