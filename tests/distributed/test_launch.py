@@ -99,10 +99,11 @@ def test_missing_command_or_script_is_one_line():
 def test_cpu_defaults_one_process_gloo_standalone(cpu_only):
     plan = L.plan_launch(L.LaunchSpec(command=[JOB]), environ={})
     assert (plan.nproc_per_node, plan.backend, plan.standalone) == (1, "gloo", True)
-    assert plan.endpoint == "localhost:0" and plan.is_host is None
+    assert plan.endpoint == "127.0.0.1:0" and plan.is_host is None and plan.loopback
     assert plan.env == {
         "GPULAB_DIST_BACKEND": "gloo",
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",  # one node: loopback only (test_loopback.py)
     }  # no NCCL ones
 
 
