@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from gpulab.distributed.debug_dumps import flight_recorder_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
 from gpulab.errors import LaunchError, WorkersFailedError
@@ -51,7 +52,8 @@ NCCL_SAFE_DEFAULTS = {
     # workers 1 unless the variable is set, so we set it (process_group.py uses 3 as well).
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     # On a watchdog timeout, dump the flight recorder (the last collectives each rank issued): the
-    # record that tells which rank fell out of step. The buffer must be non-zero for the dump.
+    # record that tells which rank fell out of step. The buffer must be non-zero for the dump. Where:
+    # under --log-dir when given, else under the Trainer's out_dir (never /tmp; process_group.py).
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
     # Kill a rank whose watchdog thread itself is stuck (in a CUDA/NCCL call) after the heartbeat timeout.
@@ -243,6 +245,8 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> L
     backend = environ.get(BACKEND_ENV) or default_backend(kind)
     loopback = max_nodes == 1 and is_loopback(host)
     extra = loopback_interface_env(backend) if loopback else {}
+    if spec.log_dir and backend == "nccl":  # the flight recorder's dumps beside the ranks' logs
+        extra.update(flight_recorder_env(spec.log_dir))
     return LaunchPlan(
         min_nodes=min_nodes,
         max_nodes=max_nodes,

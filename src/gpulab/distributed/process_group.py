@@ -22,6 +22,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from gpulab.distributed.debug_dumps import make_dump_dir
 from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
 from gpulab.errors import ConfigError, DeviceError, choices
 
@@ -136,6 +137,7 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
     if backend == "nccl":
         for key, value in NCCL_DEBUG_ENV.items():
             os.environ.setdefault(key, value)
+        make_dump_dir(os.environ)
         torch.cuda.set_device(launch.local_rank)
     options = {"device_id": rank_device(device, launch.local_rank)} if backend == "nccl" else {}
     dist.init_process_group(
