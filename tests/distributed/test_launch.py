@@ -194,6 +194,38 @@ def test_unreachable_endpoint_waits_a_bounded_time_then_one_line():
     assert "\n" not in str(exc.value)
 
 
+def _resolver_that_learns_the_name_late(monkeypatch, name: str, misses: int) -> list[str]:
+    """socket.getaddrinfo where ``name`` fails ``misses`` times (a pod not up yet), then is 127.0.0.1."""
+    real, asked = socket.getaddrinfo, []
+
+    def fake(host, *args, **kwargs):
+        if host != name:
+            return real(host, *args, **kwargs)
+        asked.append(host)
+        if len(asked) <= misses:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return asked
+
+
+def test_a_host_name_that_appears_late_is_waited_for(monkeypatch):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        asked = _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=3)
+        P.wait_for_endpoint("job-master-0.job", server.getsockname()[1], timeout=10)
+    assert len(asked) == 4  # three misses, retried, then the connection
+
+
+def test_a_host_name_that_never_appears_is_one_line_after_the_timeout(monkeypatch):
+    _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=10**6)
+    with pytest.raises(LaunchError, match="'job-master-0.job' could not be resolved within 0.6 s") as exc:
+        P.wait_for_endpoint("job-master-0.job", 29400, timeout=0.6)
+    assert "\n" not in str(exc.value)
+
+
 def test_failures_name_the_rank_and_exit_code_not_the_ranks_torchrun_stopped():
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
