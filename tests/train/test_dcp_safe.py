@@ -87,3 +87,27 @@ def test_a_byte_item_with_a_payload_is_refused_and_never_runs(tmp_path):
     assert not marker.exists()
     dcp.load(target, checkpoint_id=tmp_path / "ckpt")  # torch's own planner: the payload runs
     assert marker.exists()
+
+
+def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(tmp_path):
+    from gpulab.train.checkpoint import inspect_checkpoint
+    from gpulab.train.checkpoint_io import write_manifest
+    from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
+    from gpulab.train.rng_state import capture_rng
+
+    tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
+    dcp.save(_state(), checkpoint_id=tmp)
+    step = commit_checkpoint(
+        tmp, tmp_path, "step-00000001", state, meta_bytes(1, state, {}), layout="sharded"
+    )
+    assert inspect_checkpoint(step)["valid"]
+    marker = tmp_path / "ran"
+    (step / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
+    (step / "MANIFEST.json").unlink()
+    write_manifest(step, layout="sharded")
+    report = inspect_checkpoint(step)
+    assert not report["valid"] and not marker.exists()
+    assert report["problems"] == [
+        f"{step / '.metadata'}: refused pickle content (posix.system is not allowed); a sharded "
+        "checkpoint's .metadata may hold only torch.distributed.checkpoint's metadata classes"
+    ]
