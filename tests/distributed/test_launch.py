@@ -99,10 +99,11 @@ def test_missing_command_or_script_is_one_line():
 def test_cpu_defaults_one_process_gloo_standalone(cpu_only):
     plan = L.plan_launch(L.LaunchSpec(command=[JOB]), environ={})
     assert (plan.nproc_per_node, plan.backend, plan.standalone) == (1, "gloo", True)
-    assert plan.endpoint == "localhost:0" and plan.is_host is None
+    assert plan.endpoint == "127.0.0.1:0" and plan.is_host is None and plan.loopback
     assert plan.env == {
         "GPULAB_DIST_BACKEND": "gloo",
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",  # one node: loopback only (test_loopback.py)
     }  # no NCCL ones
 
 
@@ -190,6 +191,38 @@ def test_unreachable_endpoint_waits_a_bounded_time_then_one_line():
     port = _free_port()
     with pytest.raises(LaunchError, match=f"127.0.0.1:{port} unreachable after 0.5 s") as exc:
         P.wait_for_endpoint("127.0.0.1", port, timeout=0.5)
+    assert "\n" not in str(exc.value)
+
+
+def _resolver_that_learns_the_name_late(monkeypatch, name: str, misses: int) -> list[str]:
+    """socket.getaddrinfo where ``name`` fails ``misses`` times (a pod not up yet), then is 127.0.0.1."""
+    real, asked = socket.getaddrinfo, []
+
+    def fake(host, *args, **kwargs):
+        if host != name:
+            return real(host, *args, **kwargs)
+        asked.append(host)
+        if len(asked) <= misses:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return asked
+
+
+def test_a_host_name_that_appears_late_is_waited_for(monkeypatch):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        asked = _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=3)
+        P.wait_for_endpoint("job-master-0.job", server.getsockname()[1], timeout=10)
+    assert len(asked) == 4  # three misses, retried, then the connection
+
+
+def test_a_host_name_that_never_appears_is_one_line_after_the_timeout(monkeypatch):
+    _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=10**6)
+    with pytest.raises(LaunchError, match="'job-master-0.job' could not be resolved within 0.6 s") as exc:
+        P.wait_for_endpoint("job-master-0.job", 29400, timeout=0.6)
     assert "\n" not in str(exc.value)
 
 

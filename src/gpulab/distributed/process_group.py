@@ -22,6 +22,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from gpulab.distributed.debug_dumps import make_dump_dir
+from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
 from gpulab.errors import ConfigError, DeviceError, choices
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -129,9 +131,13 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
             "--nproc-per-node N -- ...` (or torchrun), or use strategy single"
         )
     backend = backend_for(device)
+    if is_loopback(launch.master_addr):  # one node: gloo's and NCCL's own sockets on loopback too
+        for key, value in loopback_interface_env(backend).items():
+            os.environ.setdefault(key, value)
     if backend == "nccl":
         for key, value in NCCL_DEBUG_ENV.items():
             os.environ.setdefault(key, value)
+        make_dump_dir(os.environ)
         torch.cuda.set_device(launch.local_rank)
     options = {"device_id": rank_device(device, launch.local_rank)} if backend == "nccl" else {}
     dist.init_process_group(
@@ -166,6 +172,8 @@ def _next_generation_store(launch: LaunchEnv, timeout_s: float) -> dist.Store:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             client = dist.TCPStore(launch.master_addr, launch.master_port, None, False, limit)
             _base_store = dist.PrefixStore(f"/worker/attempt_{attempt}", client)
+        elif launch.rank == 0 and is_loopback(launch.master_addr):  # torch alone would listen on all
+            _base_store = loopback_store(launch.master_addr, launch.master_port, launch.world_size, limit)
         else:
             _base_store = dist.TCPStore(
                 launch.master_addr,

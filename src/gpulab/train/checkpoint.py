@@ -23,6 +23,7 @@ import torch
 
 from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint_io import (
+    DCP_METADATA,
     LATEST,
     META,
     STATE,
@@ -214,8 +215,10 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         report["problems"].append(str(exc))
     if not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
-        if manifest_layout(directory) != "full":  # sharded: the shards are torch.distributed.checkpoint's
-            checks = checks[1:]
+        if manifest_layout(directory) != "full":  # sharded: DCP's index through the restricted unpickler
+            from gpulab.train.dcp_safe import read_metadata
+
+            checks = ((read_metadata, DCP_METADATA), checks[1])
         for check, name in checks:
             try:
                 check(directory / name)

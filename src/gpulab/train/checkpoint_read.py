@@ -114,7 +114,7 @@ def load_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"{path}: refused pickle content ({_unpickler_reason(exc)}); "
+            f"{path}: refused pickle content ({unpickler_reason(exc)}); "
             "state.pt may hold only tensors, numbers, strings, lists, dicts and None"
         ) from exc
     except Exception as exc:  # zip/EOF errors from a damaged file
@@ -124,7 +124,7 @@ def load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _unpickler_reason(exc: BaseException) -> str:
+def unpickler_reason(exc: BaseException) -> str:
     """torch's message wraps the reason ("Trying to load unsupported GLOBAL posix.system ...") in advice to
     disable weights_only and a link: keep only the reason."""
     text = str(exc)

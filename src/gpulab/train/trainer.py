@@ -28,6 +28,8 @@ from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
+from gpulab.distributed.debug_dumps import direct_dumps_to
+from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
@@ -318,6 +320,8 @@ class Trainer:
             "fsdp_shard_modules": s.fsdp_shard_modules,
             "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
         }
+        if s.out_dir and launched_world_size() > 1:  # NCCL's flight-recorder dumps go with the run
+            direct_dumps_to(s.out_dir)
         return Runtime(
             s.device,
             s.precision,
