@@ -112,7 +112,8 @@ def test_gpu_defaults_one_process_per_gpu_nccl_with_safe_env(four_gpus):
     assert (plan.nproc_per_node, plan.backend) == (4, "nccl")
     assert plan.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert plan.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert int(plan.env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0  # the dump needs a flight-recorder buffer
+    assert int(plan.env["TORCH_FR_BUFFER_SIZE"]) > 0  # the dump needs a flight-recorder buffer
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in plan.env  # deprecated name: a warning on every rank
     assert "TORCH_NCCL_BLOCKING_WAIT" not in plan.env
     assert plan.env["GPULAB_DIST_BACKEND"] == "nccl"
 

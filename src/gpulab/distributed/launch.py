@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from gpulab.distributed.debug_dumps import flight_recorder_env
+from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
 from gpulab.errors import LaunchError, WorkersFailedError
@@ -57,7 +57,7 @@ NCCL_SAFE_DEFAULTS = {
     # record that tells which rank fell out of step. The buffer must be non-zero for the dump. Where:
     # under --log-dir when given, else under the Trainer's out_dir (never /tmp; process_group.py).
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    # (the buffer's size: debug_dumps.trace_buffer_env, under the name this torch reads)
     # Kill a rank whose watchdog thread itself is stuck (in a CUDA/NCCL call) after the heartbeat timeout.
     "TORCH_NCCL_ENABLE_MONITORING": "1",
     # NCCL's own one-line warnings on failure, not its INFO chatter.
@@ -206,6 +206,7 @@ def worker_env(
     }
     if backend == "nccl":
         wanted.update(NCCL_SAFE_DEFAULTS)
+        wanted.update(trace_buffer_env(environ))
     if nproc_per_node > 1:
         # torchrun would set 1 (with a banner); an even share of the cores is as safe and faster.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -22,7 +22,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from gpulab.distributed.debug_dumps import make_dump_dir
+from gpulab.distributed.debug_dumps import make_dump_dir, trace_buffer_env
 from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
 from gpulab.errors import ConfigError, DeviceError, choices
 
@@ -33,7 +33,6 @@ BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}
 # is what names a stuck collective when the Python-level heartbeat cannot (a hang inside a kernel).
 NCCL_DEBUG_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",  # on a timeout, tear the process down instead of hanging
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
 }
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -135,7 +134,7 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
         for key, value in loopback_interface_env(backend).items():
             os.environ.setdefault(key, value)
     if backend == "nccl":
-        for key, value in NCCL_DEBUG_ENV.items():
+        for key, value in {**NCCL_DEBUG_ENV, **trace_buffer_env(os.environ)}.items():
             os.environ.setdefault(key, value)
         make_dump_dir(os.environ)
         torch.cuda.set_device(launch.local_rank)
