@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
 from gpulab.profiling.timers import DataWaitMeter
@@ -146,6 +147,7 @@ class Trainer:
         reset_peak_memory(self.runtime.device)
         self._clock = _Clock(self.runtime.device)
         self._data_wait = DataWaitMeter()
+        self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         val_metrics: dict[str, float] = {}
         callbacks.on_fit_start(self, state)
         while not self._done():
@@ -409,6 +411,7 @@ class Trainer:
                 "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
+                "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
             },
         )
