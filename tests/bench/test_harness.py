@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from gpulab.bench import harness
-from gpulab.bench.harness import OtherCpuLoad, Timing, measure, peak_memory
+from gpulab.bench.harness import Timing, measure, peak_memory
 from gpulab.bench.results import Figure
+from gpulab.hardware.load import OtherCpuLoad
 
 
 def test_spread_kind_follows_the_number_of_repeats():

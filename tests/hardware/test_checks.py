@@ -46,6 +46,8 @@ CASES = [
     (checks.check_threads, cuda_box(), "ok", "16 compute threads"),
     (checks.check_threads, cuda_box(omp_num_threads="64"), "warn", "export OMP_NUM_THREADS=16"),
     (checks.check_threads, cuda_box(omp_num_threads="lots"), "fail", "not a positive integer"),
+    (checks.check_threads, cuda_box(load_1min=3.5), "ok", "load average 3.5"),
+    (checks.check_threads, cuda_box(load_1min=40.0), "warn", "OMP_NUM_THREADS=1"),
     (checks.check_tensorflow, cuda_box(), "ok", "not installed"),
     (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=1), "ok", "same 1"),
     (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0), "warn", "sees 0"),

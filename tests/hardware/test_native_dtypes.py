@@ -48,10 +48,9 @@ def _this_cpu_is(monkeypatch, cpuinfo: str) -> None:
 def test_asking_for_emulated_bf16_warns_in_one_line(monkeypatch):
     _this_cpu_is(monkeypatch, NO_AVX512)
     with pytest.warns(UserWarning) as caught:
-        rt = Runtime(device="cpu", precision="bf16-mixed")
+        Runtime(device="cpu", precision="bf16-mixed")
     (message,) = [str(w.message) for w in caught]
     assert "\n" not in message and "no native bf16" in message and "--precision fp32" in message
-    assert "emulated" in rt.describe()["reasons"]["precision"]
     _this_cpu_is(monkeypatch, AVX512_BF16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

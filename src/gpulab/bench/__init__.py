@@ -22,10 +22,10 @@ from gpulab.bench.plots import matplotlib_missing, render
 from gpulab.bench.report import write_report
 from gpulab.bench.results import SuiteResult, environment, gpu_readings, new_document, write_results
 from gpulab.errors import ConfigError, GpulabError, choices
+from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
 
 SUITE_NAMES = ("matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer")
 PROFILE_NAMES = ("full", "quick", "smoke")
-BUSY_WARNING = 0.2  # share of the machine's CPU time other processes may use before a suite says so
 
 
 def __getattr__(name: str) -> Any:
@@ -108,7 +108,7 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
 
 
 def _run_suite(name: str, ctx: Any, out: Path) -> dict[str, Any]:
-    from gpulab.bench.harness import OtherCpuLoad
+    from gpulab.hardware.load import OtherCpuLoad
 
     others = OtherCpuLoad()
     start = time.perf_counter()

@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import os
-import resource
 import statistics
 import sys
 import time
@@ -219,54 +217,6 @@ def _malloc_returns_large_blocks() -> Iterator[None]:
     finally:
         mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
         mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_THRESHOLD)
-
-
-class OtherCpuLoad:
-    """The share of the machine's CPU time that *other* processes used since this object was made.
-
-    Busy time of all CPUs (/proc/stat, steal included: a VM's neighbours count) minus this process's
-    own CPU time and its waited-for children's, over wall time x cores. None where /proc/stat is not.
-    A benchmark on a shared machine is only as good as this number is small.
-    """
-
-    def __init__(self) -> None:
-        self._start = self._now()
-
-    @staticmethod
-    def _now() -> tuple[float, float, float] | None:
-        busy = _all_cpus_busy_s()
-        if busy is None:
-            return None
-        own = sum(
-            getattr(resource.getrusage(who), f)
-            for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-            for f in ("ru_utime", "ru_stime")
-        )
-        return time.monotonic(), busy, own
-
-    def fraction(self) -> float | None:
-        end = self._now()
-        if self._start is None or end is None:
-            return None
-        wall = end[0] - self._start[0]
-        cores = os.cpu_count() or 1
-        if wall <= 0:
-            return None
-        others = (end[1] - self._start[1]) - (end[2] - self._start[2])
-        return min(1.0, max(0.0, others / (wall * cores)))
-
-
-def _all_cpus_busy_s() -> float | None:
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] != "cpu":
-        return None
-    # user nice system idle iowait irq softirq steal [guest guest_nice: already inside user/nice]
-    values = [int(v) for v in fields[1:9]]
-    busy = sum(values) - values[3] - values[4]
-    return busy / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -73,6 +73,9 @@ def train(
         f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; "
         f"{speed}; peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
     )
+    load = result.extras.get("machine_load") or {}
+    if load.get("note"):
+        console.print(f"[yellow]note:[/] {load['note']}", highlight=False)
     diagnosis = result.extras.get("diagnosis")
     if diagnosis:
         console.print(f"{diagnosis['bound']}: {diagnosis['reason']}; fix: {diagnosis['fix']}", markup=False)

@@ -161,12 +161,22 @@ def check_threads(f: Facts) -> Check:
         )
     threads = int(raw) if raw else f.torch_threads
     detail = f"{threads} compute threads on {cores} cores" + ("" if raw else " (OMP_NUM_THREADS unset)")
+    if f.load_1min is not None:
+        detail += f"; load average {f.load_1min:g}"
     if threads and threads > cores:
         return Check(
             "threads",
             "warn",
             detail + ": oversubscribed, threads will fight for cores",
             f"export OMP_NUM_THREADS={cores}",
+        )
+    if f.load_1min is not None and f.load_1min > cores:
+        # torch's threads wait for each other at every parallel region: one thread each is faster then.
+        return Check(
+            "threads",
+            "warn",
+            detail + ": the machine is busy, other processes compete for the cores",
+            "export OMP_NUM_THREADS=1 while it stays busy (a CPU run can be several times faster)",
         )
     return Check("threads", "ok", detail)
 

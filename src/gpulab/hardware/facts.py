@@ -12,6 +12,7 @@ import psutil
 
 from gpulab.hardware import devices as dev
 from gpulab.hardware import nvml
+from gpulab.hardware.load import load_average
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Facts:
     shm_bytes: int | None = None
     omp_num_threads: str | None = None
     logical_cores: int = 1
+    load_1min: float | None = None  # load average: other processes competing for the cores
     tensorflow_version: str | None = None
     tensorflow_gpu_count: int | None = None
     devices: list[dev.DeviceInfo] = field(default_factory=list)
@@ -100,6 +102,7 @@ def gather_facts(shm_path: str = "/dev/shm", run_compute: bool = True) -> Facts:
         shm_bytes=_shm_size(shm_path),
         omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
         logical_cores=psutil.cpu_count(logical=True) or 1,
+        load_1min=load_average(),
         devices=dev.discover(),
     )
     f.tensorflow_version, f.tensorflow_gpu_count = _tensorflow()

@@ -36,6 +36,7 @@ import torch
 
 from gpulab.data import make_loader
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import diagnose
 from gpulab.profiling.flops import device_peaks, training_step_flops
@@ -328,18 +329,6 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         "environment": environment(),
         "date_unix": time.time(),
     }
-
-
-def machine_load() -> dict[str, Any]:
-    """The 1-minute load average against the cores this process may use: above 1 per core, other
-    processes competed for the CPU during the profile and its times are inflated (on a CPU device
-    badly: torch's threads wait for each other at every parallel region)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return {"load_1min": None, "cores": cores, "busy": None}
-    return {"load_1min": round(load, 2), "cores": cores, "busy": load > cores}
 
 
 def _cycle(source) -> Iterator[Any]:

@@ -70,10 +70,8 @@ class Runtime:
         )
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
         slow = slow_precision_warning(self.precision, self.device)  # auto never picks one: asked for
-        if slow:
-            self._reasons["precision"] = f"{precision_reason}; {slow}"
-            if self.is_rank_zero:
-                warnings.warn(slow, stacklevel=2)
+        if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
+            warnings.warn(slow, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
         self.precision.setup()
         self.strategy.setup_precision(self.precision)

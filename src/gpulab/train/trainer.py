@@ -31,6 +31,7 @@ from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
+from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
 from gpulab.profiling.timers import DataWaitMeter
@@ -165,6 +166,7 @@ class Trainer:
         reset_peak_memory(self.runtime.device)
         self._clock = _Clock(self.runtime.device)
         self._data_wait = DataWaitMeter()
+        self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         val_metrics: dict[str, float] = {}
         callbacks.on_fit_start(self, state)
         while not self._done():
@@ -448,6 +450,7 @@ class Trainer:
                 "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
+                "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
                 **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
