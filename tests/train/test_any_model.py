@@ -209,3 +209,20 @@ def test_a_batch_the_trainer_cannot_call_the_model_with_is_one_clear_error():
 
     with pytest.raises(DataError, match="cannot call the model with a batch of type Tensor.*dict of model"):
         _trainer(epochs=1).fit(nn.Linear(3, 1), Singles(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+
+
+def test_mfu_counts_the_flops_of_a_dict_batch_step():
+    torch.manual_seed(0)
+    trainer = _trainer(epochs=1, mfu=True)
+    result = trainer.fit(TinyTagger(), _data("tensors"), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert result.extras["mfu"]["flops_per_sample"] > 0  # traced through model(**batch) and output.loss
+
+
+@pytest.mark.parametrize("kind", ["tensors", "dataset"])
+def test_the_oom_guard_splits_dict_batches(monkeypatch, kind):
+    monkeypatch.setenv("GPULAB_INJECT_OOM", "0:1")  # rank 0 runs out of memory at the first attempt
+    torch.manual_seed(0)
+    trainer = _trainer(epochs=1, micro_batch="auto")
+    result = trainer.fit(TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert result.extras["oom"]["micro_batch"] == 16 and len(result.extras["oom"]["oom_recoveries"]) == 1
+    assert result.steps == N // 32 and trainer.state.samples_seen == N
