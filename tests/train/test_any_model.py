@@ -226,3 +226,38 @@ def test_the_oom_guard_splits_dict_batches(monkeypatch, kind):
     result = trainer.fit(TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
     assert result.extras["oom"]["micro_batch"] == 16 and len(result.extras["oom"]["oom_recoveries"]) == 1
     assert result.steps == N // 32 and trainer.state.samples_seen == N
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+
+def test_a_dataloader_of_dataclass_batches_trains():
+    """A collate_fn's batch object: its fields go to the model as keyword arguments."""
+
+    def collate(samples):
+        return TokenBatch(
+            *(torch.stack([s[k] for s in samples]) for k in ("input_ids", "attention_mask", "labels"))
+        )
+
+    loader = torch.utils.data.DataLoader(_data("dataset"), batch_size=32, shuffle=True, collate_fn=collate)
+    torch.manual_seed(0)
+    trainer = _trainer(epochs=3)
+    result = trainer.fit(
+        TinyTagger(), loader, val_data=loader, optimizer=lambda p: torch.optim.Adam(p, lr=3e-2)
+    )
+    first, last = _first_last_loss(trainer)
+    assert last < 0.5 * first and result.accuracy > 0.9
+    assert trainer.state.samples_seen == 3 * N
+
+
+def test_the_transfer_code_maps_the_tensors_of_a_dataclass_batch():
+    from gpulab.data.transfer import iter_tensors, map_tensors
+
+    batch = TokenBatch(torch.ones(2, 3), torch.zeros(2, 3), torch.arange(2))
+    doubled = map_tensors(lambda t: t * 2, batch)  # what to_device does with .to(device)
+    assert type(doubled) is TokenBatch and torch.equal(doubled.input_ids, torch.full((2, 3), 2.0))
+    assert torch.equal(doubled.labels, torch.tensor([0, 2])) and len(list(iter_tensors(batch))) == 3
