@@ -261,3 +261,13 @@ def test_the_transfer_code_maps_the_tensors_of_a_dataclass_batch():
     doubled = map_tensors(lambda t: t * 2, batch)  # what to_device does with .to(device)
     assert type(doubled) is TokenBatch and torch.equal(doubled.input_ids, torch.full((2, 3), 2.0))
     assert torch.equal(doubled.labels, torch.tensor([0, 2])) and len(list(iter_tensors(batch))) == 3
+
+
+@pytest.mark.parametrize("kind", ["tensors", "dataset", "samples"])
+def test_batch_size_auto_with_dict_batches_is_one_clear_error(kind):
+    with pytest.raises(
+        ConfigError, match="batch_size: auto traces .* with dict batches give batch_size a number"
+    ):
+        _trainer(batch_size="auto").fit(
+            TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+        )
