@@ -271,3 +271,27 @@ def test_batch_size_auto_with_dict_batches_is_one_clear_error(kind):
         _trainer(batch_size="auto").fit(
             TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
         )
+
+
+def test_a_dict_batch_that_does_not_fit_forward_names_the_keys_and_the_signature():
+    data = {
+        **_columns(),
+        "token_type_ids": torch.zeros(N, SEQ, dtype=torch.long),
+    }  # forward has no such param
+    with pytest.raises(DataError) as info:
+        _trainer(epochs=1).fit(TinyTagger(), data, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    message = str(info.value)
+    assert (
+        "'token_type_ids'" in message
+        and "TinyTagger.forward(input_ids, attention_mask=None, labels=None)" in message
+    )
+    assert "\n" not in message
+
+
+def test_a_type_error_inside_forward_is_not_blamed_on_the_batch():
+    class Broken(TinyTagger):
+        def forward(self, input_ids, attention_mask=None, labels=None):
+            return len(5)  # a bug in the model, not in the batch
+
+    with pytest.raises(TypeError, match="has no len"):
+        _trainer(epochs=1).fit(Broken(), _columns(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))

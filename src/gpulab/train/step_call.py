@@ -18,6 +18,7 @@ The loss, in this order:
 Validation accuracy compares the logits (``output.logits`` / ``output["logits"]``, or the output itself
 when it is a tensor) with the target, position by position; label ``-100`` (ignored by the usual losses)
 is not counted. Nothing here renames or wraps the user's model, so its saved weights keep their names.
+A batch that does not fit the model's ``forward`` is a DataError naming its keys and the signature.
 """
 
 from __future__ import annotations
@@ -60,11 +61,45 @@ def _as_mapping(batch: Any) -> Mapping | None:
 
 
 def call_model(forward: Callable, batch: Any) -> Any:
-    """The model's output on ``batch``: ``forward(*inputs)`` for a tuple, ``forward(**batch)`` for a dict."""
+    """The model's output on ``batch``: ``forward(*inputs)`` for a tuple, ``forward(**batch)`` for a dict.
+
+    A batch that does not fit the model's ``forward`` (a missing or extra key) is a DataError naming the
+    keys and the signature; the check runs only once the call failed, so it costs a step nothing."""
     kwargs = _as_mapping(batch)
-    if kwargs is not None:
-        return forward(**kwargs)
-    return forward(*batch[:-1])
+    args: tuple = () if kwargs is not None else tuple(batch[:-1])
+    kwargs = dict(kwargs) if kwargs is not None else {}
+    try:
+        return forward(*args, **kwargs)
+    except TypeError as exc:
+        mismatch = _mismatch(forward, args, kwargs)
+        if mismatch is None:  # the arguments fit: the TypeError came from inside the model
+            raise
+        raise DataError(mismatch) from exc
+
+
+def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """Why ``args``/``kwargs`` cannot bind to the user's ``forward``, or None when they can (or when
+    there is no signature to read)."""
+    from torch import nn
+
+    from gpulab.runtime.memory_estimate import unwrap_module
+
+    module = unwrap_module(forward) if isinstance(forward, nn.Module) else forward
+    target = module.forward if isinstance(module, nn.Module) else module
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = type(module).__name__ if isinstance(module, nn.Module) else getattr(target, "__name__", "")
+        given = f"keys {list(kwargs)}" if kwargs else f"{len(args)} input(s) (the last item is the target)"
+        return (
+            f"the batch ({given}) does not fit {name}.forward{signature}: {exc}; make each batch hold "
+            "exactly forward's arguments (a dict is passed as keyword arguments)"
+        )
+    return None
 
 
 def target_of(batch: Any) -> Any:
