@@ -53,7 +53,7 @@ def check_batch(batch: Any) -> Any:
 
 
 def _as_mapping(batch: Any) -> Mapping | None:
-    if isinstance(batch, Mapping):
+    if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the slower ABC check
         return batch
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
@@ -65,9 +65,10 @@ def call_model(forward: Callable, batch: Any) -> Any:
 
     A batch that does not fit the model's ``forward`` (a missing or extra key) is a DataError naming the
     keys and the signature; the check runs only once the call failed, so it costs a step nothing."""
-    kwargs = _as_mapping(batch)
-    args: tuple = () if kwargs is not None else tuple(batch[:-1])
-    kwargs = dict(kwargs) if kwargs is not None else {}
+    if isinstance(batch, (tuple, list)):  # tuples first: the common case, checked in one isinstance
+        args, kwargs = batch[:-1], {}
+    else:
+        args, kwargs = (), _as_mapping(batch)
     try:
         return forward(*args, **kwargs)
     except TypeError as exc:
@@ -105,10 +106,10 @@ def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | N
 def target_of(batch: Any) -> Any:
     """What a ``loss_fn(output, target)`` and accuracy compare with: a tuple's last item, a dict's
     ``labels`` (None when it has none)."""
+    if isinstance(batch, (tuple, list)):
+        return batch[-1]
     kwargs = _as_mapping(batch)
-    if kwargs is not None:
-        return kwargs.get("labels")
-    return batch[-1]
+    return kwargs.get("labels") if kwargs is not None else None
 
 
 def samples_in(batch: Any) -> int:
