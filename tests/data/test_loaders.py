@@ -59,13 +59,30 @@ def test_iterable_dataset_needs_shuffle_false():
         make_loader(Stream(), batch_size=3, device="cpu")
 
 
-@pytest.mark.parametrize("bad", [42, "data.csv", {"x": torch.zeros(3)}, torch.zeros(3, 2)])
+@pytest.mark.parametrize("bad", [42, "data.csv", {1, 2}, torch.zeros(3, 2)])
 def test_bad_type_names_the_type_and_the_accepted_ones(bad):
     with pytest.raises(DataError) as info:
         make_loader(bad, batch_size=2, device="cpu")
     message = str(info.value)
     assert type(bad).__name__ in message and "DataLoader" in message and "TensorDataset" in message
     assert "\n" not in message
+
+
+def test_a_dict_of_tensors_takes_the_fast_path_and_gives_dict_batches():
+    x, y = torch.arange(10.0).reshape(5, 2), torch.arange(5)
+    as_dict = make_loader({"x": x, "labels": y}, batch_size=2, device="cpu", seed=4)
+    as_tuple = make_loader((x, y), batch_size=2, device="cpu", seed=4)
+    assert isinstance(as_dict, TensorBatches) and len(as_dict) == 3
+    for d, t in zip(as_dict, as_tuple, strict=True):  # the same rows, in the same order, under the names
+        assert list(d) == ["x", "labels"]
+        assert torch.equal(d["x"], t[0]) and torch.equal(d["labels"], t[1])
+
+
+def test_a_list_of_dict_samples_is_collated_into_dict_batches():
+    samples = [{"x": torch.full((2,), float(i)), "labels": torch.tensor(i)} for i in range(5)]
+    batches = list(make_loader(samples, batch_size=2, device="cpu", shuffle=False))
+    assert [b["labels"].tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+    assert batches[0]["x"].shape == (2, 2)
 
 
 def test_mismatched_lengths_name_the_lengths():

@@ -20,6 +20,8 @@ Scenarios:
 - ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
   the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
 - ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned.
+- ``dict``: ``ddp`` again with dict batches (a dict of tensors) for a model called with keyword arguments
+  that returns its own loss (no loss_fn), and an optimizer factory taking the model: the same result.
 - ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
   rank 1: 4) with max_steps=10: every pass must stop for both after 4 steps, with no rank left waiting.
 
@@ -301,7 +303,39 @@ def run_stream(out: Path, rank: int) -> dict:
     return {"params": end.params, "steps": result.steps, "epochs": result.epochs, "seen": model.seen}
 
 
+class KeywordRecorder(Recorder):
+    """``Recorder`` called the Hugging Face way: keyword arguments in, ``{"loss", "logits"}`` out."""
+
+    def forward(self, x, ids, labels=None):
+        logits = super().forward(x, ids)
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def run_dict(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    x, ids, y = dataset()
+    names: list[str] = []
+
+    def sgd_of(model):  # named "model": gets the user's module (not DDP's), with its own names
+        names.extend(name for name, _ in model.named_parameters())
+        return sgd(model.parameters())
+
+    model, end = KeywordRecorder(), capture()
+    trainer = Trainer(strategy="ddp", callbacks=[end], **settings(out_dir=str(out / "dict")))
+    data = {"x": x, "ids": ids, "labels": y}
+    result = trainer.fit(model, data, optimizer=sgd_of, val_data=data)
+    return {
+        "params": end.params,
+        "seen": model.seen,
+        "names": names,
+        "samples": trainer.state.samples_seen,
+        "accuracy": result.accuracy,
+    }
+
+
 SCENARIOS = {
+    "dict": run_dict,
     "stream": run_stream,
     "ddp": run_ddp,
     "accumulate": run_accumulate,

@@ -3,8 +3,10 @@
 =======================  ==========================================================================
 data given               what serves it
 =======================  ==========================================================================
-tuple/list of tensors,   ``TensorBatches``: index-tensor batching, dataset resident on the GPU when
-``TensorDataset``        it fits (the fast path)
+tuple/list/dict of       ``TensorBatches``: index-tensor batching, dataset resident on the GPU when
+tensors,                 it fits (the fast path); a dict gives dict batches with its keys
+``TensorDataset``
+a list of samples        a ``Dataset`` (below): e.g. a list of dicts, collated into dict batches
 other ``Dataset``        a ``DataLoader`` shaped by a ``LoaderPolicy``, ordered by ``EpochSampler``
                          (the same permutation as the fast path, so both yield the same batches)
 ``IterableDataset``      a ``DataLoader`` in the dataset's own order (``shuffle=False`` required)
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
@@ -54,7 +56,7 @@ from gpulab.data.tensor_batches import (
 from gpulab.data.transfer import DeviceLike, resolve_device
 from gpulab.errors import ConfigError, DataError
 
-ACCEPTED = "a tuple/list of tensors, a TensorDataset, a Dataset, or a DataLoader"
+ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
 
 
 @runtime_checkable
@@ -312,10 +314,13 @@ def make_loader(
     shard = {"rank": rank, "world_size": world_size}
     if isinstance(data, DataLoader):
         return LoaderBatches(distributed_loader(data, rank, world_size, seed), device)
+    if _is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
+        data = _SampleList(data)
     tensors = _as_tensors(data)
     if tensors is not None:
         return TensorBatches(
             tensors,
+            keys=list(data) if isinstance(data, Mapping) else None,
             batch_size=batch_size,
             device=device,
             shuffle=shuffle,
@@ -404,7 +409,27 @@ def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
         return tuple(data.tensors)
     if isinstance(data, (tuple, list)):
         return tuple(data)  # TensorBatches checks they are equal-length tensors
+    if isinstance(data, Mapping):  # the fast path for a dict of tensors: {"input_ids": ..., "labels": ...}
+        return tuple(data.values())
     return None
+
+
+def _is_sample_list(data: Any) -> bool:
+    """A list of samples (dicts, tuples), not of whole tensors: the fast path takes the latter."""
+    return isinstance(data, list) and bool(data) and isinstance(data[0], (Mapping, tuple, list))
+
+
+class _SampleList(Dataset):
+    """A list of samples as a map-style ``Dataset``."""
+
+    def __init__(self, samples: list[Any]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.samples[index]
 
 
 def _iterable_loader(

@@ -6,7 +6,7 @@ agreed across ranks; ``search_batch_size`` is the Trainer's ``batch_size: auto``
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -278,6 +278,11 @@ def search_batch_size(
     The search starts at the estimate's prediction and is capped by the samples each rank has. On a CPU
     without a limit set (``set_memory_limit``) it aims under half the RAM available now.
     """
+    if _gives_dicts(data):
+        raise ConfigError(
+            "batch_size: auto traces (inputs..., target) batches only; with dict batches give batch_size a "
+            "number (e.g. --batch-size 32)"
+        )
     device = runtime.device
     limit = limit_bytes if limit_bytes is not None else memory_limit_bytes(device)
     if limit is None and device.type == "cpu":
@@ -372,3 +377,14 @@ __all__ = [
     "predict_max_batch_size",
     "search_batch_size",
 ]
+
+
+def _gives_dicts(data: Any) -> bool:
+    """Whether ``data``'s batches are dicts: a dict of tensors, or samples that are dicts."""
+    if isinstance(data, Mapping):
+        return True
+    try:
+        first = data[0] if len(data) else None
+    except Exception:  # no indexing (a stream, a DataLoader): not ours to say here
+        return False
+    return isinstance(first, Mapping)

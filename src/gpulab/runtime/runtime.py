@@ -18,6 +18,7 @@ strategy in ``strategies/``, so nothing here branches on either.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -31,6 +32,7 @@ from gpulab.errors import DeviceMemoryError
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
 from gpulab.runtime.memory import memory_limit_bytes
+from gpulab.runtime.memory_estimate import unwrap_module
 from gpulab.runtime.precision import Precision, resolve_precision, slow_precision_warning
 from gpulab.runtime.seed import seed_everything
 from gpulab.runtime.strategies import Strategy, resolve_strategy
@@ -130,7 +132,9 @@ class Runtime:
         """Move/wrap ``model`` for the strategy and prepare ``optimizer``.
 
         A factory ``params -> Optimizer`` is called *after* the move, so the optimizer holds the
-        parameters that will really be trained (a wrapping strategy may replace them). An optimizer
+        parameters that will really be trained (a wrapping strategy may replace them). A factory whose
+        first parameter is named ``model`` gets the user's module instead (inside DDP, with its own
+        parameter names), so weight-decay groups by name need no closure. An optimizer
         instance keeps working after a plain move because ``Module.to`` changes parameters in place.
         """
         try:
@@ -140,7 +144,7 @@ class Runtime:
         if optimizer is None:
             return model, None
         if not isinstance(optimizer, torch.optim.Optimizer):
-            optimizer = optimizer(model.parameters())
+            optimizer = optimizer(unwrap_module(model) if _takes_model(optimizer) else model.parameters())
         optimizer = self.strategy.setup_optimizer(optimizer)
         if self.fuse_optimizer:
             self._reasons["optimizer"] = use_fused_kernels(optimizer)
@@ -242,3 +246,13 @@ def _model_does_not_fit(model: nn.Module, device: torch.device) -> str:
         f"the model's parameters and buffers ({size / 2**20:,.1f} MiB) do not fit on {device}{under}; "
         f"{fix}, or shard it (strategy fsdp2)"
     )
+
+
+def _takes_model(factory: Callable) -> bool:
+    """Whether an optimizer factory wants the model (its first parameter is named ``model``), not the
+    parameters."""
+    try:
+        first = next(iter(inspect.signature(factory).parameters), None)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the usual params -> Optimizer
+        return False
+    return first == "model"

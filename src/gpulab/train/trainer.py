@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
-from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
+from gpulab.data import is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
@@ -52,14 +52,18 @@ from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
-from gpulab.train.metrics import LossWindow, Mean, correct_count
+from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
+from gpulab.train.step_call import LossCall, accuracy_counts, call_model, check_batch, samples_in
 
 
 class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
+
+    How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
+    computed itself) is ``gpulab.train.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
@@ -92,7 +96,7 @@ class Trainer:
         model: nn.Module,
         train_data: Any,
         *,
-        loss_fn: Callable,
+        loss_fn: Callable | None = None,
         optimizer: Any,
         val_data: Any = None,
         scheduler: Any = None,
@@ -100,6 +104,11 @@ class Trainer:
     ) -> FitResult:
         """Train; ``resume`` is ``"latest"`` (under the checkpoint directory), a checkpoint's path, or
         ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
+
+        ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
+        None when the model's output carries its loss (see ``gpulab.train.step_call``). ``optimizer``: an
+        Optimizer, or a factory called with the model when its parameter is named ``model`` (for
+        weight-decay groups by parameter name), else with ``model.parameters()``.
 
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.
@@ -131,6 +140,7 @@ class Trainer:
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
         )
         self.loss_fn = loss_fn
+        self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -204,11 +214,11 @@ class Trainer:
             batches = stop_together(batches, self.runtime.reduce_flag)
         start = state.batch_in_epoch
         for batch in batches:
-            batch = _split(batch)
+            batch = check_batch(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
             state.batch_in_epoch += 1
-            state.samples_seen += batch_size_of(batch[-1])
+            state.samples_seen += samples_in(batch)
             if steps_now:
                 self._optimizer_step()
                 if self._done():
@@ -236,16 +246,15 @@ class Trainer:
                     stacklevel=2,
                 )
 
-    def _accumulate(self, batch: tuple, n: int | None) -> tuple[torch.Tensor, bool]:
+    def _accumulate(self, batch: Any, n: int | None) -> tuple[torch.Tensor, bool]:
         """Forward and backward of one micro-batch; True when it completes the accumulation window."""
         s, rt, i = self.settings, self.runtime, self.state.batch_in_epoch
         # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
         window = s.accumulate if n is None else min(s.accumulate, n - (i - i % s.accumulate))
         steps_now = (i % s.accumulate) == window - 1
-        *inputs, target = batch
         with rt.no_sync(self.model, enabled=not steps_now):
             with rt.autocast():
-                loss = self.loss_fn(self.forward(*inputs), target)
+                loss = self.loss(call_model(self.forward, batch), batch)
             rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
         return loss, steps_now
 
@@ -289,16 +298,14 @@ class Trainer:
         self.model.eval()
         loss, correct, count = Mean(), None, 0
         for batch in val:
-            *inputs, target = _split(batch)
+            batch = check_batch(batch)
             with rt.autocast():
-                out = self.forward(*inputs)
-                loss.add(self.loss_fn(out, target), weight=batch_size_of(target))
-            right = correct_count(out, target)
-            if right is not None:
-                correct = right if correct is None else correct + right
-                count += (
-                    target.numel() if target.dim() > 1 and target.shape[-1] != 1 else batch_size_of(target)
-                )
+                out = call_model(self.forward, batch)
+                loss.add(self.loss(out, batch), weight=samples_in(batch))
+            counts = accuracy_counts(out, batch)
+            if counts is not None:
+                correct = counts[0] if correct is None else correct + counts[0]
+                count = count + counts[1]
         self.model.train()
         metrics = {"val_loss": loss.read(reduce=rt.all_reduce)}
         if correct is not None:
@@ -511,15 +518,6 @@ class Trainer:
             compiled=result.compiled,
             native=native_dtypes(self.runtime.device),
         )
-
-
-def _split(batch: Any) -> tuple:
-    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-        return tuple(batch)
-    raise DataError(
-        f"each batch must be (inputs..., target); got {type(batch).__name__} of length "
-        f"{len(batch) if hasattr(batch, '__len__') else '?'}"
-    )
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ class Recipe:
 
     model: nn.Module
     train_data: Any
-    loss_fn: Callable
-    optimizer: Callable  # params -> torch.optim.Optimizer
+    loss_fn: Callable | None  # None: the model's output carries its loss (see gpulab.train.step_call)
+    optimizer: Callable  # params -> torch.optim.Optimizer, or model -> Optimizer (parameter named model)
     val_data: Any = None
     scheduler: Callable | None = None  # (optimizer, total_steps) -> LR scheduler
     defaults: dict[str, Any] = field(default_factory=dict)  # trainer settings this recipe wants
