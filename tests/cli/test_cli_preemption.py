@@ -22,7 +22,9 @@ RUN = ["train", "preempt_recipe:build", "--max-steps", "200", "--set", "mfu=fals
 
 
 def env() -> dict[str, str]:
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # CUDA_VISIBLE_DEVICES empty: gloo ranks on the CPU, also on a machine with one GPU (NCCL would
+    # refuse two ranks there).
+    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH")) if p)
     return {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
 

@@ -18,7 +18,8 @@ def gpulab(*args: str) -> subprocess.CompletedProcess:
 def train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     """``gpulab train mlp --out OUT ...``, or another recipe when ``extra`` starts with its name."""
     recipe, extra = (extra[0], extra[1:]) if extra and not extra[0].startswith("-") else ("mlp", extra)
-    return gpulab("train", recipe, "--out", str(out), "--set", "tensorboard=false", *extra)
+    # --device cpu: what these runs compare (auto resolving to fp32, bit-exact losses) is the CPU's.
+    return gpulab("train", recipe, "--out", str(out), "--device", "cpu", "--set", "tensorboard=false", *extra)
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def test_a_stale_lock_file_of_a_dead_pid_is_taken_over(tmp_path):
 def test_the_ranks_of_one_launch_do_not_refuse_each_other(tmp_path):
     """Under `gpulab launch` only rank 0 takes the lock: two ranks into one --out is one run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
-    env["OMP_NUM_THREADS"] = "1"
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # two gloo ranks, also on a one-GPU machine
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp",

@@ -89,6 +89,7 @@ def main() -> None:
     if args.dict:
         model = OwnLoss(model)
     trainer = Trainer(
+        device="cpu",  # bit-exact comparisons of the CPU's arithmetic, on any machine
         max_steps=STEPS,
         batch_size=16,
         accumulate=2,
