@@ -17,6 +17,9 @@ Scenarios:
 - ``fsdp2``: strategy fsdp2 for 2 epochs with sharded checkpoints every 4 steps; then a fresh model
   resumes from step 4 and must end where the uninterrupted run ended.
 - ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
+- ``stall_async``: NCCL's shape on gloo: a loop of asynchronous all-reduces (``async_op=True``, marked
+  region left at once) waited on later, outside any marked region -- where NCCL would block in an
+  ``.item()``. collective_timeout_s=3; rank STALL_RANK sleeps forever before its third all-reduce.
 - ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
   the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
 - ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned.
@@ -249,6 +252,29 @@ def run_lagged_flag(out: Path, rank: int) -> dict:
     return {"seen": seen}
 
 
+ASYNC_TIMEOUT_S = 3
+
+
+def run_stall_async(out: Path, rank: int) -> dict:
+    import torch.distributed as dist
+
+    from gpulab.runtime.runtime import Runtime
+
+    stall_rank = int(os.environ["STALL_RANK"])
+    options = {"collective_timeout_s": ASYNC_TIMEOUT_S}
+    rt = Runtime("cpu", precision="fp32", strategy="ddp", strategy_options=options)
+    for step in range(1000):
+        if rank == stall_rank and step == 2:
+            (out / "stalled_at").write_text(str(time.time()))
+            time.sleep(3600)
+        value = torch.ones(1)
+        with rt.strategy.collective("all_reduce (async)"):
+            work = dist.all_reduce(value, async_op=True)  # returns once queued, as NCCL's do
+        rt.global_step += 1
+        work.wait()  # outside the marked region: where a rank on NCCL waits, in .item() or a sync
+    return {"finished": True}
+
+
 class TiedLM(nn.Module):
     """Embedding -> block -> output layer tied to the embedding (as GPT-2), for FSDP2."""
 
@@ -345,10 +371,11 @@ SCENARIOS = {
     "fsdp2_tied": run_fsdp2_tied,
     "stall": run_stall,
     "lagged_flag": run_lagged_flag,
+    "stall_async": run_stall_async,
 }
 # Scenarios whose strategies create (and destroy) the process group themselves; fsdp2 does it twice in
 # one process (two fits), as a script running two Trainers would.
-OWN_GROUP = {"stall", "fsdp2", "fsdp2_tied"}
+OWN_GROUP = {"stall", "stall_async", "fsdp2", "fsdp2_tied"}
 
 
 def main() -> None:

@@ -35,14 +35,30 @@ def test_a_stalled_rank_stops_every_rank_naming_it_and_the_collective(tmp_path, 
     stalled_at = float((tmp_path / "stalled_at").read_text())
     assert ended - stalled_at < TIMEOUT_S + 10, text
     waiter = 1 - stall_rank
-    assert codes[stall_rank] == EXIT_CODE and codes[waiter] != 0
+    assert codes[stall_rank] == EXIT_CODE and codes[waiter] == EXIT_CODE
     expected = f"rank {stall_rank} did not reach 'backward (gradient sync)'"
     waiter_log = (tmp_path / f"rank{waiter}.log").read_text()
-    assert "CollectiveError" in waiter_log and expected in waiter_log
+    assert f"[gpulab rank {waiter}] stalled rank(s) {stall_rank}" in waiter_log and expected in waiter_log
     stuck_log = (tmp_path / f"rank{stall_rank}.log").read_text()
     assert (
         f"[gpulab rank {stall_rank}] stopping: rank {waiter} reported" in stuck_log and expected in stuck_log
     )
+
+
+@pytest.mark.distributed
+def test_a_stalled_rank_is_named_when_collectives_return_at_once_as_on_nccl(tmp_path):
+    """Three ranks, asynchronous all-reduces waited on outside any marked region (NCCL's shape): no
+    collective blocks where the watchdog looks, yet the stalled rank is named by progress alone."""
+    procs = ddp_job.launch("stall_async", tmp_path, world_size=3, extra_env={"STALL_RANK": "1"})
+    codes = ddp_job.wait_all(procs, timeout=90)
+    ended = time.time()
+    text = ddp_job.logs(tmp_path, world_size=3)
+    assert codes == [EXIT_CODE] * 3, text  # nobody killed, nobody crashed in the backend's own timeout
+    stalled_at = float((tmp_path / "stalled_at").read_text())
+    assert ended - stalled_at < ddp_job.ASYNC_TIMEOUT_S + 10, text
+    for rank in range(3):
+        log = (tmp_path / f"rank{rank}.log").read_text()
+        assert "rank 1 did not reach 'all_reduce (async)' (it has 2 steps done" in log, text
 
 
 def _watchdogs(store, world=3, **kwargs):
@@ -116,6 +132,87 @@ def test_the_watchdog_thread_publishes_heartbeats_and_stops():
         time.sleep(0.01)
     dog.stop()
     assert json.loads(view.get("hb/0"))["collective"] == "x"
+
+
+def _progressed(dogs, steps):
+    """Each rank has done ``steps[r]`` steps, each with one (asynchronous: already left) collective."""
+    for dog, n in zip(dogs, steps, strict=True):
+        while dog.heartbeat.step < n:
+            dog.heartbeat.enter("all_reduce (async)")
+            dog.heartbeat.leave()
+            dog.heartbeat.step += 1
+    _publish(dogs)
+
+
+def _age(dog, rank, seconds):
+    """Pretend ``dog`` first saw ``rank`` behind ``seconds`` ago."""
+    mark, since = dog._behind[rank]
+    dog._behind[rank] = (mark, since - seconds)
+
+
+def test_progress_names_the_rank_that_stopped_while_the_others_moved_on():
+    dogs = _watchdogs(dist.HashStore())
+    exits = []
+    dogs[0]._exit_fn = exits.append
+    _progressed(dogs, [3, 2, 3])  # no rank is inside a collective: nothing blocks where it is marked
+    assert not dogs[0]._watch_progress()  # first sight of rank 1 behind starts its clock
+    _age(dogs[0], 1, 4.0)
+    assert not dogs[0]._watch_progress() and exits == []  # 4 s < collective_timeout_s (5 s)
+    _age(dogs[0], 1, 2.0)
+    assert dogs[0]._watch_progress() and exits == [EXIT_CODE]
+    said = dogs[0]._out.getvalue()
+    assert "stalled rank(s) 1, found by rank 0's watchdog" in said
+    assert "rank 1 did not reach 'all_reduce (async)' (it has 2 steps done" in said
+    assert "rank 2 did not" not in said
+    assert json.loads(dogs[0].store.get(ABORT))["rank"] == 0
+
+
+def test_a_rank_behind_that_still_progresses_is_not_named():
+    dogs = _watchdogs(dist.HashStore())
+    _progressed(dogs, [3, 1, 3])
+    dogs[0]._watch_progress()
+    _age(dogs[0], 1, 60.0)
+    _progressed(dogs, [4, 2, 4])  # rank 1 moved: its clock starts again
+    assert not dogs[0]._watch_progress()
+    assert dogs[0]._behind[1][0] == (2, 2)
+
+
+def test_a_finished_rank_or_a_long_marked_phase_is_not_a_stall():
+    dogs = _watchdogs(dist.HashStore())
+    _progressed(dogs, [3, 2, 3])
+    dogs[1].stop()  # publishes its final state as done
+    dogs[0]._watch_progress()
+    assert 1 not in dogs[0]._behind
+    dogs = _watchdogs(dist.HashStore())
+    _progressed(dogs, [3, 2, 3])
+    dogs[1].heartbeat.enter("checkpoint save")  # inside a marked phase with its own, longer limit
+    dogs[1].phase_timeout_s = 1800
+    _publish(dogs)
+    dogs[0]._watch_progress()
+    _age(dogs[0], 1, 60.0)
+    assert not dogs[0]._watch_progress()
+    _age(dogs[0], 1, 1800.0)
+    assert dogs[0]._watch_progress()
+
+
+def test_the_stalled_rank_leaves_the_naming_to_a_rank_that_is_ahead():
+    dogs = _watchdogs(dist.HashStore(), interval_s=1.0)
+    exits = []
+    dogs[1]._exit_fn = exits.append
+    _progressed(dogs, [3, 2, 3])
+    dogs[1]._watch_progress()
+    _age(dogs[1], 1, 6.0)
+    assert not dogs[1]._watch_progress()  # > 5 s, but within its two extra ticks
+    _age(dogs[1], 1, 2.0)
+    assert dogs[1]._watch_progress() and exits == [EXIT_CODE]
+
+
+def test_a_step_without_a_collective_is_published():
+    dogs = _watchdogs(dist.HashStore(), world=1)
+    dogs[0]._publish()
+    dogs[0].heartbeat.step = 9
+    dogs[0]._publish()
+    assert json.loads(dogs[0].store.get("hb/0"))["step"] == 9
 
 
 def _nan_at_step_3():

@@ -27,6 +27,10 @@ from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loo
 from gpulab.errors import ConfigError, DeviceError, choices
 
 DEFAULT_TIMEOUT_S = 60.0
+# The backend's own collective timeout comes this much after ``timeout_s``: the stall watchdog, which
+# judges progress against ``timeout_s``, then names the stalled rank before NCCL's watchdog tears the
+# process down (or Gloo raises in an unmarked wait) without naming anyone.
+BACKEND_GRACE_S = 10.0
 # One backend per device type; anything else cannot run multi-process collectives here.
 BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}
 # The NCCL flight recorder keeps the last collectives of every rank and dumps them on a timeout, which
@@ -114,8 +118,8 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
     """Join (or create) the default process group for ``device``; ranks come from torchrun's variables.
 
     A group someone already created (the user's script, a test) is used as it is and left alone on
-    teardown. Otherwise the backend follows the device and every collective times out after
-    ``timeout_s`` seconds.
+    teardown. Otherwise the backend follows the device, and a collective times out in the backend
+    ``BACKEND_GRACE_S`` after ``timeout_s``, by when the stall watchdog has named who stalled.
     """
     if not dist.is_available():
         raise DeviceError("this torch build has no torch.distributed; multi-process training needs it")
@@ -144,7 +148,7 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
         store=_next_generation_store(launch, timeout_s),
         rank=launch.rank,
         world_size=launch.world_size,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timedelta(seconds=timeout_s + BACKEND_GRACE_S),
         **options,
     )
     return GroupInfo(launch.rank, launch.world_size, launch.local_rank, created=True)

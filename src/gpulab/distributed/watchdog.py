@@ -16,6 +16,16 @@ How it works, per rank:
   never reached the collective), writes that diagnosis to ``abort``, and raises ``CollectiveError``.
 - Every other rank's watchdog sees ``abort``, prints the diagnosis, and ends its process with
   ``EXIT_CODE`` -- including the stuck rank, whose main thread may never come back.
+- Progress: NCCL collectives return as soon as they are queued, so on NCCL a marked region ends at once
+  and a rank waits for a stalled peer later, in an unmarked ``.item()`` or synchronisation. The watchdog
+  therefore also judges *progress*: every rank's watchdog thread reads all heartbeats (one ``multi_get``
+  a tick) and names the rank(s) whose progress -- steps done, then collectives entered -- is behind
+  another rank's and has not moved for ``timeout_s`` (or the longer limit of a marked phase). That
+  needs no collective to block, so a stalled rank is named within ``timeout_s`` plus a few ticks on
+  every backend. A rank that is ahead declares it; the stalled rank itself (its main thread may be
+  stuck, its watchdog thread is not) declares only if nobody has one tick later. The process group's own
+  timeout is ``BACKEND_GRACE_S`` longer (``process_group.py``), so this diagnosis comes before NCCL's
+  watchdog tears the process down without naming anyone.
 - Backstop: if a collective neither returns nor raises (a hang inside a CUDA kernel; NCCL's own watchdog
   normally tears the process down first, with its flight recorder dump), the watchdog thread declares the
   failure itself once the collective is ``grace_s`` past its timeout.
@@ -26,6 +36,7 @@ connection, or lose the store if the dead rank hosted it, and stop with that as 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -57,23 +68,38 @@ class Heartbeat:
     ``state`` is ``(seq, collective or None, step, since)``, replaced as a whole (one atomic store under
     the GIL), so the reader never sees half an update. ``seq`` counts collectives entered: ranks run the
     same program, so a rank whose ``seq`` is lower than a waiting rank's never reached its collective.
+    ``last`` names the collective entered last (still known after an asynchronous one has returned).
     """
 
-    __slots__ = ("state", "step")
+    __slots__ = ("state", "step", "last")
 
     def __init__(self) -> None:
         self.step = 0
+        self.last: str | None = None
         self.state: tuple[int, str | None, int, float] = (0, None, 0, time.time())
 
     def enter(self, name: str) -> None:
+        self.last = name
         self.state = (self.state[0] + 1, name, self.step, time.time())
 
     def leave(self) -> None:
         self.state = (self.state[0], None, self.step, time.time())
 
     def as_dict(self) -> dict[str, Any]:
-        seq, name, step, since = self.state
-        return {"seq": seq, "collective": name, "step": step, "since": since, "pid": os.getpid()}
+        seq, name, _, since = self.state
+        return {
+            "seq": seq,
+            "collective": name,
+            "last": self.last,
+            "step": self.step,  # live: a step without a collective is progress too
+            "since": since,
+            "pid": os.getpid(),
+        }
+
+
+def progress(beat: dict[str, Any]) -> tuple[int, int]:
+    """How far a rank has come: steps done, then collectives entered (ranks run the same program)."""
+    return (beat["step"], beat["seq"])
 
 
 class _Collective(AbstractContextManager):
@@ -127,6 +153,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._published: tuple | None = None
         self._aborting = False
+        self._behind: dict[int, tuple[tuple[int, int], float]] = {}  # rank -> (progress, first seen behind)
 
     # -- main thread ----------------------------------------------------------------------------------
     def collective(self, name: str, timeout_s: float | None = None) -> _Collective:
@@ -143,6 +170,10 @@ class Watchdog:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5 * self.interval_s + 1)
         self._thread = None
+        # The final state, marked done: a rank still running must not see this one as behind. The store
+        # may be gone (its host exited first): then nobody is left to judge.
+        with contextlib.suppress(Exception):
+            self.store.set(f"hb/{self.rank}", json.dumps({**self.heartbeat.as_dict(), "done": True}))
 
     def aborted(self) -> bool:
         """Whether any rank declared the job failed (this one included)."""
@@ -202,7 +233,7 @@ class Watchdog:
         while not self._stop.wait(self.interval_s):
             try:
                 self._publish()
-                if self._check_abort():
+                if self._check_abort() or self._watch_progress():
                     return
             except Exception as exc:  # store unreachable
                 if self.heartbeat.state[1] is not None and not self._stop.is_set():
@@ -215,17 +246,76 @@ class Watchdog:
             self._backstop()
 
     def _publish(self) -> None:
-        state = self.heartbeat.state
+        state = (self.heartbeat.state, self.heartbeat.step, self.phase_timeout_s)
         if state != self._published:
-            self.store.set(f"hb/{self.rank}", json.dumps(self.heartbeat.as_dict()))
+            self.store.set(f"hb/{self.rank}", json.dumps({**self.heartbeat.as_dict(), "limit": state[2]}))
             self._published = state
+
+    def _watch_progress(self) -> bool:
+        """Name the ranks that stopped making progress while another rank moved on; True if it did.
+
+        A rank is *stalled* when its progress is behind the furthest rank's and has not changed for
+        longer than its limit: ``timeout_s``, or the longer limit of a marked phase it or the furthest
+        rank is in (rank 0 writing a checkpoint). Judged from when this thread first saw it behind, on
+        this machine's clock, so clocks that differ between nodes do not matter.
+        """
+        if self.world_size < 2 or self._aborting:
+            return False
+        keys = [f"hb/{r}" for r in range(self.world_size)]
+        if not self.store.check(keys):
+            return False  # some rank has not started yet
+        beats = {r: json.loads(v) for r, v in enumerate(self.store.multi_get(keys))}
+        beats[self.rank] = {**self.heartbeat.as_dict(), "limit": self.phase_timeout_s}
+        now = time.monotonic()
+        top = max(beats, key=lambda r: progress(beats[r]))
+        stalled = []
+        for rank, beat in beats.items():
+            mark = progress(beat)
+            if beat.get("done") or mark >= progress(beats[top]):
+                self._behind.pop(rank, None)
+                continue
+            if self._behind.get(rank, (None,))[0] != mark:
+                self._behind[rank] = (mark, now)
+                continue
+            limit = max(self.timeout_s, beat.get("limit") or 0.0, beats[top].get("limit") or 0.0)
+            # The stalled rank itself waits one tick more: a rank that is ahead names it first.
+            extra = self.interval_s * 2 if rank == self.rank else 0.0
+            if now - self._behind[rank][1] > limit + extra:
+                stalled.append(rank)
+        if not stalled:
+            return False
+        message = self._stall_message(stalled, beats, top, now)
+        self._say(message)  # first: once the others exit, this process may end any moment
+        self._broadcast_abort(message)
+        self._exit_fn(EXIT_CODE)
+        return True
+
+    def _stall_message(self, stalled: list[int], beats: dict, top: int, now: float) -> str:
+        ahead = beats[top]
+        name = ahead["last"] or "the next collective"
+        parts = []
+        for rank in stalled:
+            beat = beats[rank]
+            where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
+            parts.append(
+                f"rank {rank} did not reach {name!r} (it has {beat['step']} steps done and has made no "
+                f"progress for {now - self._behind[rank][1]:.1f}s, {where})"
+            )
+        return (
+            f"stalled rank(s) {', '.join(map(str, stalled))}, found by rank {self.rank}'s watchdog: "
+            f"{'; '.join(parts)}; rank {top} is furthest, with {ahead['step']} steps done and "
+            f"{ahead['seq']} collectives entered (limit: collective_timeout_s={self.timeout_s:g})"
+        )
 
     def _check_abort(self) -> bool:
         if self._aborting or not self.store.check([ABORT]):
             return False
         report = json.loads(self.store.get(ABORT))
+        self._aborting = True
+        self._exit_on_uncaught()
         self.store.set(f"ack/{self.rank}", "1")
         self._say(f"stopping: rank {report['rank']} reported: {report['message']}")
+        self._wait_for_acks()
         self._exit_fn(EXIT_CODE)
         return True
 
@@ -236,23 +326,45 @@ class Watchdog:
         if state[1] is None or time.time() - state[3] < limit or self._aborting:
             return
         message = self.diagnose(state) + " (no error came back: declared by the watchdog)"
-        self._broadcast_abort(message)
         self._say(message)
+        self._broadcast_abort(message)
         self._exit_fn(EXIT_CODE)
 
     # -- both -----------------------------------------------------------------------------------------
     def _broadcast_abort(self, message: str) -> None:
         """Write the diagnosis to ``abort`` and give the other ranks' watchdogs a moment to read it."""
         self._aborting = True
+        self._exit_on_uncaught()
         try:
             if not self.store.check([ABORT]):
                 self.store.set(ABORT, json.dumps({"rank": self.rank, "message": message}))
-            acks = [f"ack/{r}" for r in range(self.world_size) if r != self.rank]
-            deadline = time.time() + self.ack_wait_s
-            while acks and time.time() < deadline and not self.store.check(acks):
-                time.sleep(min(0.05, self.interval_s))
+            self.store.set(f"ack/{self.rank}", "1")
         except Exception:  # the store is gone too: the others will find out on their own
+            return
+        self._wait_for_acks()
+
+    def _wait_for_acks(self) -> None:
+        """Until every rank has read the diagnosis (or ``ack_wait_s``): a rank that exits closes its
+        connections, and a peer blocked in the backend would then fail before its watchdog reads it."""
+        acks = [f"ack/{r}" for r in range(self.world_size)]
+        deadline = time.time() + self.ack_wait_s
+        try:
+            while time.time() < deadline and not self.store.check(acks):
+                time.sleep(min(0.05, self.interval_s))
+        except Exception:  # the store's host has exited: nothing left to wait for
             pass
+
+    def _exit_on_uncaught(self) -> None:
+        """Once the job is declared failed, an uncaught error in the main thread (a backend wait failing
+        because a peer exited) is a consequence, not news: exit with ``EXIT_CODE``, no traceback."""
+        if self._exit_fn is not os._exit:  # a test's watchdog: leave the process's hook alone
+            return
+
+        def hook(exc_type, exc, tb) -> None:
+            self._say(f"exiting after the job was declared failed: {exc_type.__name__}: {_first_line(exc)}")
+            os._exit(EXIT_CODE)
+
+        sys.excepthook = hook
 
     def _read_heartbeats(self) -> dict[int, dict[str, Any] | None]:
         out: dict[int, dict[str, Any] | None] = {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -75,6 +75,7 @@ class Runtime:
         if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
             warnings.warn(slow, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
+        self._no_sync_depth = 0  # inside ``no_sync``: backward talks to no other rank
         self.precision.setup()
         self.strategy.setup_precision(self.precision)
 
@@ -160,13 +161,27 @@ class Runtime:
         return self.precision.autocast()
 
     def backward(self, loss: torch.Tensor) -> None:
-        # Marked as a collective: a data-parallel strategy all-reduces gradients inside backward.
+        # Marked as a collective: a data-parallel strategy all-reduces gradients inside backward. Not
+        # under ``no_sync``, where it does not: every rank must count the same collectives for the stall
+        # watchdog, and a rank that ran out of memory early (``micro_batch: auto``) ran fewer micro-batches.
+        if self._no_sync_depth:
+            self.precision.backward(loss)
+            return
         with self.strategy.collective("backward (gradient sync)"):
             self.precision.backward(loss)
 
     def no_sync(self, model: nn.Module, enabled: bool = True) -> AbstractContextManager:
         """Skip gradient sync for accumulation micro-batches; ``enabled=False`` syncs as usual."""
-        return self.strategy.no_sync(model) if enabled else nullcontext()
+        return self._no_sync(model) if enabled else nullcontext()
+
+    @contextmanager
+    def _no_sync(self, model: nn.Module):
+        self._no_sync_depth += 1
+        try:
+            with self.strategy.no_sync(model):
+                yield
+        finally:
+            self._no_sync_depth -= 1
 
     def clip_grad_norm(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, max_norm: float

@@ -83,7 +83,11 @@ class ProcessGroupStrategy(Strategy):
 
     def reduce_flag(self, flag: bool) -> bool:
         value = torch.tensor([1.0 if flag else 0.0], device=self.root_device)
-        return bool(self.all_reduce(value, "max").item())
+        # The host read is inside the marked region: on NCCL the all-reduce returns at once and this
+        # ``.item()`` is where a rank waits for the others.
+        with self.collective("all_reduce(max) of a flag"):
+            dist.all_reduce(value, op=_OPS["max"])
+            return bool(value.item())
 
     def lagged_flag(self, flag: bool) -> bool:
         # Start this call's reduction and read the previous one's, which has had a whole step to finish:
