@@ -436,10 +436,7 @@ class Trainer:
         rt, state = self.runtime, self.state
         seconds, rate = self._clock.total(state.samples_seen)
         return FitResult(
-            device=str(rt.device),
-            precision=rt.precision.name,
-            steps=state.global_step,
-            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            **self._where_and_how_far(),
             final_loss=state.metrics.get("loss"),
             samples_per_s=None if rate is None else rate * rt.world_size,
             peak_memory_bytes=peak_memory_bytes(rt.device),
@@ -448,9 +445,6 @@ class Trainer:
             accuracy=val_metrics.get("val_accuracy"),
             skipped_steps=int(getattr(rt.precision, "skipped_steps", 0)),
             compiled=bool(self.settings.compile and not getattr(self.forward, "fell_back", False)),
-            strategy=rt.strategy.name,
-            world_size=rt.world_size,
-            batch_size=self.settings.batch_size,
             history=self.history,
             extras={
                 **self.extras,
@@ -468,7 +462,7 @@ class Trainer:
 
         The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
         (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
-        rt, state = self.runtime, self.state
+        state = self.state
         further = (  # a schedule cannot be stretched (see checkpointing.py)
             "its LR schedule is complete: start a new run to train further"
             if self.scheduler is not None
@@ -479,21 +473,28 @@ class Trainer:
             + further
         )
         return FitResult(
-            device=str(rt.device),
-            precision=rt.precision.name,
-            steps=state.global_step,
-            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            **self._where_and_how_far(),
             final_loss=state.metrics.get("loss"),
             samples_per_s=None,
             peak_memory_bytes=0,
             train_seconds=0.0,
             val_loss=state.metrics.get("val_loss"),
             accuracy=state.metrics.get("val_accuracy"),
-            strategy=rt.strategy.name,
-            world_size=rt.world_size,
-            batch_size=self.settings.batch_size,
             extras={"nothing_to_do": message},
         )
+
+    def _where_and_how_far(self) -> dict[str, Any]:
+        """The result's fields every fit has, run or not: device, precision, strategy, progress."""
+        rt, state = self.runtime, self.state
+        return {
+            "device": str(rt.device),
+            "precision": rt.precision.name,
+            "steps": state.global_step,
+            "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
+            "strategy": rt.strategy.name,
+            "world_size": rt.world_size,
+            "batch_size": self.settings.batch_size,
+        }
 
     def _preempted(self) -> dict[str, Any]:
         ckpt = self.checkpointer
