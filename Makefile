@@ -20,7 +20,7 @@ setup: $(DEV)
 # The main job: check the environment (and time a matmul), then train the digits CNN on real data.
 run: $(BASE)
 	$(VENV)/bin/gpulab doctor --peak
-	$(VENV)/bin/gpulab train digits --out runs/digits
+	$(VENV)/bin/gpulab train digits --out runs/digits --overwrite
 
 test: $(DEV)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -105,7 +105,11 @@ class TrainerSettings(Settings):
     growth_interval: int = Field(
         2000, ge=1, description="fp16-mixed: steps without overflow before the scale grows"
     )
-    progress: bool | None = Field(None, description="progress bar; None: only when stdout is a terminal")
+    progress: bool | None = Field(
+        None,
+        description="progress bar; None: a bar when stdout is a terminal, else a plain line every 10 s; "
+        "False: neither",
+    )
     out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
     tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
     checkpoints: bool = Field(True, description="write checkpoints (resuming from one works either way)")
@@ -155,7 +159,14 @@ class RunConfig(TrainerSettings):
     recipe: str = Field(..., description="mlp|digits|chargpt, or your own package.module:function")
     options: dict[str, Any] = Field(default_factory=dict, description="the recipe's own settings")
     resume: str | None = Field(
-        None, description="checkpoint directory, or 'latest' under out_dir/checkpoints"
+        None,
+        description="checkpoint directory, 'latest' under out_dir/checkpoints, or 'auto' (latest if a "
+        "checkpoint exists, else start; the default under gpulab launch/torchrun, so a restart continues)",
+    )
+    overwrite: bool = Field(
+        False,
+        description="start afresh in an out_dir that holds a previous run: remove its summary, metrics, "
+        "TensorBoard logs and checkpoints first (without it, or resume, such a directory is refused)",
     )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 

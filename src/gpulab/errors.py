@@ -26,8 +26,30 @@ class DataError(GpulabError):
     """Training data of a shape or type gpulab cannot use."""
 
 
+class DeviceMemoryError(GpulabError):
+    """The model itself does not fit on the device (or under the memory_limit set for it)."""
+
+
 class CheckpointError(GpulabError):
     """A checkpoint is missing, incomplete, tampered with, or does not fit the run."""
+
+
+class RunDirError(GpulabError):
+    """The run directory is in use by another run, or holds a finished run this one would mix with."""
+
+
+class Preempted(GpulabError):
+    """A run stopped by SIGTERM/SIGINT after saving a checkpoint: exit 128 + N, as a process killed by N.
+
+    Not an error: the CLI prints it as ``gpulab: stopped: ...``; an empty message prints nothing (the
+    ranks other than 0 stop quietly).
+    """
+
+    label = "stopped"
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 class LaunchError(GpulabError):
@@ -45,6 +67,10 @@ class WorkersFailedError(LaunchError):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class GpulabWarning(UserWarning):
+    """Something the user should know that does not stop the run; the CLI prints it as one line."""
 
 
 def choices(values) -> str:

@@ -76,10 +76,10 @@ def test_cpu_peak_memory_sees_a_tensor_allocated_in_the_call():
 
     allocate()
     big = peak_memory(allocate, device="cpu", repeats=3).figure
-    idle = peak_memory(lambda: None, device="cpu", repeats=2).figure
+    idle = peak_memory(lambda: None, device="cpu", repeats=2)
     assert big is not None and big.unit == "MiB" and big.repeats == 3
     assert 15 <= big.value <= 40, big  # every repeat, not only the first: RSS follows live tensors
-    assert idle.value < 4
+    assert idle.figure is None and "resolves" in idle.kind  # noise below the resolution is no figure
 
 
 def test_other_cpu_load_is_a_fraction():

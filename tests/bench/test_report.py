@@ -7,6 +7,8 @@ chromium`) it is also rendered headless and the screenshot checked for not being
 from __future__ import annotations
 
 import base64
+import html
+import json
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -138,3 +140,62 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
         assert low < 80 and high > 200, "screenshot is blank"
         # Text, tables and plots: far more than a handful of shades on the page.
         assert len(gray.getcolors(maxcolors=256 * 256) or range(257)) > 16
+
+
+def _precision_like() -> dict:
+    """The widest table a bench writes: the precision suite's keys, five figures and six facts a row."""
+    rows = [
+        Row(
+            {"model": model, "precision": precision},
+            {
+                "step_time": Figure.from_samples([34.346234, 89.499409], "ms", "lower"),
+                "samples_per_s": Figure.from_samples([89.386065, 232.922188], "samples/s", "higher"),
+                "loss_after": Figure.single(2.0428013801574707, "loss"),
+                "peak_memory": Figure.from_samples([1.06640625, 2.44140625], "MiB", "lower"),
+                "speedup_vs_fp32": Figure.from_samples(
+                    [0.38375933856944033, 2.6057997799551984], "x", "higher"
+                ),
+            },
+            {
+                "loss_before": 2.3129947185516357,
+                "diverged": False,
+                "batch_size": 64,
+                "steps": 20,
+                "skipped_steps": 0,
+                "no_peak_memory": "below the 1 MiB a CPU reading resolves",
+            },
+        )  # fmt: skip
+        for model in ("digits", "chargpt-tiny")
+        for precision in ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+    ]
+    return {**SuiteResult("Precision", "One training step per precision.", rows).to_json(), "status": "ok",
+            "seconds": 19.0}  # fmt: skip
+
+
+def test_the_results_table_has_a_column_per_key_and_figure_and_one_for_details(tmp_path):
+    doc = new_document({"device": "cpu", "profile": "quick"}, {"device_name": "test CPU"})
+    doc["suites"]["precision"] = _precision_like()
+    text = write_report(doc, tmp_path).read_text()
+    head = text.split('<table class="results"><thead><tr>')[1].split("</tr>")[0]
+    assert head.count("<th>") == 2 + 5 + 1
+    assert "step time (ms)" in head and "samples/s" in head and "_" not in head  # headers wrap at words
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Chromium not installed (Debian: apt-get install chromium)")
+def test_the_widest_table_fits_a_1200_px_window(tmp_path):
+    doc = new_document({"device": "cpu", "profile": "quick"}, {"device_name": "test CPU"})
+    doc["suites"]["precision"] = _precision_like()
+    page = write_report(doc, tmp_path)
+    # Measured by the browser itself: the page's scrollable width against its visible width.
+    probe = (
+        "<script>const e = document.documentElement; document.body.dataset.probe = "
+        "JSON.stringify([e.scrollWidth, e.clientWidth]);</script></body>"
+    )
+    page.write_text(page.read_text().replace("</body>", probe))
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900", "--dump-dom",
+               page.resolve().as_uri()]  # fmt: skip
+    dom = subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+    scroll, visible = json.loads(html.unescape(dom.split('data-probe="')[1].split('"')[0]))
+    assert scroll <= visible, f"the page is {scroll} px wide in a {visible} px window"

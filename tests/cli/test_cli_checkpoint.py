@@ -40,6 +40,12 @@ def test_inspect_and_export(run_dir, tmp_path):
     report = json.loads(proc.stdout)
     assert report["valid"] and report["step"] == 12
     assert {f["name"] for f in report["files"]} >= {"model.safetensors", "state.pt", "meta.json"}
+    # The table prints every metric as a person reads it: at most six significant digits.
+    text = gpulab("checkpoint", "inspect", str(run_dir / "checkpoints")).stdout
+    for key, value in report["metrics"].items():
+        assert (
+            f"  {key} = {value:.6g}\n" in text if isinstance(value, float) else f"  {key} = {value}\n" in text
+        )
     dest = tmp_path / "mlp.safetensors"
     assert gpulab("checkpoint", "export", str(run_dir / "checkpoints"), "--to", str(dest)).returncode == 0
     assert "0.weight" in load_file(dest)
@@ -92,3 +98,26 @@ def test_resume_continues_to_the_new_step_count(run_dir):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 18
+
+
+@pytest.mark.parametrize("odd", [{"metrics": 5}, {"metrics": [1, 2]}, {"step": "twelve", "versions": "x"}])
+def test_inspect_reports_odd_meta_fields_instead_of_crashing(run_dir, tmp_path, capsys, odd):
+    """meta.json is human-readable and may be edited by hand; a field of the wrong type is a problem."""
+    import hashlib
+    import shutil
+
+    from gpulab.cli import main
+
+    ckpt = tmp_path / "step-00000012"
+    shutil.copytree(run_dir / "checkpoints" / "step-00000012", ckpt)
+    meta = {**json.loads((ckpt / "meta.json").read_text()), **odd}
+    data = json.dumps(meta).encode()
+    (ckpt / "meta.json").write_bytes(data)
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())  # the checksum agrees: only the types differ
+    manifest["files"]["meta.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (ckpt / "MANIFEST.json").write_text(json.dumps(manifest))
+    for extra in ([], ["--json"]):
+        assert main(["checkpoint", "inspect", str(ckpt), *extra]) == 1
+        out = capsys.readouterr().out
+        for key in odd:
+            assert f"meta.json: '{key}' is" in out

@@ -46,6 +46,7 @@ def test_train_writes_summary_and_metrics(tmp_path):
         "train", "mlp", "--out", str(out), "--max-steps", "20", "--set", "log_every=5", cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr
+    assert "mlp: 20 steps, 1 epoch on " in proc.stdout  # not "1 epochs"
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary.keys() >= SUMMARY_KEYS
@@ -82,6 +83,11 @@ BAD_INPUTS = {
     "recipe": (["nosuch"], ["'nosuch'", "mlp|digits|chargpt", "module:function"]),
     "options": (["mlp", "--set", "options.lr=-1"], ["'options.lr'", "-1", "greater than 0"]),
     "no-recipe": ([], ["no recipe given", "mlp|digits|chargpt"]),
+    "out-is-a-file": (["mlp", "--out", "typo.yaml/run"], ["--out 'typo.yaml/run'", "'typo.yaml' is a file"]),
+    "checkpoint-dir-is-a-file": (
+        ["mlp", "--set", "checkpoint_dir=typo.yaml"],
+        ["checkpoint_dir 'typo.yaml'", "is a file, not a directory"],
+    ),
 }
 
 
@@ -109,7 +115,7 @@ def test_bad_input_is_one_line_and_exit_2(bad_input_dir, capfd, case):
     args, expected = BAD_INPUTS[case]
     if case == "device" and _has_cuda():
         pytest.skip("this machine has a CUDA device")
-    code = main(["train", *args, "--out", "run", "--max-steps", "2"])
+    code = main(["train", "--out", "run", *args, "--max-steps", "2"])  # a later --out wins
     _check_one_line_error(code, capfd.readouterr().err, expected)
     assert not (bad_input_dir / "run" / "summary.json").exists()
 
@@ -187,3 +193,11 @@ def test_user_recipe_from_yaml_config(tmp_path):
     assert summary["device"] == "cpu" and summary["accuracy"] is None  # no validation data
     assert len([r for r in _records(out / "metrics.jsonl") if "loss" in r]) == 1  # the final flush
     assert not (out / "tensorboard").exists()
+
+
+def test_output_without_a_terminal_keeps_long_lines_whole(tmp_path):
+    # Piped output once wrapped at 80 columns inside file paths (".../run/summa" + "ry.json").
+    out = tmp_path / ("a_directory_name_long_enough_to_pass_eighty_columns_" * 2) / "run"
+    proc = gpulab("train", "mlp", "--out", str(out), "--max-steps", "2", "--set", "mfu=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out / 'summary.json'} and {out / 'metrics.jsonl'}" in proc.stdout.splitlines()

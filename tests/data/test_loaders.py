@@ -59,13 +59,30 @@ def test_iterable_dataset_needs_shuffle_false():
         make_loader(Stream(), batch_size=3, device="cpu")
 
 
-@pytest.mark.parametrize("bad", [42, "data.csv", {"x": torch.zeros(3)}, torch.zeros(3, 2)])
+@pytest.mark.parametrize("bad", [42, "data.csv", {1, 2}, torch.zeros(3, 2)])
 def test_bad_type_names_the_type_and_the_accepted_ones(bad):
     with pytest.raises(DataError) as info:
         make_loader(bad, batch_size=2, device="cpu")
     message = str(info.value)
     assert type(bad).__name__ in message and "DataLoader" in message and "TensorDataset" in message
     assert "\n" not in message
+
+
+def test_a_dict_of_tensors_takes_the_fast_path_and_gives_dict_batches():
+    x, y = torch.arange(10.0).reshape(5, 2), torch.arange(5)
+    as_dict = make_loader({"x": x, "labels": y}, batch_size=2, device="cpu", seed=4)
+    as_tuple = make_loader((x, y), batch_size=2, device="cpu", seed=4)
+    assert isinstance(as_dict, TensorBatches) and len(as_dict) == 3
+    for d, t in zip(as_dict, as_tuple, strict=True):  # the same rows, in the same order, under the names
+        assert list(d) == ["x", "labels"]
+        assert torch.equal(d["x"], t[0]) and torch.equal(d["labels"], t[1])
+
+
+def test_a_list_of_dict_samples_is_collated_into_dict_batches():
+    samples = [{"x": torch.full((2,), float(i)), "labels": torch.tensor(i)} for i in range(5)]
+    batches = list(make_loader(samples, batch_size=2, device="cpu", shuffle=False))
+    assert [b["labels"].tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+    assert batches[0]["x"].shape == (2, 2)
 
 
 def test_mismatched_lengths_name_the_lengths():
@@ -152,3 +169,64 @@ def test_user_dataloader_resumes_by_skipping_and_sets_sampler_epoch():
     source.set_epoch(3)
     list(source)
     assert sampler.epochs == [3]
+
+
+class WholeStream(IterableDataset):
+    """Yields all 12 samples in every worker that runs it."""
+
+    def __iter__(self):
+        return iter(torch.arange(12))
+
+
+class WorkerShards(IterableDataset):
+    """Each worker yields every k-th of the 12 samples (k = number of workers)."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(torch.arange(12)[start::step])
+
+
+def _cuda_policy(cores=3):
+    """What a CUDA target gets on a 3-core machine (2 workers), without pinning on this CPU-only host."""
+    from dataclasses import replace
+
+    policy = LoaderPolicy.for_device("cuda", physical_cores=cores)
+    assert policy.num_workers == cores - 1
+    return replace(policy, pin_memory=False)
+
+
+def _one_pass(data, policy):
+    source = make_loader(data, batch_size=4, device="cpu", shuffle=False, policy=policy)
+    return sorted(torch.cat(list(source)).tolist())
+
+
+def test_a_stream_that_does_not_shard_by_worker_is_read_once_per_pass_with_one_warning():
+    import gpulab.data.loaders as loaders
+
+    loaders._WARNED_STREAMS.discard("WholeStream")
+    with pytest.warns(UserWarning, match="WholeStream does not split itself.*get_worker_info") as seen:
+        assert _one_pass(WholeStream(), _cuda_policy()) == list(range(12))  # not 2 copies of each
+        assert _one_pass(WholeStream(), _cuda_policy()) == list(range(12))
+    assert len([w for w in seen if "WholeStream" in str(w.message)]) == 1
+
+
+def test_a_stream_that_shards_by_worker_keeps_its_workers():
+    policy = _cuda_policy()
+    assert policy.for_stream(WorkerShards()) is policy
+    assert _one_pass(WorkerShards(), policy) == list(range(12))
+
+
+def test_a_declared_shards_by_worker_attribute_wins_over_the_source():
+    class Declared(WholeStream):
+        shards_by_worker = True
+
+    class Denied(WorkerShards):
+        shards_by_worker = False
+
+    policy = _cuda_policy()
+    assert policy.for_stream(Declared()).num_workers == 2
+    with pytest.warns(UserWarning, match="Denied does not split itself"):
+        fallback = policy.for_stream(Denied())
+    assert (fallback.num_workers, fallback.persistent_workers, fallback.prefetch_factor) == (0, False, None)
+    assert LoaderPolicy.for_device("cpu").for_stream(WholeStream()).num_workers == 0  # nothing to drop

@@ -19,6 +19,9 @@ Scenarios:
 - ``stall``: collective_timeout_s=5; rank STALL_RANK (env) sleeps forever after step 2.
 - ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
   the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
+- ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned.
+- ``dict``: ``ddp`` again with dict batches (a dict of tensors) for a model called with keyword arguments
+  that returns its own loss (no loss_fn), and an optimizer factory taking the model: the same result.
 - ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
   rank 1: 4) with max_steps=10: every pass must stop for both after 4 steps, with no rank left waiting.
 
@@ -231,6 +234,21 @@ def run_stall(out: Path, rank: int) -> dict:
     return {"finished": True}
 
 
+def run_lagged_flag(out: Path, rank: int) -> dict:
+    """Runtime.lagged_flag: rank 1 raises its flag at call 3 only (and rank 0 sleeps before each call, so
+    the ranks are out of step); both must see it at call 4 and at no other call."""
+    from gpulab.runtime import Runtime
+
+    rt = Runtime("cpu", "fp32", "ddp")
+    seen = []
+    for i in range(7):
+        if rank == 0:
+            time.sleep(0.05)
+        seen.append(rt.lagged_flag(rank == 1 and i == 3))
+    rt.teardown()
+    return {"seen": seen}
+
+
 class TiedLM(nn.Module):
     """Embedding -> block -> output layer tied to the embedding (as GPT-2), for FSDP2."""
 
@@ -285,7 +303,39 @@ def run_stream(out: Path, rank: int) -> dict:
     return {"params": end.params, "steps": result.steps, "epochs": result.epochs, "seen": model.seen}
 
 
+class KeywordRecorder(Recorder):
+    """``Recorder`` called the Hugging Face way: keyword arguments in, ``{"loss", "logits"}`` out."""
+
+    def forward(self, x, ids, labels=None):
+        logits = super().forward(x, ids)
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def run_dict(out: Path, rank: int) -> dict:
+    from gpulab.train.trainer import Trainer
+
+    x, ids, y = dataset()
+    names: list[str] = []
+
+    def sgd_of(model):  # named "model": gets the user's module (not DDP's), with its own names
+        names.extend(name for name, _ in model.named_parameters())
+        return sgd(model.parameters())
+
+    model, end = KeywordRecorder(), capture()
+    trainer = Trainer(strategy="ddp", callbacks=[end], **settings(out_dir=str(out / "dict")))
+    data = {"x": x, "ids": ids, "labels": y}
+    result = trainer.fit(model, data, optimizer=sgd_of, val_data=data)
+    return {
+        "params": end.params,
+        "seen": model.seen,
+        "names": names,
+        "samples": trainer.state.samples_seen,
+        "accuracy": result.accuracy,
+    }
+
+
 SCENARIOS = {
+    "dict": run_dict,
     "stream": run_stream,
     "ddp": run_ddp,
     "accumulate": run_accumulate,
@@ -294,6 +344,7 @@ SCENARIOS = {
     "fsdp2": run_fsdp2,
     "fsdp2_tied": run_fsdp2_tied,
     "stall": run_stall,
+    "lagged_flag": run_lagged_flag,
 }
 # Scenarios whose strategies create (and destroy) the process group themselves; fsdp2 does it twice in
 # one process (two fits), as a script running two Trainers would.
@@ -307,7 +358,9 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
     if not OWN_GROUP & set(names):
-        dist.init_process_group("gloo")
+        from gpulab.distributed.process_group import init_process_group
+
+        init_process_group(torch.device("cpu"), 300.0)  # as Runtime joins: stores on loopback only
     results: dict = {}
     for name in names:
         results[name] = SCENARIOS[name](out, rank)

@@ -3,6 +3,7 @@
 Modes (``python launch_job.py MODE OUT_DIR [options]``):
 
 - ``allreduce``: gloo all_reduce of rank + 1; each rank writes ``rank{N}.json`` with what it saw.
+- ``hold``: joins the group through gpulab's ``Runtime``, then waits for ``OUT/release``.
 - ``exit``: the rank ``--fail-rank`` exits with ``--code``; the others sleep until torchrun stops them.
 - ``train``: a hand-written DDP loop on the ``mlp`` recipe's model and data (plain
   torch.distributed, not gpulab's Trainer). Rank 0 checkpoints model + optimizer every
@@ -51,6 +52,25 @@ def allreduce(out: Path, _args) -> None:
     }
     (out / f"rank{seen['rank']}.json").write_text(json.dumps(seen))
     dist.destroy_process_group()
+
+
+def hold(out: Path, _args) -> None:
+    """Join the group as gpulab's Runtime does, all_reduce, write ``rank{N}.ready`` with what the rank
+    saw, then wait (at most 60 s) for ``OUT/release`` so a test can look at the job's sockets."""
+    import torch
+    import torch.distributed as dist
+
+    from gpulab.runtime.runtime import Runtime
+
+    runtime = Runtime(device="cpu", strategy="ddp")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    seen = {k: os.environ.get(k) for k in ("MASTER_ADDR", "GLOO_SOCKET_IFNAME")}
+    (out / f"rank{dist.get_rank()}.ready").write_text(json.dumps({**seen, "sum": t.item()}))
+    deadline = time.monotonic() + 60
+    while not (out / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runtime.teardown()
 
 
 def exit_rank(_out: Path, args) -> None:
@@ -110,7 +130,8 @@ def train(out: Path, args) -> None:
 def job_env(**extra: str) -> dict[str, str]:
     """The environment for a launcher under test: one thread per worker, so runs compare bit for bit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "TORCHELASTIC_", "PET_"))}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}, **extra)
+    # CUDA_VISIBLE_DEVICES empty: these jobs are gloo jobs on the CPU, on a machine with GPUs too.
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}, **extra)
     return env
 
 
@@ -137,7 +158,7 @@ def reference_run(root: Path) -> Path:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["allreduce", "exit", "train"])
+    p.add_argument("mode", choices=["allreduce", "exit", "train", "hold"])
     p.add_argument("out", type=Path)
     p.add_argument("--fail-rank", type=int, default=1)
     p.add_argument("--code", type=int, default=3)
@@ -147,7 +168,8 @@ def main() -> None:
     p.add_argument("--kill-at", type=int, default=-1)
     p.add_argument("--kill-rank", type=int, default=1)
     args = p.parse_args()
-    {"allreduce": allreduce, "exit": exit_rank, "train": train}[args.mode](args.out, args)
+    modes = {"allreduce": allreduce, "exit": exit_rank, "train": train, "hold": hold}
+    modes[args.mode](args.out, args)
 
 
 if __name__ == "__main__":

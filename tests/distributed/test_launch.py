@@ -99,10 +99,11 @@ def test_missing_command_or_script_is_one_line():
 def test_cpu_defaults_one_process_gloo_standalone(cpu_only):
     plan = L.plan_launch(L.LaunchSpec(command=[JOB]), environ={})
     assert (plan.nproc_per_node, plan.backend, plan.standalone) == (1, "gloo", True)
-    assert plan.endpoint == "localhost:0" and plan.is_host is None
+    assert plan.endpoint == "127.0.0.1:0" and plan.is_host is None and plan.loopback
     assert plan.env == {
         "GPULAB_DIST_BACKEND": "gloo",
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",  # one node: loopback only (test_loopback.py)
     }  # no NCCL ones
 
 
@@ -111,7 +112,8 @@ def test_gpu_defaults_one_process_per_gpu_nccl_with_safe_env(four_gpus):
     assert (plan.nproc_per_node, plan.backend) == (4, "nccl")
     assert plan.env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
     assert plan.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert int(plan.env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0  # the dump needs a flight-recorder buffer
+    assert int(plan.env["TORCH_FR_BUFFER_SIZE"]) > 0  # the dump needs a flight-recorder buffer
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in plan.env  # deprecated name: a warning on every rank
     assert "TORCH_NCCL_BLOCKING_WAIT" not in plan.env
     assert plan.env["GPULAB_DIST_BACKEND"] == "nccl"
 
@@ -190,6 +192,38 @@ def test_unreachable_endpoint_waits_a_bounded_time_then_one_line():
     port = _free_port()
     with pytest.raises(LaunchError, match=f"127.0.0.1:{port} unreachable after 0.5 s") as exc:
         P.wait_for_endpoint("127.0.0.1", port, timeout=0.5)
+    assert "\n" not in str(exc.value)
+
+
+def _resolver_that_learns_the_name_late(monkeypatch, name: str, misses: int) -> list[str]:
+    """socket.getaddrinfo where ``name`` fails ``misses`` times (a pod not up yet), then is 127.0.0.1."""
+    real, asked = socket.getaddrinfo, []
+
+    def fake(host, *args, **kwargs):
+        if host != name:
+            return real(host, *args, **kwargs)
+        asked.append(host)
+        if len(asked) <= misses:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real("127.0.0.1", *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return asked
+
+
+def test_a_host_name_that_appears_late_is_waited_for(monkeypatch):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        asked = _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=3)
+        P.wait_for_endpoint("job-master-0.job", server.getsockname()[1], timeout=10)
+    assert len(asked) == 4  # three misses, retried, then the connection
+
+
+def test_a_host_name_that_never_appears_is_one_line_after_the_timeout(monkeypatch):
+    _resolver_that_learns_the_name_late(monkeypatch, "job-master-0.job", misses=10**6)
+    with pytest.raises(LaunchError, match="'job-master-0.job' could not be resolved within 0.6 s") as exc:
+        P.wait_for_endpoint("job-master-0.job", 29400, timeout=0.6)
     assert "\n" not in str(exc.value)
 
 
@@ -358,3 +392,29 @@ def test_launch_runs_gpulab_train(tmp_path):
                       "--out", str(out))  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["steps"] == 3
+
+
+def test_more_processes_than_gpus_is_refused_before_anything_starts(monkeypatch):
+    # On an H100 box, `gpulab launch --nproc-per-node 2` started two NCCL ranks for one GPU.
+    monkeypatch.setattr(L, "local_accelerator", lambda: ("cuda", 1))
+    with pytest.raises(
+        LaunchError, match=r"--nproc-per-node 2 but this node has 1 GPU\(s\).*--nproc-per-node 1"
+    ):
+        L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={})
+    plan = L.plan_launch(L.LaunchSpec(command=[JOB], nproc_per_node=2), environ={L.BACKEND_ENV: "gloo"})
+    assert plan.backend == "gloo" and plan.nproc_per_node == 2  # a CPU job on a GPU box stays possible
+
+
+@pytest.mark.distributed
+def test_launch_leaves_no_torchelastic_tree_in_tmp(tmp_path):
+    """torchrun alone leaves TMPDIR/torchelastic_* (its rank error files) behind after every launch."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    ok = gpulab_launch(
+        "--nproc-per-node", "1", "--", JOB, "allreduce", str(tmp_path), env=job_env(TMPDIR=str(tmp))
+    )
+    failed = gpulab_launch("--nproc-per-node", "1", "--", JOB, "exit", str(tmp_path), "--fail-rank", "0",
+                           "--code", "3", env=job_env(TMPDIR=str(tmp)))  # fmt: skip
+    assert (ok.returncode, failed.returncode) == (0, 1), ok.stderr[-2000:] + failed.stderr[-2000:]
+    assert "exited with code 3" in failed.stderr  # the error files were still read before the clean-up
+    assert sorted(p.name for p in tmp.iterdir()) == []

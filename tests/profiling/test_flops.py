@@ -35,7 +35,9 @@ def test_step_flops_of_a_wrapped_model_with_dropout_leave_rng_and_buffers_alone(
     buffers = {k: v.clone() for k, v in model.named_buffers()}
     rng = torch.get_rng_state()
     wrapped = nn.DataParallel(model)  # the user's module inside is traced
-    count = training_step_flops(wrapped, nn.functional.cross_entropy, batch)
+    # With one GPU visible, DataParallel moves the module onto it: the batch follows, as in training.
+    device = next(wrapped.parameters()).device
+    count = training_step_flops(wrapped, nn.functional.cross_entropy, tuple(t.to(device) for t in batch))
     assert count.total == 10 * (2 * 8 * 16 + 2 * 16 * 4) + 10 * (2 * 8 * 16 + 2 * 2 * 16 * 4)
     assert torch.equal(rng, torch.get_rng_state())
     assert all(torch.equal(buffers[k], v) for k, v in model.named_buffers())

@@ -98,6 +98,9 @@ def test_cli_profile_prints_the_breakdown(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "data wait" in out and "backward" in out and "fix:" in out
+    title, top = out.splitlines()[:2]
+    assert title.startswith("mlp on cpu (fp32), batch ") and " steps" in title  # whole, not wrapped
+    assert top.startswith("┏")
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert json.loads((tmp_path / "profile.json").read_text())["recipe"] == "mlp"
 
@@ -118,3 +121,33 @@ def test_cli_profile_on_cpu_prints_no_kineto_chatter(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "USDT" not in proc.stdout + proc.stderr
+
+
+def test_profile_runs_a_model_called_with_dict_batches_that_returns_its_own_loss(tmp_path):
+    """The profiler calls model and loss by the Trainer's rule (train/step_call.py): no loss_fn here."""
+
+    class OwnLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, features, labels=None):
+            out = self.net(features)
+            return {"logits": out, "loss": nn.functional.mse_loss(out, labels)}
+
+    x, y = _tensors()
+    with Runtime("cpu", "fp32") as rt:
+        result = profile_loop(
+            rt,
+            OwnLoss(),
+            lambda p: torch.optim.Adam(p, lr=1e-3),
+            None,
+            {"features": x, "labels": y},
+            batch_size=32,
+            out_dir=tmp_path,
+            options=QUICK,
+        )
+    forward = 2 * 20 * 64 + 2 * 64 * 1  # the same count as the tuple batches' test above
+    backward = forward + 2 * 64 * 1
+    assert result.report["flops_per_step"] == 32 * (forward + backward)
+    assert (tmp_path / "trace.json").is_file()

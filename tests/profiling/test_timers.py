@@ -53,3 +53,43 @@ def test_data_wait_meter_counts_time_in_next():
     meter = DataWaitMeter()
     assert list(meter.wrap(slow())) == [0, 1, 2]
     assert meter.batches == 3 and meter.seconds >= 0.03
+
+
+class FakeStream:
+    def __init__(self, device):
+        self.device = device
+
+
+class FakeEvent:
+    """torch.cuda.Event's shape: remembers the stream it was recorded on (None: the current device's)."""
+
+    clock = 0.0
+
+    def __init__(self, enable_timing=False):
+        self.stream, self.ms = None, None
+
+    def record(self, stream=None):
+        FakeEvent.clock += 2.0
+        self.stream, self.ms = stream, FakeEvent.clock
+
+    def elapsed_time(self, end):
+        return end.ms - self.ms
+
+    def synchronize(self):
+        pass
+
+
+def test_cuda_phase_events_are_recorded_on_the_runs_device_not_the_current_one(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream(device))
+    timer = phase_timer("cuda:1")
+    recorded = []
+    real_now = timer._now
+    monkeypatch.setattr(timer, "_now", lambda: recorded.append(real_now()) or recorded[-1])
+    timer.start_step()
+    timer.mark("forward")
+    timer.finish()
+    assert len(recorded) == 3 and timer.steps[0]["forward"] == pytest.approx(0.002)
+    assert all(e.stream is not None and e.stream.device == torch.device("cuda", 1) for e in recorded)

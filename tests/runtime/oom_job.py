@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from gpulab.distributed.process_group import init_process_group
 from gpulab.runtime.oom import OomGuard, split_batch, sync_gradients
 
 _OPS = {
@@ -87,7 +88,7 @@ def reference(batches) -> DDP:
 def main() -> None:
     out, oom_rank = Path(sys.argv[1]), int(sys.argv[2])
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    init_process_group(torch.device("cpu"), 300.0)  # as Runtime joins: stores on loopback only
     rank = dist.get_rank()
     batches = data(rank, steps=2)
     model, guard = guarded(batches, oom_rank)

@@ -237,6 +237,28 @@ def test_find_batch_size_treats_out_of_memory_as_not_fitting():
     assert any(t.why == "out of memory" for t in search.trials)
 
 
+def test_the_failed_steps_tensors_are_freed_before_the_cache_is_released(monkeypatch):
+    import weakref
+
+    import gpulab.runtime.batch_search as batch_search
+
+    held = []  # a weak reference to the activation each failing step held when it ran out
+
+    def step(b):
+        activation = torch.empty(b, 1024)  # what the failed step's frame still holds
+        held.append(weakref.ref(activation))
+        if b > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return None
+
+    alive_at_release = []
+    monkeypatch.setattr(
+        batch_search, "release_cached_memory", lambda device: alive_at_release.append(held[-1]() is not None)
+    )
+    assert find_batch_size(step, device=CPU, start=8, high=8).batch_size == 4
+    assert alive_at_release and not any(alive_at_release)  # nothing of the failed step left to hold
+
+
 def test_find_batch_size_agrees_across_ranks_with_min():
     current = {}
 

@@ -1,11 +1,13 @@
 """A training job for the exact-resume tests, run as a real process (not collected by pytest).
 
-    python resume_job.py OUT RESULT [--resume] [--kill-at K] [--pause-save-at K] [--dataset]
+    python resume_job.py OUT RESULT [--resume] [--kill-at K] [--pause-save-at K] [--dataset] [--dict]
 
 Trains a small MLP with dropout, shuffling, a cosine LR schedule and accumulation 2 for STEPS optimizer
 steps, logging the loss every step, and writes per-step losses, final parameters and optimizer state to
 RESULT. --kill-at K SIGKILLs the process right after step K's checkpoint is written; --pause-save-at K
 sets the checkpoint test hook so the save of step K stops before its rename (the test kills it there).
+--dict: dict batches (a dict of tensors, or with --dataset a Dataset of dicts) for a model called with
+keyword arguments that computes its own loss (no loss_fn), the way Hugging Face models are trained.
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ class Pairs(Dataset):
         return self.x[i], self.y[i]
 
 
+class DictPairs(Pairs):
+    def __getitem__(self, i):
+        return {"features": self.x[i], "labels": self.y[i]}
+
+
+class OwnLoss(nn.Module):
+    """A model called with keyword arguments that returns its own loss, as Hugging Face models do."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, features, labels=None):
+        logits = self.net(features)
+        return {"logits": logits, "loss": nn.functional.cross_entropy(logits, labels)}
+
+
 class Interrupt(Callback):
     def __init__(self, kill_at: int | None, pause_save_at: int | None):
         self.kill_at, self.pause_save_at = kill_at, pause_save_at
@@ -56,13 +75,19 @@ def main() -> None:
     ap.add_argument("--kill-at", type=int)
     ap.add_argument("--pause-save-at", type=int)
     ap.add_argument("--dataset", action="store_true")
+    ap.add_argument("--dict", action="store_true")
     args = ap.parse_args()
 
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(200, 8, generator=g), torch.randint(0, 3, (200,), generator=g)
-    data = Pairs(x, y) if args.dataset else (x, y)
+    if args.dict:
+        data = DictPairs(x, y) if args.dataset else {"features": x, "labels": y}
+    else:
+        data = Pairs(x, y) if args.dataset else (x, y)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
+    if args.dict:
+        model = OwnLoss(model)
     trainer = Trainer(
         max_steps=STEPS,
         batch_size=16,
@@ -80,7 +105,7 @@ def main() -> None:
     trainer.fit(
         model,
         data,
-        loss_fn=nn.CrossEntropyLoss(),
+        loss_fn=None if args.dict else nn.CrossEntropyLoss(),
         optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
         scheduler=lambda opt, total: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total),
         resume="latest" if args.resume else None,

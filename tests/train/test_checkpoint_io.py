@@ -328,10 +328,30 @@ def test_pickle_that_would_run_code_is_refused_and_never_runs(tmp_path):
     with pytest.raises(CheckpointError, match=r"state\.pt: refused pickle content \(.*exec") as info:
         load_checkpoint(path)
     assert "\n" not in str(info.value)
+    # The reason itself, not torch's advice to turn weights_only off (which cut it off before).
+    assert "GLOBAL exec was not an allowed global" in str(info.value)
+    assert "weights_only" not in str(info.value).split("refused pickle content")[1]
     assert not marker.exists()
     report = inspect_checkpoint(path)
     assert not report["valid"] and "refused pickle content" in report["problems"][0]
     assert not marker.exists()
+
+
+class _SystemCall:
+    def __reduce__(self):
+        return (os.system, ("true",))
+
+
+def test_pickle_refusal_shows_its_real_reason(tmp_path):
+    """torch wraps the reason in paragraphs of advice; the one line used to end before reaching it."""
+    path = _save(tmp_path / "ck", 1)
+    buffer = io.BytesIO()
+    torch.save({"rng": capture_rng(), "call": _SystemCall()}, buffer)
+    (path / "state.pt").write_bytes(buffer.getvalue())
+    _rewrite_manifest_entry(path, "state.pt")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert f"unsupported GLOBAL {os.system.__module__}.system" in str(info.value)
 
 
 def test_truncated_safetensors_with_matching_manifest_is_caught_by_the_parser(tmp_path):

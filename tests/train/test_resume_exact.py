@@ -15,6 +15,14 @@ import torch
 from gpulab.train.checkpoint import list_checkpoints, resolve_checkpoint
 
 JOB = Path(__file__).with_name("resume_job.py")
+# The tensor fast path and the DataLoader path, each with tuple batches and with dict batches (a model
+# called with keyword arguments that computes its own loss).
+FLAVOURS = {
+    "tensors": (),
+    "dataset": ("--dataset",),
+    "dict": ("--dict",),
+    "dict-dataset": ("--dict", "--dataset"),
+}
 
 
 def job(out: Path, result: Path, *extra: str) -> subprocess.Popen:
@@ -47,7 +55,7 @@ def assert_same_run(full: dict, resumed: dict, from_step: int) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     results = {}
-    for flavour, extra in (("tensors", ()), ("dataset", ("--dataset",))):
+    for flavour, extra in FLAVOURS.items():
         tmp = tmp_path_factory.mktemp(f"full-{flavour}")
         assert finish(job(tmp / "run", tmp / "full.pt", *extra)) == 0
         results[flavour] = torch.load(tmp / "full.pt")
@@ -55,9 +63,9 @@ def uninterrupted(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flavour", ["tensors", "dataset"])
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
 def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, uninterrupted, flavour):
-    extra = ("--dataset",) if flavour == "dataset" else ()
+    extra = FLAVOURS[flavour]
     # Step 10 lies mid-epoch (7 optimizer steps an epoch) and mid-schedule; the process dies by SIGKILL.
     assert (
         finish(job(tmp_path / "run", tmp_path / "ignored.pt", "--kill-at", "10", *extra)) == -signal.SIGKILL

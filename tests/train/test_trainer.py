@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from gpulab.errors import ConfigError
 from gpulab.train.callbacks import Callback, ProgressBar
+from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -232,9 +233,17 @@ def test_progress_bar_only_on_a_terminal(monkeypatch, tty):
     trainer = Trainer(device="cpu", precision="fp32", batch_size=32, epochs=1)  # progress=None: auto
     trainer.fit(_model(), _regression(), loss_fn=F.mse_loss, optimizer=_sgd())
     monkeypatch.undo()
-    bars = [cb for cb in trainer.callbacks.callbacks if isinstance(cb, ProgressBar)]
-    assert len(bars) == (1 if tty else 0)
-    assert (fake.getvalue() != "") == tty  # nothing at all is printed when not on a terminal
+    kinds = {type(cb) for cb in trainer.callbacks.callbacks}
+    assert (ProgressBar in kinds, LogLines in kinds) == (tty, not tty)  # no terminal: plain lines instead
+    assert fake.getvalue() != ""
+
+
+def test_progress_false_prints_nothing(monkeypatch):
+    fake = _FakeStdout(False)
+    monkeypatch.setattr(sys, "stdout", fake)
+    _fit(epochs=1)  # progress=False
+    monkeypatch.undo()
+    assert fake.getvalue() == ""
 
 
 def test_unknown_setting_is_a_config_error_naming_valid_ones():

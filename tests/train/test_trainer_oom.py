@@ -130,7 +130,7 @@ def test_cli_batch_size_auto_with_a_memory_limit(tmp_path):
     out = tmp_path / "run"
     proc = gpulab(
         "train", "mlp", "--out", str(out), "--max-steps", "5", "--batch-size", "auto",
-        "--set", "memory_limit=1000000", "--set", "mfu=false", cwd=tmp_path,
+        "--set", "memory_limit=1000000", "--set", "mfu=false", "--device", "cpu", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())

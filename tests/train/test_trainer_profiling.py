@@ -57,7 +57,17 @@ def _fit(data=None, *, callbacks=(), **settings):
 def test_train_summary_reports_mfu_memory_data_wait_and_the_diagnosis(tmp_path):
     out = tmp_path / "run"
     proc = gpulab(
-        "train", "mlp", "--out", str(out), "--max-steps", "20", "--set", "log_every=5", cwd=tmp_path
+        "train",
+        "mlp",
+        "--out",
+        str(out),
+        "--max-steps",
+        "20",
+        "--set",
+        "log_every=5",
+        "--device",
+        "cpu",
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())

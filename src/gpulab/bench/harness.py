@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gpulab.bench.results import Figure, spread_of
+from gpulab.bench.results import Figure, Row, spread_of
 from gpulab.runtime.memory import (
     proc_status_bytes,
     synchronize,
@@ -111,6 +111,22 @@ class MemoryReading:
     kind: str  # what the number is, in words, for notes and the report
 
 
+# A CPU reading is the growth of the resident set, which Python's own small allocations and glibc's heap
+# move too: steps whose tensors total under 0.1 MiB read 0-0.8 MiB, in any order (measured on the smoke
+# profile). A reading whose smallest repeat is below this is not a measurement, so no figure is given.
+CPU_RESOLUTION_MIB = 1.0
+
+
+def missing_memory_note(rows: list[Row], name: Callable[[Row], str]) -> list[str]:
+    """One note naming the rows that have no peak-memory figure and why (``info["no_peak_memory"]``)."""
+    missing = [r for r in rows if "no_peak_memory" in r.info]
+    if not missing:
+        return []
+    why = "; ".join(dict.fromkeys(r.info["no_peak_memory"] for r in missing))
+    who = "any row" if len(missing) == len(rows) else ", ".join(name(r) for r in missing)
+    return [f"No peak memory for {who}: {why}."]
+
+
 def memory_kind(device: torch.device) -> str:
     if device.type == "cuda":
         return "peak bytes allocated by tensors on the GPU (torch.cuda.max_memory_allocated)"
@@ -129,6 +145,8 @@ def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: i
     elif device.type == "cpu" and cpu_peak_supported():
         with _malloc_returns_large_blocks():
             samples = [cpu_peak_rss_growth(fn) for _ in range(repeats)]
+        if min(samples) / MIB < CPU_RESOLUTION_MIB:  # noise only adds: the smallest is the honest one
+            return MemoryReading(None, f"below the {CPU_RESOLUTION_MIB:g} MiB a CPU reading resolves")
     else:
         return MemoryReading(None, f"peak memory not measurable on {device.type} here")
     return MemoryReading(Figure.from_samples([s / MIB for s in samples], "MiB", "lower"), kind)

@@ -21,7 +21,8 @@ h2 { border-bottom: 2px solid #446; padding-bottom: 0.2rem; margin-top: 2.5rem; 
 table { border-collapse: collapse; margin: 0.8rem 0; font-size: 0.9rem; }
 th, td { border: 1px solid #bbc; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
 th { background: #e8e8f0; } tr:nth-child(even) td { background: #f7f7fa; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.details { font-size: 0.8rem; color: #444; } .results { max-width: 100%; }
 .spread { color: #667; font-size: 0.8em; } .error { color: #b00; font-weight: bold; }
 .notes li { margin: 0.2rem 0; } img { max-width: 100%; border: 1px solid #ddd; margin: 0.5rem 0; }
 .meta { color: #555; } pre { white-space: pre-wrap; font-size: 0.8rem; background: #f4f4f4; padding: 0.5rem; }
@@ -103,21 +104,37 @@ def _note(note: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
+    """Keys, one column per figure (its unit in the header), and the rows' other facts in one "details"
+    column: a column per fact made the precision table twice as wide as the page."""
     if not rows:
         return "<p>No rows.</p>"
     keys = _columns(rows, "key")
     figures = _columns(rows, "figures")
-    infos = _columns(rows, "info")
-    head = "".join(f"<th>{escape(c)}</th>" for c in keys)
-    head += "".join(f"<th>{escape(c)}</th>" for c in figures)
-    head += "".join(f"<th>{escape(c)}</th>" for c in infos)
+    units = {f: next(r["figures"][f]["unit"] for r in rows if f in r["figures"]) for f in figures}
+    head = "".join(f"<th>{escape(label(c))}</th>" for c in keys)
+    head += "".join(f"<th>{escape(figure_header(c, units[c]))}</th>" for c in figures)
+    has_info = any(row.get("info") for row in rows)
+    head += "<th>details</th>" if has_info else ""
     body = []
     for row in rows:
         cells = [f"<td>{escape(_plain(row['key'].get(c)))}</td>" for c in keys]
         cells += [_figure_cell(row["figures"].get(c)) for c in figures]
-        cells += [f"<td>{escape(_plain(row['info'].get(c)))}</td>" for c in infos]
+        if has_info:
+            facts = [f"{escape(label(k))}: {escape(_plain(v))}" for k, v in (row.get("info") or {}).items()]
+            cells.append(f'<td class="details">{"<br>".join(facts)}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table class="results"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def label(name: str) -> str:
+    """A key as a person reads it: ``size_mib`` -> ``size (MiB)``, ``loss_before`` -> ``loss before``."""
+    return name.replace("_mib", " (MiB)").replace("_", " ")
+
+
+def figure_header(figure: str, unit: str) -> str:
+    """``samples_per_s`` in samples/s -> ``samples/s``; ``step_time`` in ms -> ``step time (ms)``."""
+    name = label(figure.replace("_per_", "/"))
+    return name if unit.lower() in name.lower() else f"{name} ({unit})"
 
 
 def _columns(rows: list[dict[str, Any]], part: str) -> list[str]:
@@ -125,16 +142,16 @@ def _columns(rows: list[dict[str, Any]], part: str) -> list[str]:
 
 
 def _figure_cell(fig: dict[str, Any] | None) -> str:
+    """The median (its unit is in the header), and under it the spread, which may wrap."""
     if fig is None:
         return '<td class="num">&ndash;</td>'
-    unit = escape(fig["unit"])
     spread = (
         f"{fig['spread']} {format_number(fig['low'])}&ndash;{format_number(fig['high'])}, "
         if fig["spread"] != "none"
         else ""
     )
     return (
-        f'<td class="num">{format_number(fig["value"])} {unit}<br>'
+        f'<td class="num">{format_number(fig["value"])}<br>'
         f'<span class="spread">{spread}n={fig["repeats"]}</span></td>'
     )
 

@@ -1,19 +1,17 @@
 """The ``gpulab`` command: one thin file per verb, registered on one typer app.
 
 ``main`` is the console-script entry point. It turns a ``GpulabError`` (a user's mistake or an
-environment problem) into one line on stderr and exit code 2; ``--debug`` keeps the traceback. gpulab's own
-warnings (advice such as "this precision is emulated here") print as one ``gpulab: warning:`` line.
+environment problem) into one line on stderr and exit code 2; ``--debug`` keeps the traceback.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from pathlib import Path
 
 import typer
 
-from gpulab.errors import GpulabError
+from gpulab.errors import GpulabError, GpulabWarning
 
 app = typer.Typer(
     name="gpulab",
@@ -21,6 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: typer's rich panels print `<bool>` beside every flag and keep a docstring's line
+    # breaks in its later paragraphs; this mode reflows paragraphs to the terminal as click does.
+    rich_markup_mode=None,
 )
 
 _state = {"debug": False}
@@ -39,33 +40,34 @@ def _register() -> None:
         verb.register(app)
 
 
-_PACKAGE = Path(__file__).resolve().parents[1]
-_show_warning = warnings.showwarning
+def _one_line_warnings() -> None:
+    """gpulab's own warnings print as ``gpulab: warning: ...``, one line, without a source line."""
+    plain = warnings.formatwarning
+    if getattr(plain, "gpulab", False):  # installed by an earlier main() in this process
+        return
 
+    def format_warning(message, category, filename, lineno, line=None):
+        if issubclass(category, GpulabWarning):
+            return f"gpulab: warning: {message}\n"
+        return plain(message, category, filename, lineno, line)
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """gpulab's own warnings are advice for a person: one line, without the source line under it."""
-    if Path(filename).resolve().is_relative_to(_PACKAGE):
-        print(f"gpulab: warning: {message}", file=file or sys.stderr)
-    else:  # another library's warning keeps its location
-        _show_warning(message, category, filename, lineno, file, line)
+    format_warning.gpulab = True
+    warnings.formatwarning = format_warning
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()
+    _one_line_warnings()
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
-    if not debug:
-        warnings.showwarning = _one_line_warning
     try:
-        app(args=argv, standalone_mode=True)
+        app(args=argv, prog_name="gpulab", standalone_mode=True)  # `python -m gpulab` says gpulab too
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except GpulabError as exc:
         if debug:
             raise
-        print(f"gpulab: error: {exc}", file=sys.stderr)
+        if str(exc):
+            print(f"gpulab: {getattr(exc, 'label', 'error')}: {exc}", file=sys.stderr)
         return exc.exit_code
-    finally:
-        warnings.showwarning = _show_warning  # main() also runs inside tests' processes
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import typer
@@ -19,7 +20,9 @@ def bench(
         "transfer. Or `compare A.json B.json` to compare two runs.",
     ),
     quick: bool = typer.Option(
-        False, "--quick", help="Fewer sizes and steps: a few minutes on a laptop CPU."
+        False,
+        "--quick",
+        help="Fewer sizes and steps: about half a minute on a quiet 2-core CPU, minutes on a busy one.",
     ),
     device: str = typer.Option("auto", help="auto|cpu|cuda|cuda:N"),
     out: Path = typer.Option(
@@ -40,14 +43,16 @@ def bench(
     threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch (default: torch's)"),
     smoke: bool = typer.Option(False, "--smoke", hidden=True, help="Tiny sizes, for tests."),
 ) -> None:
-    """Benchmark this machine: matmul, precision, memory, accumulation, compile, data parallel, transfer.
+    """Benchmark this machine, one suite after another.
+
+    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer.
 
     Writes OUT/results.json (every figure with its repeats and spread, and the environment), a PNG per
     suite and OUT/report.html (self-contained). `gpulab bench compare A.json B.json` exits 1 when B has
     a regression beyond the measured spread.
     """
-    # Piped to a file or a CI log, rich would wrap tables at 80 columns; wide tables read better there.
-    console = Console() if sys.stdout.isatty() else Console(width=180)
+    # Piped to a file or a CI log: 100 columns (rich's default would be 80); tables wrap their cells to fit.
+    console = Console() if sys.stdout.isatty() else Console(width=100)
     if suites and suites[0] == "compare":
         raise typer.Exit(_compare(suites[1:], tolerance, console))
     from gpulab.bench import BenchConfig, run_bench
@@ -63,28 +68,39 @@ def bench(
     )
     doc = run_bench(config, log=lambda line: console.print(line, highlight=False, markup=False))
     for name, suite in doc["suites"].items():
-        console.print(_suite_table(name, suite))
-        for note in suite["notes"]:
-            console.print(f"  note: {note}", highlight=False, markup=False)
+        render_suite(name, suite, console)
     console.print(f"wrote {out / 'results.json'} and {out / 'report.html'}")
     if any(s["status"] != "ok" for s in doc["suites"].values()):
         raise typer.Exit(1)
 
 
-def _suite_table(name: str, suite: dict) -> Table:
-    from gpulab.bench.report import format_number
+def render_suite(name: str, suite: dict, console: Console) -> None:
+    """Title, table and notes, within the console's width: notes wrap at words under their label."""
+    # The title on its own line: as a table title rich would wrap it to the table's width.
+    console.print(f"{suite['title']} ({name}, {suite['status']}, {suite['seconds']:.1f} s)", highlight=False)
+    # Rows of different kinds (the transfer suite's copies and train steps) get a table each: one table
+    # of all their columns would be too wide to read.
+    kinds: dict[tuple, list[dict]] = {}
+    for row in suite["rows"]:
+        kinds.setdefault(tuple(row["key"]), []).append(row)
+    for rows in kinds.values():
+        console.print(_table(rows))
+    for note in suite["notes"]:
+        text = textwrap.fill(note, console.width, initial_indent="  note: ", subsequent_indent=" " * 8)
+        console.print(text, highlight=False, markup=False)
 
-    rows = suite["rows"]
+
+def _table(rows: list[dict]) -> Table:
+    from gpulab.bench.report import figure_header, format_number, label
+
     keys = list(dict.fromkeys(k for r in rows for k in r["key"]))
     figures = list(dict.fromkeys(f for r in rows for f in r["figures"]))
-    table = Table(
-        title=f"{suite['title']} ({name}, {suite['status']}, {suite['seconds']:.1f} s)", title_justify="left"
-    )
+    table = Table()
     units = {f: next(r["figures"][f]["unit"] for r in rows if f in r["figures"]) for f in figures}
     for column in keys:
-        table.add_column(column)
+        table.add_column(label(column), overflow="fold")  # too narrow: fold, never cut
     for f in figures:
-        table.add_column(f"{f} ({units[f]})", justify="right")
+        table.add_column(figure_header(f, units[f]), justify="right", overflow="fold")
     for r in rows:
         cells = [str(r["key"].get(k, "")) for k in keys]
         cells += [format_number(r["figures"][f]["value"]) if f in r["figures"] else "-" for f in figures]

@@ -6,10 +6,14 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-checkpoint_app = typer.Typer(help="Inspect and export checkpoints.", no_args_is_help=True)
+from gpulab.cli.console import make_console
+from gpulab.cli.text import number
+
+checkpoint_app = typer.Typer(
+    help="Inspect and export checkpoints.", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @checkpoint_app.command()
@@ -24,11 +28,11 @@ def inspect(
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        console = Console()
+        console = make_console()
         status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
         console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
         for key, value in (report.get("metrics") or {}).items():
-            console.print(f"  {key} = {value}")
+            console.print(f"  {key} = {number(value)}")
         table = Table("file", "size", "sha256", "status")
         for f in report.get("files", []):
             table.add_row(f["name"], str(f.get("size")), (f.get("sha256") or "")[:16], f["status"])
@@ -44,11 +48,14 @@ def export(
     path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
     to: Path = typer.Option(..., "--to", help="Destination .safetensors file"),
 ) -> None:
-    """Write the model weights to one safetensors file, after verifying the checkpoint."""
+    """Write the model weights to one .safetensors file.
+
+    The checkpoint is verified against its manifest first.
+    """
     from gpulab.train.checkpoint import export_weights
 
     written = export_weights(path, to)
-    Console().print(f"wrote {written}")
+    make_console().print(f"wrote {written}")
 
 
 def register(app: typer.Typer) -> None:

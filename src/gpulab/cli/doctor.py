@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report, run_doctor
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -45,10 +46,15 @@ def doctor(
         False, "--peak", help="Also time a matrix product on the auto-selected device."
     ),
 ) -> None:
-    """Check that torch, drivers, GPUs, shared memory and threads are right for training."""
+    """Check that this machine is right for training.
+
+    Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
+    memory, threads and a compute sanity check on every device, and prints the fix for what is not
+    right. Exit 1 when a check fails.
+    """
     report = run_doctor()
     out = report.to_json()
-    console = Console()
+    console = make_console()
     if peak:
         out["peak"] = _measure_peaks()
     if as_json:

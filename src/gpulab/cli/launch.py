@@ -37,7 +37,11 @@ def launch(
     job_name: str = typer.Option("gpulab", "--job-name", help="Job name in a --print template"),
     image: str = typer.Option("", "--image", help="Container image in the k8s template"),
 ) -> None:
-    """Run CMD under torch.distributed.run (torchrun): rendezvous, N workers per node, restarts."""
+    """Run CMD on N processes per node under torchrun.
+
+    Uses torch.distributed.run's own API: c10d rendezvous (standalone on one node), elastic restarts,
+    gloo on CPUs and NCCL on GPUs. `--print slurm|k8s` prints a cluster template instead.
+    """
     from gpulab.distributed.launch import LaunchSpec, launch, local_accelerator
 
     spec = LaunchSpec(

@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab.cli.console import make_console
+from gpulab.cli.text import plural
 from gpulab.config import layer_settings
 
 _ROWS = (
@@ -44,9 +46,12 @@ def profile(
         "--memory-snapshot",
         help="CUDA: also write DIR/memory_snapshot.pickle for pytorch.org/memory_viz",
     ),
-    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
-    """Time and profile training steps; write DIR/trace.json, key_averages.txt and profile.json."""
+    """Time and profile training steps: where a step's time goes.
+
+    Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
+    """
     from gpulab.profiling.profiler import ProfileOptions, profile_recipe
 
     flags = {
@@ -66,19 +71,21 @@ def profile(
     result = profile_recipe(user, out_dir, options)
     if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
         return  # not rank zero: rank 0 prints
-    render(result.report, Console())
+    render(result.report, make_console())
     for name, path in result.files.items():
-        Console().print(f"wrote {name}: {path}", highlight=False)
+        make_console().print(f"wrote {name}: {path}", highlight=False)
 
 
 def render(report: dict, console: Console) -> None:
     """The breakdown table, then FLOPs/MFU, memory and the diagnosis."""
     b, frac = report["breakdown_s"], report["breakdown_fraction"]
-    table = Table(
-        title=f"{report.get('recipe', '')} on {report['device']} ({report['precision']}), "
+    # The title on a line of its own: as a table title rich would wrap it to the table's narrow width.
+    console.print(
+        f"{report.get('recipe', '')} on {report['device']} ({report['precision']}), "
         f"batch {report['batch_size']}: mean of {_kept(report)}",
-        title_justify="left",
+        highlight=False,
     )
+    table = Table()
     for col in ("phase", "ms / step", "share"):
         table.add_column(col, justify="left" if col == "phase" else "right")
     for key, label in _ROWS:
@@ -133,9 +140,9 @@ def _kept(report: dict) -> str:
     dropped = len(report.get("outlier_steps") or [])
     total = report["timed_steps"]
     return (
-        f"{total} steps"
+        plural(total, "step")
         if not dropped
-        else f"{total - dropped} of {total} steps ({dropped} outliers left out)"
+        else f"{total - dropped} of {plural(total, 'step')} ({plural(dropped, 'outlier')} left out)"
     )
 
 

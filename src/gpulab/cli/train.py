@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from gpulab.cli.console import make_console
+from gpulab.cli.text import plural
 from gpulab.config import layer_settings
 
 
@@ -26,11 +27,19 @@ def train(
     accumulate: int = typer.Option(None, help="Micro-batches per optimizer step"),
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
-    resume: str = typer.Option(None, help="Checkpoint directory, or 'latest'"),
-    set_: list[str] = typer.Option([], "--set", help="key=value for any other setting (repeatable)"),
+    resume: str = typer.Option(
+        None, help="Checkpoint directory, 'latest', or 'auto' (latest if any; the default under launch)"
+    ),
+    overwrite: bool = typer.Option(
+        None, "--overwrite", help="Remove a previous run's outputs in --out first (else it is refused)"
+    ),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
-    """Train and write OUT/summary.json, OUT/metrics.jsonl and checkpoints."""
-    from gpulab.train.run import run
+    """Train a built-in recipe or your own module:function.
+
+    Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
+    """
+    from gpulab.train.run import default_resume, run
 
     flags = {
         "recipe": recipe,
@@ -44,18 +53,23 @@ def train(
         "compile": compile,
         "seed": seed,
         "resume": resume,
+        "overwrite": overwrite,
     }
-    user = layer_settings(config, flags, set_)
+    user = default_resume(layer_settings(config, flags, set_))  # auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     cfg, result, out_dir = run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
-    console = Console()
+    console = make_console()
+    if "nothing_to_do" in result.extras:
+        console.print(result.extras["nothing_to_do"], markup=False)
+        return
     acc = f", val accuracy {result.accuracy:.2%}" if result.accuracy is not None else ""
     speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else "n/a"
     console.print(
-        f"[bold]{cfg.recipe}[/]: {result.steps} steps, {result.epochs} epochs on {result.device} "
+        f"[bold]{cfg.recipe}[/]: {plural(result.steps, 'step')}, {plural(result.epochs, 'epoch')} "
+        f"on {result.device} "
         f"({result.precision}) in {result.train_seconds:.1f} s; final loss {result.final_loss:.4f}{acc}; "
         f"{speed}; peak memory {result.peak_memory_bytes / 2**20:.0f} MiB"
     )

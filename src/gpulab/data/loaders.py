@@ -3,8 +3,10 @@
 =======================  ==========================================================================
 data given               what serves it
 =======================  ==========================================================================
-tuple/list of tensors,   ``TensorBatches``: index-tensor batching, dataset resident on the GPU when
-``TensorDataset``        it fits (the fast path)
+tuple/list/dict of       ``TensorBatches``: index-tensor batching, dataset resident on the GPU when
+tensors,                 it fits (the fast path); a dict gives dict batches with its keys
+``TensorDataset``
+a list of samples        a ``Dataset`` (below): e.g. a list of dicts, collated into dict batches
 other ``Dataset``        a ``DataLoader`` shaped by a ``LoaderPolicy``, ordered by ``EpochSampler``
                          (the same permutation as the fast path, so both yield the same batches)
 ``IterableDataset``      a ``DataLoader`` in the dataset's own order (``shuffle=False`` required)
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +41,7 @@ from torch.utils.data import (
 )
 
 from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.data.streams import shards_by_worker
 from gpulab.data.tensor_batches import (
     CursorSource,
     EpochCursor,
@@ -53,7 +56,7 @@ from gpulab.data.tensor_batches import (
 from gpulab.data.transfer import DeviceLike, resolve_device
 from gpulab.errors import ConfigError, DataError
 
-ACCEPTED = "a tuple/list of tensors, a TensorDataset, a Dataset, or a DataLoader"
+ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
 
 
 @runtime_checkable
@@ -126,11 +129,32 @@ class LoaderPolicy:
             prefetch_factor=2 if workers > 0 else None,
         )
 
+    def for_stream(self, data: IterableDataset) -> LoaderPolicy:
+        """This policy for a stream: without workers unless ``data`` shards by worker
+        (``gpulab.data.streams.shards_by_worker``); every worker would otherwise yield the whole stream.
+        Says so in one warning per dataset class when it drops the workers."""
+        if self.num_workers == 0 or shards_by_worker(data):
+            return self
+        name = type(data).__name__
+        if name not in _WARNED_STREAMS:
+            _WARNED_STREAMS.add(name)
+            warnings.warn(
+                f"the IterableDataset {name} does not split itself by torch.utils.data.get_worker_info(), "
+                f"so each of {self.num_workers} DataLoader workers would yield all of it: loading it in the "
+                "main process instead; to load it in workers, shard it in __iter__ by get_worker_info() "
+                f"(or set {name}.shards_by_worker = True if it already does)",
+                stacklevel=4,
+            )
+        return replace(self, num_workers=0, persistent_workers=False, prefetch_factor=None)
+
     def dataloader_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``torch.utils.data.DataLoader`` takes from this policy."""
         kwargs = asdict(self)
         del kwargs["resident_fraction"]
         return kwargs
+
+
+_WARNED_STREAMS: set[str] = set()  # one warning per stream class and process
 
 
 def usable_physical_cores() -> int:
@@ -290,10 +314,13 @@ def make_loader(
     shard = {"rank": rank, "world_size": world_size}
     if isinstance(data, DataLoader):
         return LoaderBatches(distributed_loader(data, rank, world_size, seed), device)
+    if _is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
+        data = _SampleList(data)
     tensors = _as_tensors(data)
     if tensors is not None:
         return TensorBatches(
             tensors,
+            keys=list(data) if isinstance(data, Mapping) else None,
             batch_size=batch_size,
             device=device,
             shuffle=shuffle,
@@ -382,7 +409,27 @@ def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
         return tuple(data.tensors)
     if isinstance(data, (tuple, list)):
         return tuple(data)  # TensorBatches checks they are equal-length tensors
+    if isinstance(data, Mapping):  # the fast path for a dict of tensors: {"input_ids": ..., "labels": ...}
+        return tuple(data.values())
     return None
+
+
+def _is_sample_list(data: Any) -> bool:
+    """A list of samples (dicts, tuples), not of whole tensors: the fast path takes the latter."""
+    return isinstance(data, list) and bool(data) and isinstance(data[0], (Mapping, tuple, list))
+
+
+class _SampleList(Dataset):
+    """A list of samples as a map-style ``Dataset``."""
+
+    def __init__(self, samples: list[Any]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.samples[index]
 
 
 def _iterable_loader(
@@ -394,12 +441,13 @@ def _iterable_loader(
     policy: LoaderPolicy,
 ) -> LoaderBatches:
     """An ``IterableDataset`` decides its own order; with workers it must shard by ``get_worker_info()``
-    or each worker yields every sample."""
+    or each worker yields every sample, so a stream that does not is loaded without workers."""
     if shuffle:
         raise DataError(
             f"an IterableDataset ({type(data).__name__}) cannot be shuffled by the loader; "
             "pass shuffle=False and shuffle inside the dataset"
         )
     batch_size = check_batch_size(batch_size)
+    policy = policy.for_stream(data)
     loader = DataLoader(data, batch_size=batch_size, drop_last=drop_last, **policy.dataloader_kwargs())
     return LoaderBatches(loader, device)

@@ -148,6 +148,9 @@ class CursorSource:
 class TensorBatches(CursorSource):
     """Batches of a tuple of equal-length tensors for ``device``; see the module docstring.
 
+    ``keys``: the names of the tensors when the data was a dict of them; each batch is then a dict
+    with those keys (which the Trainer passes to the model as keyword arguments).
+
     Implements ``BatchSource``: iterable over device-resident tuples of tensors, ``len()`` batches per
     epoch, ``set_epoch``, ``state_dict``/``load_state_dict`` for an exact mid-epoch resume.
     """
@@ -164,8 +167,10 @@ class TensorBatches(CursorSource):
         resident_fraction: float = 0.5,
         rank: int = 0,
         world_size: int = 1,
+        keys: Sequence[str] | None = None,
     ) -> None:
         self.num_samples = check_tensors(tensors)
+        self.keys = tuple(keys) if keys is not None else None
         self.batch_size = check_batch_size(batch_size)
         self.rank, self.world_size = check_rank(rank, world_size)
         self.device = resolve_device(device)
@@ -189,6 +194,8 @@ class TensorBatches(CursorSource):
         batches: Iterable[tuple[torch.Tensor, ...]] = (
             self._batch(tensors, order, i) for i in range(start, total)
         )
+        if self.keys is not None:  # one dict per batch: no copy, the same tensors under their names
+            batches = (dict(zip(self.keys, batch, strict=True)) for batch in batches)
         if not self.resident:
             batches = DevicePrefetcher(batches, self.device)
         return self._cursor.track(batches, epoch, start, total)

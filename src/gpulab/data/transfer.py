@@ -1,4 +1,4 @@
-"""Moving batches between devices: tensors nested in tuples, lists, dicts and namedtuples.
+"""Moving batches between devices: tensors nested in tuples, lists, dicts, namedtuples and dataclasses.
 
 A batch is whatever a dataset or collate function produced; only its tensors move, every other leaf
 (strings, ids, None) is returned untouched so user metadata survives the trip.
@@ -6,6 +6,7 @@ A batch is whatever a dataset or collate function produced; only its tensors mov
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -42,7 +43,15 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
             return type(batch)(items)
         except TypeError:  # e.g. defaultdict wants a factory first; a plain dict keeps the data
             return dict(items)
+    if _is_dataclass_instance(batch):  # a collate_fn's batch object: a copy with its fields mapped
+        fields = [f.name for f in dataclasses.fields(batch) if f.init]
+        changes = {name: map_tensors(fn, getattr(batch, name)) for name in fields}
+        return dataclasses.replace(batch, **changes)
     return batch
+
+
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
 def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
@@ -55,6 +64,9 @@ def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
     elif isinstance(batch, Mapping):
         for value in batch.values():
             yield from iter_tensors(value)
+    elif _is_dataclass_instance(batch):
+        for field in dataclasses.fields(batch):
+            yield from iter_tensors(getattr(batch, field.name))
 
 
 def to_device(batch: Any, device: DeviceLike, non_blocking: bool = True) -> Any:

@@ -12,6 +12,10 @@ What gpulab adds around it:
 - the rendezvous is always c10d, the elastic one: a single node with no endpoint gets torchrun's
   ``--standalone`` behaviour (a store on a free local port). ``--node-rank 0`` marks the node whose
   launcher hosts the store; with c10d it does not fix the ranks (the rendezvous assigns them).
+- on a single node (no endpoint, or a loopback one) nothing listens beyond loopback: the rendezvous
+  store, the workers' ``MASTER_ADDR`` store, Gloo and NCCL sockets are all bound to 127.0.0.1 / ``lo``
+  (``loopback.py`` says how; torch alone would listen on every interface). Several nodes keep the
+  addresses the user gives.
 - checks before anything starts, so the common mistakes are one line and exit 2: bad ``--nnodes``, no
   command, the store's port already taken on the hosting node, the endpoint unreachable from another.
 - when workers fail and no restart is left, torchrun's ``ChildFailedError`` becomes one line naming
@@ -22,13 +26,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
+from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
 from gpulab.errors import LaunchError, WorkersFailedError
 
@@ -46,9 +54,10 @@ NCCL_SAFE_DEFAULTS = {
     # workers 1 unless the variable is set, so we set it (process_group.py uses 3 as well).
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     # On a watchdog timeout, dump the flight recorder (the last collectives each rank issued): the
-    # record that tells which rank fell out of step. The buffer must be non-zero for the dump.
+    # record that tells which rank fell out of step. The buffer must be non-zero for the dump. Where:
+    # under --log-dir when given, else under the Trainer's out_dir (never /tmp; process_group.py).
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    # (the buffer's size: debug_dumps.trace_buffer_env, under the name this torch reads)
     # Kill a rank whose watchdog thread itself is stuck (in a CUDA/NCCL call) after the heartbeat timeout.
     "TORCH_NCCL_ENABLE_MONITORING": "1",
     # NCCL's own one-line warnings on failure, not its INFO chatter.
@@ -86,6 +95,7 @@ class LaunchPlan:
     host: str
     port: int
     standalone: bool
+    loopback: bool  # one node: every socket of the job on the loopback interface
     run_id: str
     is_host: bool | None  # None: let torch decide from the endpoint's address
     backend: str
@@ -180,9 +190,12 @@ def default_backend(kind: str) -> str:
     return _BACKENDS.get(kind, "gloo")
 
 
-def worker_env(backend: str, nproc_per_node: int, environ: Mapping[str, str]) -> dict[str, str]:
+def worker_env(
+    backend: str, nproc_per_node: int, environ: Mapping[str, str], extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The variables gpulab sets for the launch (agent and workers), minus any the user already set."""
     wanted = {
+        **(extra or {}),
         BACKEND_ENV: backend,
         # Since torch 2.5 the agent's rendezvous store is shared with the workers' process group by
         # default, and it outlives a restart: a restarted rank can read a peer's address left by the
@@ -193,6 +206,7 @@ def worker_env(backend: str, nproc_per_node: int, environ: Mapping[str, str]) ->
     }
     if backend == "nccl":
         wanted.update(NCCL_SAFE_DEFAULTS)
+        wanted.update(trace_buffer_env(environ))
     if nproc_per_node > 1:
         # torchrun would set 1 (with a banner); an even share of the cores is as safe and faster.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -215,7 +229,7 @@ def _rendezvous_address(spec: LaunchSpec, max_nodes: int) -> tuple[str, int, boo
     if spec.rdzv_endpoint:
         return (*parse_endpoint(spec.rdzv_endpoint), False)
     if max_nodes == 1:
-        return "localhost", 0, True  # a store on a free local port
+        return LOOPBACK, 0, True  # a store on a free local port
     raise LaunchError(
         f"--nnodes {spec.nnodes} needs --rdzv-endpoint HOST:PORT, the same on every node "
         f"(HOST is the node started with --node-rank 0, e.g. node0:{DEFAULT_RDZV_PORT})"
@@ -232,6 +246,17 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> L
     kind, gpus = local_accelerator()
     nproc = spec.nproc_per_node or max(gpus, 1)
     backend = environ.get(BACKEND_ENV) or default_backend(kind)
+    if backend == "nccl" and nproc > gpus:
+        # Rank r would take cuda:r, which does not exist, and NCCL refuses two ranks on one GPU.
+        raise LaunchError(
+            f"--nproc-per-node {nproc} but this node has {gpus} GPU(s) visible: NCCL needs one process "
+            f"per GPU; use --nproc-per-node {gpus}, or run on the CPU (CUDA_VISIBLE_DEVICES= or "
+            f"{BACKEND_ENV}=gloo)"
+        )
+    loopback = max_nodes == 1 and is_loopback(host)
+    extra = loopback_interface_env(backend) if loopback else {}
+    if spec.log_dir and backend == "nccl":  # the flight recorder's dumps beside the ranks' logs
+        extra.update(flight_recorder_env(spec.log_dir))
     return LaunchPlan(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -239,13 +264,14 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> L
         host=host,
         port=port,
         standalone=standalone,
+        loopback=loopback,
         run_id=spec.rdzv_id or (uuid.uuid4().hex if standalone else "gpulab"),
         is_host=None if spec.node_rank is None else spec.node_rank == 0,
         backend=backend,
         command_flags=flags,
         script=script,
         script_args=args,
-        env=worker_env(backend, nproc, environ),
+        env=worker_env(backend, nproc, environ, extra),
     )
 
 
@@ -260,10 +286,10 @@ def torchrun_argv(plan: LaunchPlan, spec: LaunchSpec) -> list[str]:
         f"--max-restarts={spec.max_restarts}",
         f"--monitor-interval={spec.monitor_interval}",
     ]
-    if plan.is_host is not None:
-        argv.append(f"--rdzv-conf=is_host={str(plan.is_host).lower()}")
-    if spec.local_addr:
-        argv.append(f"--local-addr={spec.local_addr}")
+    if plan.is_host is not None or plan.loopback:
+        argv.append(f"--rdzv-conf=is_host={str(plan.is_host is not False).lower()}")
+    if spec.local_addr or plan.loopback:  # the workers' MASTER_ADDR: the rank-0 agent's address
+        argv.append(f"--local-addr={spec.local_addr or LOOPBACK}")
     if spec.log_dir:
         argv.append(f"--log-dir={spec.log_dir}")
     return [*argv, *plan.command_flags, plan.script, *plan.script_args]
@@ -364,9 +390,35 @@ def launch(spec: LaunchSpec) -> None:
     _quiet_launcher_cpp_warnings()
     plan = plan_launch(spec)
     check_rendezvous(plan, spec)
-    print(describe_plan(plan), file=sys.stderr, flush=True)
-    with _environ(plan.env):
-        _run_torchrun(plan, spec)
+    with _rendezvous_store(plan):
+        print(describe_plan(plan), file=sys.stderr, flush=True)
+        with _environ(plan.env):
+            _run_torchrun(plan, spec)
+
+
+@contextmanager
+def _rendezvous_store(plan: LaunchPlan) -> Iterator[None]:
+    """On one node, start the rendezvous store on loopback first; torchrun's then shares it (multi-tenant).
+
+    ``plan.port`` 0 becomes the port the store got. Several nodes: torchrun creates its store itself.
+    """
+    if not plan.loopback:
+        yield
+        return
+    from datetime import timedelta
+
+    try:
+        store = loopback_store(plan.host, plan.port, None, timedelta(seconds=60))
+    except OSError as exc:
+        raise LaunchError(
+            f"rendezvous port {plan.port} on {plan.host} cannot be bound ({exc.strerror}): pick a free port "
+            f"in --rdzv-endpoint, or leave it out on a single node"
+        ) from None
+    plan.port = store.port
+    try:
+        yield
+    finally:
+        del store
 
 
 def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
@@ -377,7 +429,11 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(torchrun_argv(plan, spec)))
+    # Without --log-dir torchrun makes /tmp/torchelastic_* (each rank's error file) and never removes it:
+    # give it a directory of ours instead and remove it when the launch ends (failures are read by then).
+    own_log_dir = None if spec.log_dir else tempfile.mkdtemp(prefix="gpulab-launch-")
+    argv = torchrun_argv(plan, replace(spec, log_dir=spec.log_dir or own_log_dir))
+    config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(argv))
     try:
         elastic_launch(config=config, entrypoint=entrypoint)(*args)
     except ChildFailedError as exc:
@@ -385,7 +441,7 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     except SignalException as exc:
         name = getattr(exc.sigval, "name", str(exc.sigval))
         raise WorkersFailedError(
-            f"the launcher was stopped by {name}; its workers were terminated", 128 + int(exc.sigval)
+            f"the launcher was stopped by {name} and passed it on to its workers", 128 + int(exc.sigval)
         ) from None
     except RendezvousError as exc:
         cause = f": {exc.__cause__}" if exc.__cause__ else ""
@@ -394,3 +450,6 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
             f"rendezvous at {plan.endpoint} failed ({type(exc).__name__}: {first}{cause}); check that every "
             f"node uses the same --rdzv-endpoint and --rdzv-id and that --nnodes {spec.nnodes} nodes started"
         ) from None
+    finally:
+        if own_log_dir:
+            shutil.rmtree(own_log_dir, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Network checks a launcher makes before starting anything, so the usual mistakes are one line.
 
 The node that hosts the rendezvous store must be able to bind its port; a node that joins must be
-able to reach it. A joining node may start before the host, so it retries for a bounded time.
+able to reach it. A joining node may start before the host, so it retries for a bounded time -- name
+resolution included: on Kubernetes the hosting pod's DNS name only appears once that pod is up.
 """
 
 from __future__ import annotations
@@ -49,19 +50,22 @@ def check_port_free(host: str, port: int) -> None:
 def wait_for_endpoint(host: str, port: int, timeout: float) -> None:
     """Retry a TCP connect until the hosting node's store answers (it may start later) or time runs out."""
     deadline = time.monotonic() + timeout
-    reason = "no answer"
+    reason, resolved = "no answer", False
     while True:
         left = deadline - time.monotonic()
         try:
             with socket.create_connection((host, port), timeout=max(0.1, min(2.0, left))):
                 return
-        except socket.gaierror:
-            raise LaunchError(
-                f"rendezvous host {host!r} cannot be resolved: check --rdzv-endpoint (the node started "
-                "with --node-rank 0)"
-            ) from None
+        except socket.gaierror:  # not yet, perhaps: a pod's name is published when the pod starts
+            pass
         except OSError as exc:
-            reason = exc.strerror or "timed out"  # socket timeouts carry no strerror
+            reason, resolved = exc.strerror or "timed out", True  # socket timeouts carry no strerror
+        if time.monotonic() >= deadline and not resolved:
+            raise LaunchError(
+                f"rendezvous host {host!r} could not be resolved within {timeout:g} s: check "
+                "--rdzv-endpoint (the node started with --node-rank 0), or wait longer with "
+                "--rdzv-connect-timeout"
+            )
         if time.monotonic() >= deadline:
             raise LaunchError(
                 f"rendezvous endpoint {host}:{port} unreachable after {timeout:g} s ({reason}): start the "

@@ -22,6 +22,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from gpulab.distributed.debug_dumps import make_dump_dir, trace_buffer_env
+from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
 from gpulab.errors import ConfigError, DeviceError, choices
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -31,7 +33,6 @@ BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}
 # is what names a stuck collective when the Python-level heartbeat cannot (a hang inside a kernel).
 NCCL_DEBUG_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",  # on a timeout, tear the process down instead of hanging
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
 }
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -129,9 +130,13 @@ def init_process_group(device: torch.device, timeout_s: float) -> GroupInfo:
             "--nproc-per-node N -- ...` (or torchrun), or use strategy single"
         )
     backend = backend_for(device)
-    if backend == "nccl":
-        for key, value in NCCL_DEBUG_ENV.items():
+    if is_loopback(launch.master_addr):  # one node: gloo's and NCCL's own sockets on loopback too
+        for key, value in loopback_interface_env(backend).items():
             os.environ.setdefault(key, value)
+    if backend == "nccl":
+        for key, value in {**NCCL_DEBUG_ENV, **trace_buffer_env(os.environ)}.items():
+            os.environ.setdefault(key, value)
+        make_dump_dir(os.environ)
         torch.cuda.set_device(launch.local_rank)
     options = {"device_id": rank_device(device, launch.local_rank)} if backend == "nccl" else {}
     dist.init_process_group(
@@ -166,6 +171,8 @@ def _next_generation_store(launch: LaunchEnv, timeout_s: float) -> dist.Store:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
             client = dist.TCPStore(launch.master_addr, launch.master_port, None, False, limit)
             _base_store = dist.PrefixStore(f"/worker/attempt_{attempt}", client)
+        elif launch.rank == 0 and is_loopback(launch.master_addr):  # torch alone would listen on all
+            _base_store = loopback_store(launch.master_addr, launch.master_port, launch.world_size, limit)
         else:
             _base_store = dist.TCPStore(
                 launch.master_addr,

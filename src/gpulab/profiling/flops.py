@@ -14,7 +14,7 @@ tensors cannot run is counted on a real step over a copy, with the RNG state res
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,7 +24,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.data.transfer import iter_tensors
 from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
+from gpulab.train.step_call import LossCall, call_model
 
 # Precision policy name -> the dtype of its datasheet peak.
 PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
@@ -53,12 +55,13 @@ def count_flops(fn: Callable[[], Any]) -> FlopCount:
 
 def training_step_flops(
     model: nn.Module,
-    loss_fn: Callable[[Any, Any], torch.Tensor],
-    batch: Sequence[torch.Tensor],
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None,
+    batch: Any,
     *,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
 ) -> FlopCount:
-    """FLOPs of one forward + backward of ``model`` on ``batch`` = ``(inputs..., target)``.
+    """FLOPs of one forward + backward of ``model`` on ``batch`` (``(inputs..., target)``, a dict, ...:
+    called as the Trainer calls it, ``gpulab.train.step_call``).
 
     Only shapes matter: the count for a batch of B samples is B times the count for one for the usual
     models, and ``FlopCount.per_sample`` gives it. ``model`` may be wrapped (DDP, ``torch.compile``):
@@ -69,25 +72,30 @@ def training_step_flops(
         # functional_call would swap FSDP2's DTensor parameters under its hooks (and corrupt tied ones
         # for the real steps that follow); count a real step instead (MfuCallback does).
         raise ValueError("the model's parameters are sharded (FSDP2): count FLOPs on a real step")
-    rows = int(batch[0].shape[0]) if batch and torch.is_tensor(batch[0]) else 0
+    first = next(iter_tensors(batch), None)
+    rows = int(first.shape[0]) if first is not None and first.dim() else 0
+    loss = LossCall(loss_fn)
     try:
-        total, ops = _count_fake(plain, loss_fn, tuple(batch), autocast)
+        total, ops = _count_fake(plain, loss, batch, autocast)
         method = "fake tensors"
     except Exception:  # no fake implementation for some op: count a real step on a copy
-        total, ops = _count_real(plain, loss_fn, tuple(batch), autocast)
+        total, ops = _count_real(plain, loss, batch, autocast)
         method = "real step"
     return FlopCount(total, rows, ops, method)
 
 
 def _count_fake(model, loss_fn, batch, autocast) -> tuple[int, dict[str, int]]:
     mode, tensors, trainable, fake_batch = fake_step_inputs(model, batch)
-    *inputs, target = fake_batch
+
+    def forward(*args, **kwargs):
+        return torch.func.functional_call(model, tensors, args, kwargs)
+
     was_training = model.training
     model.train()
     try:
         with mode, FlopCounterMode(display=False) as counter:
             with autocast():
-                loss = loss_fn(torch.func.functional_call(model, tensors, tuple(inputs)), target)
+                loss = loss_fn(call_model(forward, fake_batch), fake_batch)
             if trainable:
                 torch.autograd.grad(loss, trainable, allow_unused=True)
     finally:
@@ -99,9 +107,8 @@ def _count_real(model, loss_fn, batch, autocast) -> tuple[int, dict[str, int]]:
     twin = copy.deepcopy(model).train()
     cuda = [t.device for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.is_cuda][:1]
     with torch.random.fork_rng(devices=cuda), FlopCounterMode(display=False) as counter:
-        *inputs, target = batch
         with autocast():
-            loss = loss_fn(twin(*inputs), target)
+            loss = loss_fn(call_model(twin, batch), batch)
         loss.backward()
     return counter.get_total_flops(), _by_operator(counter)
 

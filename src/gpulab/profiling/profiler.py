@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from gpulab.data import make_loader
+from gpulab.data.transfer import map_tensors
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
@@ -44,6 +45,7 @@ from gpulab.profiling.sampler import NvmlSampler
 from gpulab.profiling.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.runtime.oom import sync_gradients
+from gpulab.train.step_call import LossCall, call_model, check_batch
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
@@ -157,7 +159,7 @@ def profile_loop(
     step = _Step(rt, model, forward, opt, loss_fn, batches)
 
     first = next(batches)
-    flops = training_step_flops(model, loss_fn, tuple(first), autocast=rt.autocast)
+    flops = training_step_flops(model, loss_fn, first, autocast=rt.autocast)
     for _ in range(o.warmup):
         step.run(None)
 
@@ -186,7 +188,7 @@ class _Step:
 
     def __init__(self, rt, model, forward, optimizer, loss_fn, batches: Iterator[Any]) -> None:
         self.rt, self.model, self.forward, self.optimizer = rt, model, forward, optimizer
-        self.loss_fn, self.batches = loss_fn, batches
+        self.loss, self.batches = LossCall(loss_fn), batches  # the Trainer's rule (train/step_call.py)
         # Reduce gradients ourselves (and time it) where the strategy keeps whole gradients per rank.
         self.separate_comm = rt.world_size > 1 and rt.strategy.checkpoint_layout == "full"
 
@@ -197,11 +199,11 @@ class _Step:
         if timer is not None:
             timer.start_step()
         mark("data")
-        *inputs, target = _split(next(self.batches) if batch is None else batch)
+        batch = check_batch(next(self.batches) if batch is None else batch)
         mark("forward")
         with rt.no_sync(self.model, enabled=self.separate_comm):
             with rt.autocast():
-                loss = self.loss_fn(self.forward(*inputs), target)
+                loss = self.loss(call_model(self.forward, batch), batch)
             mark("backward")
             rt.backward(loss)
         if self.separate_comm:
@@ -221,7 +223,7 @@ def _fixed_cost(step: _Step, batch: Any, device: torch.device, repeats: int = 5)
     """Median seconds of a step on one sample: the cost every step pays whatever its size (Python,
     operator dispatch, kernel launches, the optimizer over every parameter). Close to the full step's
     time, it means the step is too small for the framework's overhead: host-bound."""
-    one = tuple(t[:1] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in _split(batch))
+    one = map_tensors(lambda t: t[:1] if t.dim() > 0 else t, check_batch(batch))
     step.run(None, one)  # a new shape may need its own warm-up (kernels, compilation)
     times = []
     for _ in range(repeats):
@@ -343,12 +345,6 @@ def _cycle(source) -> Iterator[Any]:
         if empty:
             raise DataError("the training data gives no batch (empty, or smaller than the batch size)")
         epoch += 1
-
-
-def _split(batch: Any) -> tuple:
-    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-        return tuple(batch)
-    raise DataError(f"each batch must be (inputs..., target); got {type(batch).__name__}")
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

@@ -114,11 +114,13 @@ class PhaseTimer:
 
 
 class CudaPhaseTimer(PhaseTimer):
-    """Marks are CUDA events on the current stream; read after the step's last event completed."""
+    """Marks are CUDA events on the run's device's current stream; read after the step's last event
+    completed. The stream is named: a bare ``record()`` would use the *current* device's stream, which on
+    ``cuda:N`` (N != 0) without ``set_device`` is cuda:0's, timing nothing of this run."""
 
     def _now(self) -> Any:
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     def _elapsed(self, a: Any, b: Any) -> float:

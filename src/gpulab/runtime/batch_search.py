@@ -5,7 +5,8 @@ agreed across ranks; ``search_batch_size`` is the Trainer's ``batch_size: auto``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -134,8 +135,13 @@ def find_batch_size(
 
 def _trial(try_step: Callable[[int], int | None], b: int, limit: int | None, device) -> BatchTrial:
     try:
-        peak = try_step(b)
-    except torch.OutOfMemoryError:
+        peak, ran_out = try_step(b), False
+    except torch.OutOfMemoryError as exc:
+        # The traceback's frames hold the failed step's tensors: clear them, and release the cache only
+        # once the ``except`` block (and with it the exception) is gone, or nothing is freed to release.
+        traceback.clear_frames(exc.__traceback__)
+        peak, ran_out = None, True
+    if ran_out:
         release_cached_memory(device)
         return BatchTrial(b, False, None, "out of memory")
     if limit is not None and peak is not None and peak > limit:
@@ -272,6 +278,11 @@ def search_batch_size(
     The search starts at the estimate's prediction and is capped by the samples each rank has. On a CPU
     without a limit set (``set_memory_limit``) it aims under half the RAM available now.
     """
+    if _gives_dicts(data):
+        raise ConfigError(
+            "batch_size: auto traces (inputs..., target) batches only; with dict batches give batch_size a "
+            "number (e.g. --batch-size 32)"
+        )
     device = runtime.device
     limit = limit_bytes if limit_bytes is not None else memory_limit_bytes(device)
     if limit is None and device.type == "cpu":
@@ -366,3 +377,14 @@ __all__ = [
     "predict_max_batch_size",
     "search_batch_size",
 ]
+
+
+def _gives_dicts(data: Any) -> bool:
+    """Whether ``data``'s batches are dicts: a dict of tensors, or samples that are dicts."""
+    if isinstance(data, Mapping):
+        return True
+    try:
+        first = data[0] if len(data) else None
+    except Exception:  # no indexing (a stream, a DataLoader): not ours to say here
+        return False
+    return isinstance(first, Mapping)

@@ -17,6 +17,10 @@ class CompileFallback(nn.Module):
 
     torch.compile is lazy: errors surface at the first call, not at ``torch.compile()``, so the guard
     sits around the call. The eager and compiled callables share parameters, so nothing is lost.
+
+    Only a compilation error falls back (``is_compile_error``). Anything else -- above all running out of
+    memory, which ``micro_batch: auto``'s OOM guard must see to shrink the step -- passes through with
+    compilation still on: an OOM says nothing about the compiler.
     """
 
     def __init__(self, model: nn.Module, compiled) -> None:
@@ -30,7 +34,9 @@ class CompileFallback(nn.Module):
             return self.model(*args, **kwargs)
         try:
             return self._compiled(*args, **kwargs)
-        except Exception as exc:  # any backend failure: compile is an optimisation, never a requirement
+        except Exception as exc:
+            if not is_compile_error(exc):
+                raise
             first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
             warnings.warn(
                 f"torch.compile failed ({type(exc).__name__}: {first_line}); continuing without compilation",
@@ -38,7 +44,46 @@ class CompileFallback(nn.Module):
                 stacklevel=2,
             )
             self._compiled, self.fell_back = None, True
-            return self.model(*args, **kwargs)
+        # Outside ``except``: the failed attempt's traceback (and the tensors its frames hold) is gone
+        # before the eager run allocates its own.
+        return self.model(*args, **kwargs)
+
+
+def _compile_error_types() -> tuple[type[BaseException], ...]:
+    from torch._dynamo.exc import TorchDynamoException  # BackendCompilerFailed, InductorError, Unsupported
+    from torch._inductor import exc as inductor
+
+    # Inductor's own errors that do not derive from TorchDynamoException (lowering, C++/CUDA compilers).
+    return (
+        TorchDynamoException,
+        inductor.OperatorIssue,
+        inductor.SubgraphLoweringException,
+        inductor.InvalidCxxCompiler,
+        inductor.CppWrapperCodegenError,
+        inductor.CppCompileError,
+    )
+
+
+def is_oom(exc: BaseException) -> bool:
+    """A device (``torch.OutOfMemoryError``) or host ("out of memory" RuntimeError) allocation failure."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    )
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch.compile failing to compile (not the compiled code failing to run).
+
+    An out-of-memory error anywhere in the chain is not: a compiler wrapping an OOM it hit while
+    autotuning reports memory pressure, which the OOM guard handles.
+    """
+    chain, seen = exc, set()
+    while chain is not None and id(chain) not in seen:
+        if is_oom(chain):
+            return False
+        seen.add(id(chain))
+        chain = chain.__cause__ or chain.__context__
+    return isinstance(exc, _compile_error_types())
 
 
 def compile_model(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> CompileFallback:

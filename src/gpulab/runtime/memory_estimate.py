@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -466,7 +466,8 @@ def _take(data: Any, b: int) -> tuple:
         from torch.utils.data import default_collate
 
         n = len(data)
-        return tuple(default_collate([data[i % n] for i in range(b)]))
+        batch = default_collate([data[i % n] for i in range(b)])
+        return batch if isinstance(batch, Mapping) else tuple(batch)  # a dict batch keeps its keys
     raise ConfigError(
         f"cannot take example batches from {type(data).__name__}; give a tuple of tensors or a Dataset"
     )
@@ -478,7 +479,9 @@ def example_batch(data: Any, rows: int) -> tuple | None:
     samples without consuming an iterator (an IterableDataset, a user's DataLoader over one)."""
     tensors = getattr(data, "tensors", None)
     if isinstance(tensors, (tuple, list)) and tensors and torch.is_tensor(tensors[0]):
-        return _resize(tuple(tensors), rows)
+        keys = getattr(data, "keys", None)  # the fast path over a dict of tensors: a dict batch
+        batch = _resize(tuple(tensors), rows)
+        return dict(zip(keys, batch, strict=True)) if isinstance(keys, tuple) else batch
     loader = getattr(data, "loader", None)
     if loader is not None:
         data = getattr(loader, "dataset", None)

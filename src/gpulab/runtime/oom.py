@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import torch
 
+from gpulab.data.transfer import batch_size_of, map_tensors
 from gpulab.errors import ConfigError, GpulabError
 from gpulab.runtime.memory import release_cached_memory
 
@@ -154,14 +155,14 @@ class OomGuard:
         }
 
 
-def split_batch(batch: Sequence[Any], parts: int) -> list[tuple[tuple, float]]:
-    """``batch`` (tensors sharing dim 0) in ``parts`` near-equal micro-batches, each with its weight
-    (its share of the samples): the sum of ``weight * mean loss`` over the parts equals the mean loss of
-    the whole batch, whatever the split."""
-    rows = int(batch[0].shape[0])
+def split_batch(batch: Any, parts: int) -> list[tuple[Any, float]]:
+    """``batch`` (a tuple, dict or any nesting of tensors sharing dim 0) in ``parts`` near-equal
+    micro-batches of the same structure, each with its weight (its share of the samples): the sum of
+    ``weight * mean loss`` over the parts equals the mean loss of the whole batch, whatever the split."""
+    rows = batch_size_of(batch)
     parts = max(1, min(parts, rows))
-    pieces = [torch.tensor_split(t, parts, dim=0) for t in batch]
-    return [(tuple(p[i] for p in pieces), int(pieces[0][i].shape[0]) / rows) for i in range(parts)]
+    micro = [map_tensors(lambda t, i=i: torch.tensor_split(t, parts, dim=0)[i], batch) for i in range(parts)]
+    return [(m, batch_size_of(m) / rows) for m in micro]
 
 
 def sync_gradients(params: Iterable[torch.nn.Parameter], all_reduce: AllReduce | None) -> None:

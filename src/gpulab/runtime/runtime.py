@@ -18,6 +18,7 @@ strategy in ``strategies/``, so nothing here branches on either.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -27,8 +28,11 @@ import torch
 from torch import nn
 
 from gpulab.data.transfer import to_device
+from gpulab.errors import DeviceMemoryError, GpulabWarning
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
+from gpulab.runtime.memory import memory_limit_bytes
+from gpulab.runtime.memory_estimate import unwrap_module
 from gpulab.runtime.precision import Precision, resolve_precision, slow_precision_warning
 from gpulab.runtime.seed import seed_everything
 from gpulab.runtime.strategies import Strategy, resolve_strategy
@@ -69,7 +73,7 @@ class Runtime:
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
         slow = slow_precision_warning(self.precision, self.device)  # auto never picks one: asked for
         if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
-            warnings.warn(slow, stacklevel=2)
+            warnings.warn(slow, GpulabWarning, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
         self.precision.setup()
         self.strategy.setup_precision(self.precision)
@@ -128,14 +132,19 @@ class Runtime:
         """Move/wrap ``model`` for the strategy and prepare ``optimizer``.
 
         A factory ``params -> Optimizer`` is called *after* the move, so the optimizer holds the
-        parameters that will really be trained (a wrapping strategy may replace them). An optimizer
+        parameters that will really be trained (a wrapping strategy may replace them). A factory whose
+        first parameter is named ``model`` gets the user's module instead (inside DDP, with its own
+        parameter names), so weight-decay groups by name need no closure. An optimizer
         instance keeps working after a plain move because ``Module.to`` changes parameters in place.
         """
-        model = self.strategy.setup_module(model)
+        try:
+            model = self.strategy.setup_module(model)
+        except torch.OutOfMemoryError:
+            raise DeviceMemoryError(_model_does_not_fit(model, self.device)) from None
         if optimizer is None:
             return model, None
         if not isinstance(optimizer, torch.optim.Optimizer):
-            optimizer = optimizer(model.parameters())
+            optimizer = optimizer(unwrap_module(model) if _takes_model(optimizer) else model.parameters())
         optimizer = self.strategy.setup_optimizer(optimizer)
         if self.fuse_optimizer:
             self._reasons["optimizer"] = use_fused_kernels(optimizer)
@@ -199,6 +208,10 @@ class Runtime:
         """True on every process if ``flag`` is True on any (one small collective)."""
         return self.strategy.reduce_flag(flag)
 
+    def lagged_flag(self, flag: bool) -> bool:
+        """``reduce_flag`` one call late and without waiting (for a check made every step)."""
+        return self.strategy.lagged_flag(flag)
+
     seed_everything = staticmethod(seed_everything)
 
     # -- lifetime -------------------------------------------------------------------------------------
@@ -221,3 +234,25 @@ class Runtime:
 def _given_or(value: Any, resolve: Callable[..., tuple[Any, str]], *args: Any, **kwargs: Any):
     """A ready-made Precision/Strategy is used as given; a name goes through its registry."""
     return (value, "given") if not isinstance(value, str) else resolve(value, *args, **kwargs)
+
+
+def _model_does_not_fit(model: nn.Module, device: torch.device) -> str:
+    """One line for an out-of-memory error while the model moves to its device."""
+    size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    limit = memory_limit_bytes(device)
+    under = f" under memory_limit {limit / 2**20:,.1f} MiB" if limit else ""
+    fix = "raise memory_limit (a fraction such as 0.9, or bytes)" if limit else "free the device"
+    return (
+        f"the model's parameters and buffers ({size / 2**20:,.1f} MiB) do not fit on {device}{under}; "
+        f"{fix}, or shard it (strategy fsdp2)"
+    )
+
+
+def _takes_model(factory: Callable) -> bool:
+    """Whether an optimizer factory wants the model (its first parameter is named ``model``), not the
+    parameters."""
+    try:
+        first = next(iter(inspect.signature(factory).parameters), None)
+    except (TypeError, ValueError):  # no signature to read (a builtin): the usual params -> Optimizer
+        return False
+    return first == "model"

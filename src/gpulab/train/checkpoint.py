@@ -23,6 +23,7 @@ import torch
 
 from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint_io import (
+    DCP_METADATA,
     LATEST,
     META,
     STATE,
@@ -48,7 +49,14 @@ from gpulab.train.checkpoint_read import (
     locate,
     step_dirs,
 )
-from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes, save_weights
+from gpulab.train.checkpoint_save import (
+    check_save_args,
+    commit_checkpoint,
+    disk_full_as_error,
+    meta_bytes,
+    payload_bytes,
+    save_weights,
+)
 from gpulab.train.checkpoint_state import weights_for_file
 from gpulab.train.rng_state import capture_rng, restore_rng
 
@@ -65,7 +73,8 @@ __all__ = [
     "save_checkpoint",
 ]
 
-_META_FIELDS = ("step", "epoch", "metrics", "created", "versions")
+# meta.json is for humans and may be edited by one: each field the report shows, with the type it must have.
+_META_FIELDS = {"step": int, "epoch": int, "metrics": dict, "created": str, "versions": dict}
 
 
 @dataclass(frozen=True)
@@ -103,13 +112,17 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(root)
     tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"
-    tmp.mkdir()
-    try:
-        save_weights(tensors, tmp / WEIGHTS)
-    except BaseException:
-        remove_path(tmp)
-        raise
-    return commit_checkpoint(tmp, root, name, state, meta_json, keep_last=keep_last, keep_best=keep_best)
+    needed = payload_bytes(tensors, state)
+    with disk_full_as_error(root, name, needed):
+        try:
+            tmp.mkdir()
+            save_weights(tensors, tmp / WEIGHTS)
+        except BaseException:
+            remove_path(tmp)
+            raise
+    return commit_checkpoint(
+        tmp, root, name, state, meta_json, keep_last=keep_last, keep_best=keep_best, needed=needed
+    )
 
 
 def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
@@ -121,6 +134,12 @@ def load_checkpoint(path: str | os.PathLike) -> LoadedCheckpoint:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
+    return read_verified_checkpoint(directory)
+
+
+def read_verified_checkpoint(directory: Path) -> LoadedCheckpoint:
+    """Deserialise a checkpoint directory whose MANIFEST the caller has just verified (several ranks may
+    share that hashing); only safe formats are read either way."""
     layout = manifest_layout(directory)
     return LoadedCheckpoint(
         model_state=load_weights(directory / WEIGHTS) if layout == "full" else {},
@@ -186,13 +205,20 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     report["problems"] += [f"{f['name']}: {f['status']}" for f in report["files"] if f["status"] != "ok"]
     try:  # JSON: safe to read even when other files are damaged, and it names step and epoch
         meta = load_meta(directory / META)
-        report.update({k: meta.get(k, report[k]) for k in _META_FIELDS})
+        for key, kind in _META_FIELDS.items():
+            value = meta.get(key, report[key])
+            if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+                report[key] = value
+            else:
+                report["problems"].append(f"meta.json: {key!r} is {value!r:.40}, expected {kind.__name__}")
     except CheckpointError as exc:
         report["problems"].append(str(exc))
     if not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
-        if manifest_layout(directory) != "full":  # sharded: the shards are torch.distributed.checkpoint's
-            checks = checks[1:]
+        if manifest_layout(directory) != "full":  # sharded: DCP's index through the restricted unpickler
+            from gpulab.train.dcp_safe import read_metadata
+
+            checks = ((read_metadata, DCP_METADATA), checks[1])
         for check, name in checks:
             try:
                 check(directory / name)

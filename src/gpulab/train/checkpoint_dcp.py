@@ -11,23 +11,31 @@ of ``model.safetensors``: ``.metadata`` plus one ``__RANK_N.distcp`` per rank. T
    directory into place, points ``latest`` at it and prunes -- exactly as ``save_checkpoint`` does.
 
 A kill at any point leaves either the previous complete checkpoints or the new one, never a partial
-``step-*`` directory. The checkpoint root must be on a filesystem every rank can reach.
+``step-*`` directory. The checkpoint root must be on a filesystem every rank can reach. Loading never
+unpickles freely: ``.metadata`` and the non-tensor items go through ``dcp_safe``.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
+from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint_io import (
+    DCP_METADATA,
     TMP_PREFIX,
+    one_line,
     remove_stale_tmp,
     step_dir_name,
 )
+from gpulab.train.checkpoint_read import unpickler_reason
 from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes
+from gpulab.train.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 
 
 def save_sharded_checkpoint(
@@ -80,8 +88,16 @@ def load_sharded_checkpoint(path: Path, model: Any, optimizer: Any, strategy: An
     """Read this rank's shards from the verified checkpoint directory ``path`` into model and optimizer.
 
     The templates come from the live (sharded) model, so the shards are resharded if needed by DCP.
+    Every rank checks ``.metadata`` itself before the first collective, so a refused file fails every
+    rank with the same one line instead of leaving some waiting in ``dcp.load``.
     """
+    read_metadata(path / DCP_METADATA)
     shards = strategy.sharded_state(model, optimizer)
     with strategy.collective(f"checkpoint {path.name}: load shards (torch.distributed.checkpoint.load)"):
-        dcp.load(shards, checkpoint_id=path)
+        try:
+            dcp.load(shards, storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner())
+        except CheckpointException as exc:  # a BaseException that carries each rank's own error
+            first = next(iter(exc.failures.values()), (exc, None))[0]
+            reason = unpickler_reason(first) if isinstance(first, pickle.UnpicklingError) else one_line(first)
+            raise CheckpointError(f"{path}: sharded state refused ({reason})") from None
     strategy.load_sharded_state(model, optimizer, shards)

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard 
 # every rank's shard through torch.distributed.checkpoint (FSDP2), next to the same state.pt and meta.
 LAYOUTS = {"full": REQUIRED, "sharded": (DCP_METADATA, STATE, META)}
 TMP_PREFIX = ".tmp-"
+REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never deleted)
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _CHUNK = 1 << 20
 
@@ -87,8 +89,12 @@ def write_bytes_durably(path: Path, data: bytes) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so that a reader sees the old content or the new, never a mix."""
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{os.getpid()}")
-    write_bytes_durably(tmp, text.encode())
-    os.replace(tmp, path)
+    try:
+        write_bytes_durably(tmp, text.encode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave the temp file behind
+        raise
     fsync_dir(path.parent)
 
 
@@ -154,14 +160,18 @@ def file_status(directory: Path, name: str, record: dict[str, Any], *, hash_file
     return "ok"
 
 
-def verify_manifest(directory: Path, *, hash_files: bool = True) -> None:
+def verify_manifest(
+    directory: Path, *, hash_files: bool = True, hash_only: Collection[str] | None = None
+) -> None:
     """Raise CheckpointError naming the first file that is missing or differs from the manifest.
 
     ``hash_files=False`` checks presence and sizes only: cheap enough to run over every checkpoint of a
-    root when pruning, but it does not catch same-size corruption.
+    root when pruning, but it does not catch same-size corruption. ``hash_only``: hash just these files
+    (a rank's share, when the ranks split the hashing) and check the others' sizes.
     """
     for name, record in read_manifest(directory).items():
-        status = file_status(directory, name, record, hash_files=hash_files)
+        hashed = hash_files and (hash_only is None or name in hash_only)
+        status = file_status(directory, name, record, hash_files=hashed)
         if status == "size mismatch":
             found = (directory / name).stat().st_size
             status += f" (MANIFEST says {record['size']} bytes, file has {found})"
@@ -196,6 +206,17 @@ def remove_stale_tmp(root: Path) -> None:
                 fsync_dir(root)
                 continue
         remove_path(entry)
+
+
+def set_aside(directory: Path) -> Path:
+    """Rename a refused checkpoint to ``NAME.refused`` (``.refused-2``, ...): no longer a ``step-*``
+    directory, so nothing resolves, loads or prunes it, and it stays for a person to look at."""
+    target, n = directory.with_name(directory.name + REFUSED_SUFFIX), 2
+    while target.exists():
+        target, n = directory.with_name(f"{directory.name}{REFUSED_SUFFIX}-{n}"), n + 1
+    os.rename(directory, target)
+    fsync_dir(directory.parent)
+    return target
 
 
 def remove_path(path: Path) -> None:

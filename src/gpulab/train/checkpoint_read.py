@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,9 @@ from gpulab.train.checkpoint_io import (
     MANIFEST,
     REQUIRED,
     file_status,
-    is_complete,
     one_line,
     step_of,
+    verify_manifest,
 )
 
 
@@ -41,21 +42,47 @@ def _is_root(path: Path) -> bool:
     return not any((path / name).exists() for name in (MANIFEST, *REQUIRED))
 
 
-def locate(path: Path, *, verify_latest: bool = True) -> tuple[Path, bool]:
-    """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``."""
+def locate(
+    path: Path,
+    *,
+    verify_latest: bool = True,
+    refused: list[tuple[Path, str]] | None = None,
+    check: Callable[[Path], str | None] | None = None,
+) -> tuple[Path, bool]:
+    """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``.
+
+    For a root, each ``step-*`` directory passed over because its manifest does not verify is appended to
+    ``refused`` as ``(directory, why)``, so a caller can say what it fell back from. ``check`` replaces
+    ``problem`` as the verification (several ranks share the hashing).
+    """
+    check = check or problem
     if path.name == LATEST and path.is_file():
         path = path.parent
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory or checkpoint root")
     if not _is_root(path):
         return path, False
+    refused = [] if refused is None else refused
     named = read_latest(path)
-    if named is not None and (not verify_latest or is_complete(named)):
-        return named, verify_latest
-    for directory in reversed(step_dirs(path)):
-        if directory != named and is_complete(directory):
+    if named is not None and not verify_latest:
+        return named, False
+    for directory in [named] * (named is not None) + list(reversed(step_dirs(path))):
+        if directory in (d for d, _ in refused):
+            continue
+        why = check(directory)
+        if why is None:
             return directory, True
+        refused.append((directory, why))
     raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
+
+
+def problem(directory: Path, hash_only: Collection[str] | None = None) -> str | None:
+    """Why ``directory``'s MANIFEST does not verify (one line), or None when it does."""
+    try:
+        verify_manifest(directory, hash_only=hash_only)
+    except CheckpointError as exc:
+        return str(exc)
+    return None
 
 
 def read_latest(root: Path) -> Path | None:
@@ -87,7 +114,7 @@ def load_state(path: Path) -> dict[str, Any]:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
-            f"{path}: refused pickle content ({_unpickler_reason(exc)}); "
+            f"{path}: refused pickle content ({unpickler_reason(exc)}); "
             "state.pt may hold only tensors, numbers, strings, lists, dicts and None"
         ) from exc
     except Exception as exc:  # zip/EOF errors from a damaged file
@@ -97,14 +124,17 @@ def load_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _unpickler_reason(exc: BaseException) -> str:
-    """torch's message opens with advice to disable weights_only; keep only the actual reason."""
+def unpickler_reason(exc: BaseException) -> str:
+    """torch's message wraps the reason ("Trying to load unsupported GLOBAL posix.system ...") in advice to
+    disable weights_only and a link: keep only the reason."""
     text = str(exc)
-    marker = "WeightsUnpickler error:"
+    marker = "WeightsUnpickler error:"  # older torch: the reason follows this marker
     if marker in text:
-        text = text.split(marker, 1)[1]
-        text = text.split(" Please use", 1)[0]
-    return one_line(Exception(text.strip()))
+        text = text.split(marker, 1)[1].split(" Please use", 1)[0]
+    paragraphs = [p.strip() for p in text.split("\n\n") if p.strip()]
+    boilerplate = ("Weights only load failed", "Check the documentation", "Please file an issue")
+    reasons = [p for p in paragraphs if not p.startswith(boilerplate)] or paragraphs
+    return one_line(Exception(" ".join(" ".join(reasons).split())))
 
 
 def load_meta(path: Path) -> dict[str, Any]:

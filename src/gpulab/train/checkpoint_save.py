@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import platform
+import shutil
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -90,8 +94,57 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     try:
         save_file(tensors, str(path), metadata={"format": "pt"})
     except Exception as exc:  # safetensors raises its own types for unsupported tensors
+        if is_disk_full(exc):
+            raise
         raise CheckpointError(f"{path.name}: cannot save model weights ({one_line(exc)})") from exc
+    # safetensors creates the file 0600; give it the umask's mode like every other file. The directory
+    # was just made with mkdir (0777 & ~umask), so its mode without the x bits is that, race-free.
+    os.chmod(path, path.parent.stat().st_mode & 0o666)
     fsync_file(path)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT as an OSError, or as the text of safetensors' own error (``StorageFull``)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return any(mark in str(exc) for mark in ("StorageFull", "No space left", "QuotaExceeded"))
+
+
+def payload_bytes(*trees: Any) -> int:
+    """Bytes of every tensor in ``trees``: about what a checkpoint of them needs on disk."""
+    total = 0
+    for tree in trees:
+        if isinstance(tree, torch.Tensor):
+            total += tree.numel() * tree.element_size()
+        elif isinstance(tree, dict):
+            total += payload_bytes(*tree.values())
+        elif isinstance(tree, (list, tuple)):
+            total += payload_bytes(*tree)
+    return total
+
+
+@contextlib.contextmanager
+def disk_full_as_error(root: Path, name: str, needed: int) -> Iterator[None]:
+    """A full disk while writing checkpoint ``name`` becomes one line naming ROOT and the bytes needed
+    (the callers remove their temporary directory first, and ``latest`` has not moved)."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        free = shutil.disk_usage(root).free if root.exists() else 0
+        raise CheckpointError(
+            f"{root}: no space left on the device to write checkpoint {name} (it needs about "
+            f"{needed:,} bytes, {free:,} are free); free space there, lower keep_last, or set "
+            f"checkpoint_dir on a bigger disk. {read_latest_name(root)} stays the latest checkpoint"
+        ) from None
+
+
+def read_latest_name(root: Path) -> str:
+    try:
+        return (root / LATEST).read_text().strip() or "nothing"
+    except OSError:
+        return "nothing"
 
 
 def rename_into_place(tmp: Path, final: Path) -> Path:
@@ -112,7 +165,8 @@ def rename_into_place(tmp: Path, final: Path) -> Path:
 
 
 def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_saved: Path) -> None:
-    """Remove complete checkpoints beyond the newest ``keep_last`` (never the best, latest or new one).
+    """Remove complete checkpoints beyond the newest ``keep_last`` (never the best, latest or new one,
+    nor the newest whose meta.json metrics are all finite: NaN checkpoints never push out the last good one).
 
     Directories that fail the manifest check are left for a person to inspect. Each removal renames the
     directory to a ``.tmp-`` name first, so a kill mid-removal never leaves a partial ``step-*`` dir.
@@ -122,11 +176,25 @@ def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_sa
     if keep_best is not None:
         best = _best(complete, *keep_best)
         keep |= {best} if best is not None else set()
+    finite = _newest_finite(complete)
+    keep |= {finite} if finite is not None else set()
     for directory in complete:
         if directory not in keep:
             doomed = directory.with_name(f"{TMP_PREFIX}prune-{directory.name}-{os.getpid()}")
             os.rename(directory, doomed)
             remove_path(doomed)
+
+
+def _newest_finite(directories: list[Path]) -> Path | None:
+    for directory in reversed(directories):
+        try:
+            metrics = load_meta(directory / META).get("metrics", {})
+        except CheckpointError:
+            continue
+        values = metrics.values() if isinstance(metrics, dict) else ()
+        if all(math.isfinite(v) for v in values if isinstance(v, (int, float))):
+            return directory
+    return None
 
 
 def _best(directories: list[Path], metric: str, mode: str) -> Path | None:
@@ -153,6 +221,7 @@ def commit_checkpoint(
     layout: str | None = None,
     keep_last: int | None = None,
     keep_best: tuple[str, str] | None = None,
+    needed: int | None = None,
 ) -> Path:
     """Finish a checkpoint whose weights are already in ``tmp``: state, meta, manifest, each fsync'd;
     rename into place; only then move ``latest``; then prune. A failure removes ``tmp`` and re-raises.
@@ -160,6 +229,12 @@ def commit_checkpoint(
     Shared by full (safetensors) and sharded (torch.distributed.checkpoint) saves, so both keep the same
     order of durable steps and the same kill points.
     """
+    needed = payload_bytes(state) if needed is None else needed  # for the message of a full disk
+    with disk_full_as_error(root, name, needed):
+        return _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best)
+
+
+def _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best) -> Path:
     try:
         pause_point("after-weights")
         with open(tmp / STATE, "wb") as handle:

@@ -22,16 +22,19 @@ from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint import (
     LoadedCheckpoint,
     apply_model_state,
-    load_checkpoint,
-    resolve_checkpoint,
+    read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
-from gpulab.train.checkpoint_dcp import load_sharded_checkpoint, save_sharded_checkpoint
-from gpulab.train.rng_state import capture_rng
+from gpulab.train.checkpoint_io import LATEST
+from gpulab.train.checkpoint_read import step_dirs
+from gpulab.train.resume_locate import locate_for_resume
+from gpulab.train.rng_state import capture_rng, validate_rng
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
+
+AUTO = "auto"  # resume from the newest checkpoint when there is one, else start
 
 # Settings that change which samples meet which weights: a resume with any of them changed is not the
 # same run, so it is refused unless forced.
@@ -61,12 +64,15 @@ class Checkpointer:
                 "batch_in_epoch": state.batch_in_epoch,
                 "samples_seen": state.samples_seen,
                 "world_size": trainer.runtime.world_size,
+                "total_steps": state.total_steps,  # the length the LR schedule was planned for
             },
             "train_loss": trainer.train_loss_state(),
             "micro_batch": trainer.micro_batch_state(),
             "data": trainer.train_source.state_dict(),
-            "rng": capture_rng(),
+            **_rng_payload(trainer),
             "config": trainer.settings.model_dump(),
+            "trajectory": trainer.trajectory,
+            "resolved": {"precision": trainer.runtime.precision.name},
             "environment": {
                 "gpulab": gpulab.__version__,
                 "torch": str(torch.__version__),
@@ -80,13 +86,21 @@ class Checkpointer:
         self.last_saved_step = state.global_step
         return path or self.root
 
-    def locate(self, which: str) -> Path:
-        """``latest`` under this run's checkpoint root, or a checkpoint directory given by path."""
-        return resolve_checkpoint(self.root if which == "latest" else which)
+    def choose(self, which: str) -> str | None:
+        """``auto``: ``latest`` when this root holds any ``step-*`` directory, else None (start fresh).
+        Any directory counts, so damaged ones make ``latest`` say what is wrong rather than start over."""
+        if which != AUTO:
+            return which
+        return LATEST if step_dirs(self.root) else None
+
+    def locate(self, which: str, trainer: Trainer) -> Path:
+        """``latest`` under this run's root, or a checkpoint directory (or root) given by path: verified by
+        the ranks together, refused ones named and kept aside (``resume_locate``)."""
+        return locate_for_resume(self.root, which, trainer.runtime, trainer.extras)
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
-        ckpt = load_checkpoint(self.locate(which))
+        ckpt = read_verified_checkpoint(self.locate(which, trainer))  # verified by every rank together
         st = ckpt.state
         missing = [k for k in ("optimizer", "progress", "data", "rng", "config") if k not in st]
         if missing:
@@ -94,7 +108,9 @@ class Checkpointer:
                 f"{ckpt.path}: state.pt lacks {', '.join(missing)}; it was not written by a Trainer"
             )
         if not force:
-            _refuse_if_changed(ckpt.path, st["config"], st["progress"], trainer)
+            _refuse_if_changed(ckpt.path, st, trainer)
+        rng = _own_rng(st, trainer)
+        validate_rng(rng, cuda_devices=_own_cuda(trainer))  # before anything is applied
         strategy = trainer.runtime.strategy
         if ckpt.layout != strategy.checkpoint_layout:
             raise CheckpointError(
@@ -112,12 +128,39 @@ class Checkpointer:
             int(p["batch_in_epoch"]),
             int(p["samples_seen"]),
         )
+        metrics = ckpt.meta.get("metrics")  # the figures last read, as the saved run knew them
+        if isinstance(metrics, dict):
+            trainer.state.metrics.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
         trainer.load_train_loss_state(st.get("train_loss"))
         trainer.load_micro_batch_state(st.get("micro_batch"))
         trainer.runtime.global_step = trainer.state.global_step
-        restore_rng(st["rng"])  # last: nothing after it may draw random numbers before training resumes
+        # Last: nothing after it may draw random numbers before training resumes. Each rank takes its own.
+        restore_rng(rng, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+def _own_rng(st: dict[str, Any], trainer: Trainer) -> Any:
+    """This rank's saved generators (``rng``, rank 0's, when the world size changed or for an older
+    checkpoint)."""
+    per_rank, rt = st.get("rng_per_rank"), trainer.runtime
+    return per_rank[rt.rank] if isinstance(per_rank, list) and len(per_rank) == rt.world_size else st["rng"]
+
+
+def _own_cuda(trainer: Trainer) -> list[int]:
+    """The CUDA device this rank computes on (its RNG is the only one it draws from), or none."""
+    device = trainer.runtime.device
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def _rng_payload(trainer: Trainer) -> dict[str, Any]:
+    """``rng``: this rank's generators (rank 0's is what a full checkpoint keeps there, as before);
+    ``rng_per_rank``: every rank's, gathered (a collective), so each rank resumes its own stream --
+    ranks draw different numbers (dropout on different data, rank-dependent sampling)."""
+    mine = capture_rng(cuda_devices=_own_cuda(trainer))
+    return {"rng": mine, "rng_per_rank": trainer.runtime.strategy.all_gather_object(mine)}
 
 
 class _FullLayout:
@@ -156,6 +199,9 @@ class _ShardedLayout:
 
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
+        # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
+        from gpulab.train.checkpoint_dcp import save_sharded_checkpoint
+
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
             ckpt.root,
@@ -170,18 +216,31 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
+        from gpulab.train.checkpoint_dcp import load_sharded_checkpoint
+
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 
 
 _LAYOUTS = {"full": _FullLayout, "sharded": _ShardedLayout}
 
 
-def _refuse_if_changed(path: Path, saved: dict[str, Any], progress: dict[str, Any], trainer: Trainer) -> None:
-    now = trainer.settings.model_dump()
+def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None:
+    saved, now = dict(st["config"]), trainer.settings.model_dump()
+    if isinstance(st.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
+        saved.update(st["resolved"])
+        now["precision"] = trainer.runtime.precision.name
     diffs = [
         f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in TRAJECTORY_SETTINGS if saved.get(k) != now.get(k)
     ]
-    world = int(progress.get("world_size", 1))
+    diffs += _changed("", st.get("trajectory"), trainer.trajectory)
+    planned, total = st["progress"].get("total_steps"), trainer.state.total_steps
+    if trainer.scheduler is not None and planned is not None and planned != total:
+        # A schedule is a function of the planned length: run past its end, cosine climbs back up.
+        diffs.append(
+            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
+            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
+        )
+    world = int(st["progress"].get("world_size", 1))
     if world != trainer.runtime.world_size:
         diffs.append(f"world_size {world} -> {trainer.runtime.world_size}")
     if diffs:
@@ -189,3 +248,27 @@ def _refuse_if_changed(path: Path, saved: dict[str, Any], progress: dict[str, An
             f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
             "(set force_resume=True / --set force_resume=true to resume anyway)"
         )
+
+
+def _changed(prefix: str, saved: Any, now: Any) -> list[str]:
+    """``key old -> new`` for every leaf that differs between two nested dicts (``options.lr 0.001 -> 0.5``).
+    A checkpoint from before ``trajectory`` was recorded (None) has nothing to compare."""
+    if saved is None:
+        return []
+    if not (isinstance(saved, dict) and isinstance(now, dict)):
+        return [] if saved == now else [f"{prefix} {saved!r} -> {now!r}"]
+    missing = object()
+    out = []
+    for key in sorted(set(saved) | set(now), key=str):
+        old, new = saved.get(key, missing), now.get(key, missing)
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if old is missing or new is missing:
+            if old != new:
+                out.append(f"{name} {_shown(old, missing)} -> {_shown(new, missing)}")
+        else:
+            out += _changed(name, old, new)
+    return out
+
+
+def _shown(value: Any, missing: object) -> str:
+    return "(default)" if value is missing else repr(value)

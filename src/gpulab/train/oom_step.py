@@ -20,6 +20,7 @@ import torch
 
 from gpulab.errors import ConfigError
 from gpulab.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
+from gpulab.train.step_call import call_model
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
@@ -48,7 +49,7 @@ class GuardedStep:
             rank=rt.rank,
         )
 
-    def __call__(self, batch: tuple, batches_in_epoch: int) -> tuple[torch.Tensor, bool]:
+    def __call__(self, batch: Any, batches_in_epoch: int) -> tuple[torch.Tensor, bool]:
         t = self.trainer
         loss = self.guard.run(
             lambda _micro_batch, parts: self._forward_backward(batch, parts),
@@ -57,14 +58,14 @@ class GuardedStep:
         sync_gradients(t.model.parameters(), self.all_reduce)
         return loss, True
 
-    def _forward_backward(self, batch: tuple, parts: int) -> torch.Tensor:
+    def _forward_backward(self, batch: Any, parts: int) -> torch.Tensor:
         """Gradients of the batch's mean loss, accumulated over ``parts`` micro-batches; the mean loss."""
         t, rt = self.trainer, self.trainer.runtime
         total = None
-        for (*inputs, target), weight in split_batch(batch, parts):
+        for micro, weight in split_batch(batch, parts):
             with rt.no_sync(t.model):
                 with rt.autocast():
-                    loss = t.loss_fn(t.forward(*inputs), target)
+                    loss = t.loss(call_model(t.forward, micro), micro)
                 rt.backward(loss * weight)
             part = loss.detach().float() * weight
             total = part if total is None else total + part

@@ -12,6 +12,7 @@ failure this module exists to prevent, so it is never downgraded to a log line.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -25,12 +26,21 @@ _NP_KEYS = 624
 _KEYS = ("format", "python", "numpy", "torch", "cuda")
 
 
-def capture_rng() -> dict[str, Any]:
-    """Snapshot Python ``random``, NumPy's global RandomState, torch CPU and every visible CUDA device."""
+def capture_rng(cuda_devices: Sequence[int] | None = None) -> dict[str, Any]:
+    """Snapshot Python ``random``, NumPy's global RandomState, torch CPU and CUDA devices.
+
+    ``cuda_devices``: the indices of the devices this process uses (a rank's own GPU; ``[]`` on a CPU), so
+    that the state can be restored onto the same rank's device on any machine; None: every visible one.
+    """
     version, words, gauss_next = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    if cuda_devices is None:
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    else:
+        cuda = [torch.cuda.get_rng_state(index) for index in cuda_devices]
+    own = {} if cuda_devices is None else {"cuda_devices": [int(i) for i in cuda_devices]}
     return {
+        **own,
         "format": FORMAT,
         "python": {
             "version": int(version),
@@ -50,24 +60,54 @@ def capture_rng() -> dict[str, Any]:
     }
 
 
-def restore_rng(state: dict[str, Any], *, strict_cuda: bool = True) -> None:
+def restore_rng(
+    state: dict[str, Any], *, strict_cuda: bool = True, cuda_devices: Sequence[int] | None = None
+) -> None:
     """Put every generator back exactly as ``capture_rng`` found it.
 
     Raises ``CheckpointError`` for a missing or malformed entry, before any generator is touched.
     With ``strict_cuda`` (the default) a state captured on more CUDA devices than this process sees is an
     error too; ``strict_cuda=False`` restores the devices that exist and leaves the rest out.
+    ``cuda_devices``: this process's own devices. A state captured for its own devices
+    (``capture_rng(cuda_devices=...)``) goes onto them in order, whatever their index was at capture, so a
+    single-GPU run resumes on a machine with fewer GPUs; from an every-device state each takes its index.
     """
-    py, np_state, cpu, cuda = _checked(state, strict_cuda)
+    py, np_state, cpu, cuda = _checked(state, strict_cuda and cuda_devices is None)
+    targets = _cuda_targets(state, cuda, cuda_devices)
     random.setstate(py)
     np.random.set_state(np_state)
     torch.set_rng_state(cpu)
-    for index, device_state in enumerate(cuda):
+    for index, device_state in targets:
         torch.cuda.set_rng_state(device_state, index)
 
 
-def validate_rng(state: Any, *, strict_cuda: bool = True) -> None:
-    """Raise ``CheckpointError`` if ``state`` is not a well-formed ``capture_rng()`` result."""
-    _checked(state, strict_cuda)
+def _cuda_targets(
+    state: dict[str, Any], cuda: list[torch.Tensor], own: Sequence[int] | None
+) -> list[tuple[int, torch.Tensor]]:
+    """(device index, state) pairs to set; raises before anything is set when they cannot match."""
+    saved = state.get("cuda_devices")
+    well_formed = isinstance(saved, list) and all(type(i) is int for i in saved)
+    if saved is not None and (not well_formed or len(saved) != len(state["cuda"])):
+        _bad("rng.cuda_devices", "expected one int device index per entry of rng.cuda")
+    if own is None:
+        # cuda holds only the visible devices' states (strict_cuda=False trims the rest)
+        return list(zip(saved, cuda, strict=False)) if saved is not None else list(enumerate(cuda))
+    own = [int(i) for i in own]
+    if saved is not None:  # captured per process: its states in order onto our own devices
+        if cuda and len(cuda) != len(own):
+            _bad("rng.cuda", f"holds {len(cuda)} device state(s) but this process uses {len(own)} device(s)")
+        return list(zip(own, cuda, strict=True)) if cuda else []
+    full = state["cuda"]  # every visible device, by index: ours must be among them
+    missing = [i for i in own if i >= len(full)] if full else []
+    if missing:
+        _bad("rng.cuda", f"holds no state for cuda:{missing[0]} ({len(full)} device(s) were saved)")
+    return [(i, full[i].cpu()) for i in own] if full else []
+
+
+def validate_rng(state: Any, *, strict_cuda: bool = True, cuda_devices: Sequence[int] | None = None) -> None:
+    """Raise ``CheckpointError`` if ``state`` is not a well-formed ``capture_rng()`` result (that
+    ``restore_rng`` with the same ``cuda_devices`` could put back)."""
+    _cuda_targets(state, _checked(state, strict_cuda and cuda_devices is None)[3], cuda_devices)
 
 
 def _checked(state: Any, strict_cuda: bool) -> tuple[tuple, tuple, torch.Tensor, list[torch.Tensor]]:

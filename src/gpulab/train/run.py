@@ -6,7 +6,10 @@ Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults 
 from __future__ import annotations
 
 import json
+import os
 import platform
+import signal
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,9 +18,14 @@ import torch
 
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.distributed.process_group import LaunchEnv
+from gpulab.errors import Preempted
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
+from gpulab.train.callbacks.preemption import StopOnSignal
+from gpulab.train.preemption import SignalWatch
 from gpulab.train.recipes.base import load_recipe
+from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
@@ -39,25 +47,64 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     return config, recipe
 
 
+def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``) unless the user chose:
+    a restarted attempt then continues from the failed one's last checkpoint instead of starting over."""
+    environ = os.environ if environ is None else environ
+    if user.get("resume") is None and "TORCHELASTIC_RUN_ID" in environ:
+        return {**user, "resume": "auto"}
+    return user
+
+
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None."""
-    config, recipe = resolve_config(user)
-    settings = config.model_dump(exclude={"recipe", "options", "resume"})
-    trainer = Trainer(**settings)
-    result = trainer.fit(
-        recipe.model,
-        recipe.train_data,
-        loss_fn=recipe.loss_fn,
-        optimizer=recipe.optimizer,
-        val_data=recipe.val_data,
-        scheduler=recipe.scheduler,
-        resume=config.resume,
-    )
+    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None.
+
+    Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
+    the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
+    """
+    config, recipe = resolve_config(default_resume(user))
     out = Path(config.out_dir or f"runs/{config.recipe}")
-    if not trainer.is_rank_zero:
-        return config, result, None
-    write_summary(out, config, result, recipe.info)
+    check_output_dirs(out, config.checkpoint_dir)
+    launch = LaunchEnv.from_env()
+    with claim(out, rank=launch.rank if launch else 0), SignalWatch() as signals:
+        # A restarted attempt of a launched job continues in the directory its first attempt made.
+        if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
+        trainer = Trainer(
+            trajectory={"recipe": config.recipe, "options": config.options},
+            callbacks=[StopOnSignal(signals)],
+            **settings,
+        )
+        result = trainer.fit(
+            recipe.model,
+            recipe.train_data,
+            loss_fn=recipe.loss_fn,
+            optimizer=recipe.optimizer,
+            val_data=recipe.val_data,
+            scheduler=recipe.scheduler,
+            resume=config.resume,
+        )
+        if "preempted" in result.extras:  # no summary: the run is not finished
+            raise _preempted(result.extras["preempted"], trainer.is_rank_zero)
+        if not trainer.is_rank_zero:
+            return config, result, None
+        if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
+            return config, result, out
+        write_summary(out, config, result, recipe.info)
     return config, result, out
+
+
+def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
+    signum = int(signal.Signals[report["signal"]])
+    if not rank_zero:
+        return Preempted("", signum)
+    where = (
+        f"checkpoint {report['checkpoint']}; continue with --resume latest"
+        if report["checkpoint"]
+        else "no checkpoint (checkpoints are off)"
+    )
+    return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
 
 
 def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:

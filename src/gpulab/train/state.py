@@ -17,7 +17,12 @@ class FitState:
     total_steps: int = 0
     steps_per_epoch: int = 0
     metrics: dict[str, float] = field(default_factory=dict)
+    # The loss of this fit's first step (mean over its micro-batches, this rank's own), read once when
+    # the clock starts there -- a synchronised point anyway -- so a progress display need not wait for
+    # the first log. None until then.
+    first_loss: float | None = None
     should_stop: bool = False  # a callback may set it to end the fit after the current step
+    stop_signal: int | None = None  # the signal that stopped the fit early (preemption: StopOnSignal)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import sys
 import time
 import warnings
@@ -26,7 +27,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
-from gpulab.data import batch_size_of, is_stream, len_or_none, make_loader, stop_together
+from gpulab.data import is_stream, len_or_none, make_loader, stop_together
+from gpulab.distributed.debug_dumps import direct_dumps_to
+from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
@@ -45,26 +48,39 @@ from gpulab.runtime.memory import (
 )
 from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
-from gpulab.train.metrics import LossWindow, Mean, correct_count
-from gpulab.train.nonfinite import NonFiniteWatch
+from gpulab.train.metrics import LossWindow, Mean
+from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
+from gpulab.train.step_call import LossCall, accuracy_counts, call_model, check_batch, samples_in
 
 
 class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
+    How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
+    computed itself) is ``gpulab.train.step_call``'s rule.
+
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
+    ``trajectory``: anything else that changes what the run computes (``gpulab train`` passes the recipe
+    and its ``options``); it is stored in checkpoints and a resume that changes it is refused.
     """
 
     def __init__(
-        self, *, callbacks: Sequence[Callback] = (), runtime: Runtime | None = None, **settings: Any
+        self,
+        *,
+        callbacks: Sequence[Callback] = (),
+        runtime: Runtime | None = None,
+        trajectory: dict[str, Any] | None = None,
+        **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
+        self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)
         self._given_runtime = runtime
@@ -72,6 +88,7 @@ class Trainer:
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
+        self.last_checkpoint = None  # the checkpoint this fit wrote last
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -79,13 +96,19 @@ class Trainer:
         model: nn.Module,
         train_data: Any,
         *,
-        loss_fn: Callable,
+        loss_fn: Callable | None = None,
         optimizer: Any,
         val_data: Any = None,
         scheduler: Any = None,
         resume: str | None = None,
     ) -> FitResult:
-        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory) or a checkpoint's path.
+        """Train; ``resume`` is ``"latest"`` (under the checkpoint directory), a checkpoint's path, or
+        ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
+
+        ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
+        None when the model's output carries its loss (see ``gpulab.train.step_call``). ``optimizer``: an
+        Optimizer, or a factory called with the model when its parameter is named ``model`` (for
+        weight-decay groups by parameter name), else with ``model.parameters()``.
 
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.
@@ -97,6 +120,8 @@ class Trainer:
         try:
             with _memory_limit(self.runtime.device, self.settings.memory_limit):
                 train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
+                if self.resumed_from is not None and self._done():
+                    return self._nothing_left()
                 return self._loop(train, val)
         except BaseException as error:
             if self.callbacks is not None:
@@ -115,6 +140,7 @@ class Trainer:
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
         )
         self.loss_fn = loss_fn
+        self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -137,7 +163,10 @@ class Trainer:
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
+            resume = self.checkpointer.choose(resume)  # auto: latest if there is a checkpoint, else None
+        if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
+            self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         return train, val
 
@@ -155,15 +184,19 @@ class Trainer:
             ran_out = self._train_epoch(train)
             n = self._batches_per_epoch
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
-            if self._done():
+            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
+            # stays whole so that the resumed run logs what this one would have.
+            finishing = self._done() and state.stop_signal is None
+            if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            if epoch_complete or self._done():
+            if epoch_complete or finishing:
                 val_metrics = self._validate(val) if val is not None else {}
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                 self._save_checkpoint()
-        self._flush_log()
+        if state.stop_signal is None:
+            self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
@@ -181,11 +214,11 @@ class Trainer:
             batches = stop_together(batches, self.runtime.reduce_flag)
         start = state.batch_in_epoch
         for batch in batches:
-            batch = _split(batch)
+            batch = check_batch(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
             state.batch_in_epoch += 1
-            state.samples_seen += batch_size_of(batch[-1])
+            state.samples_seen += samples_in(batch)
             if steps_now:
                 self._optimizer_step()
                 if self._done():
@@ -213,16 +246,15 @@ class Trainer:
                     stacklevel=2,
                 )
 
-    def _accumulate(self, batch: tuple, n: int | None) -> tuple[torch.Tensor, bool]:
+    def _accumulate(self, batch: Any, n: int | None) -> tuple[torch.Tensor, bool]:
         """Forward and backward of one micro-batch; True when it completes the accumulation window."""
         s, rt, i = self.settings, self.runtime, self.state.batch_in_epoch
         # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
         window = s.accumulate if n is None else min(s.accumulate, n - (i - i % s.accumulate))
         steps_now = (i % s.accumulate) == window - 1
-        *inputs, target = batch
         with rt.no_sync(self.model, enabled=not steps_now):
             with rt.autocast():
-                loss = self.loss_fn(self.forward(*inputs), target)
+                loss = self.loss(call_model(self.forward, batch), batch)
             rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
         return loss, steps_now
 
@@ -235,6 +267,7 @@ class Trainer:
         if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
             self._data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
+            state.first_loss = self._train_loss.mean()  # the clock just synchronised: no extra wait
         if state.global_step % s.log_every == 0:
             self._flush_log()
         if self.checkpointer is not None and self.checkpointer.due(state.global_step):
@@ -265,16 +298,14 @@ class Trainer:
         self.model.eval()
         loss, correct, count = Mean(), None, 0
         for batch in val:
-            *inputs, target = _split(batch)
+            batch = check_batch(batch)
             with rt.autocast():
-                out = self.forward(*inputs)
-                loss.add(self.loss_fn(out, target), weight=batch_size_of(target))
-            right = correct_count(out, target)
-            if right is not None:
-                correct = right if correct is None else correct + right
-                count += (
-                    target.numel() if target.dim() > 1 and target.shape[-1] != 1 else batch_size_of(target)
-                )
+                out = call_model(self.forward, batch)
+                loss.add(self.loss(out, batch), weight=samples_in(batch))
+            counts = accuracy_counts(out, batch)
+            if counts is not None:
+                correct = counts[0] if correct is None else correct + counts[0]
+                count = count + counts[1]
         self.model.train()
         metrics = {"val_loss": loss.read(reduce=rt.all_reduce)}
         if correct is not None:
@@ -298,6 +329,8 @@ class Trainer:
             "fsdp_shard_modules": s.fsdp_shard_modules,
             "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
         }
+        if s.out_dir and launched_world_size() > 1:  # NCCL's flight-recorder dumps go with the run
+            direct_dumps_to(s.out_dir)
         return Runtime(
             s.device,
             s.precision,
@@ -351,7 +384,18 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         if self.checkpointer is not None and self.settings.checkpoints:
-            self.checkpointer.save(self)
+            self._refuse_nonfinite()
+            self.last_checkpoint = self.checkpointer.save(self)
+
+    def _refuse_nonfinite(self) -> None:
+        """Never checkpoint NaN: the unread loss window and the parameters must be finite (every rank
+        stops together otherwise; the loss window is read without being reset, so logging is unchanged)."""
+        rt, step = self.runtime, self.state.global_step
+        loss = self._train_loss.mean(reduce=rt.all_reduce)
+        if loss is not None:
+            note = f"; checkpoint {step} was not written"
+            self._nonfinite.check(rt, loss, self._train_loss.first_bad_step, note=note)
+        check_parameters(rt, self.model, step)
 
     def train_loss_state(self) -> dict[str, Any]:
         """The running training-loss window, so a resumed run logs the same numbers."""
@@ -380,6 +424,8 @@ class Trainer:
         out.append(NvmlSamplerCallback())  # silent (no thread) without an NVIDIA GPU
         if s.progress if s.progress is not None else sys.stdout.isatty():
             out.append(ProgressBar())
+        elif s.progress is None:  # no terminal (a CI log, nohup, a pipe): plain lines, never silent
+            out.append(LogLines())
         if s.out_dir:
             out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
             if s.tensorboard:
@@ -413,8 +459,50 @@ class Trainer:
                 "memory": memory_stats(rt.device).to_json(),
                 "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+                **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )
+
+    def _nothing_left(self) -> FitResult:
+        """The checkpoint resumed from already reached the planned length: no step, no log, no save.
+
+        The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
+        (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
+        rt, state = self.runtime, self.state
+        further = (  # a schedule cannot be stretched (see checkpointing.py)
+            "its LR schedule is complete: start a new run to train further"
+            if self.scheduler is not None
+            else "raise max_steps (or epochs) to train further"
+        )
+        message = (
+            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
+            + further
+        )
+        return FitResult(
+            device=str(rt.device),
+            precision=rt.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=None,
+            peak_memory_bytes=0,
+            train_seconds=0.0,
+            val_loss=state.metrics.get("val_loss"),
+            accuracy=state.metrics.get("val_accuracy"),
+            strategy=rt.strategy.name,
+            world_size=rt.world_size,
+            batch_size=self.settings.batch_size,
+            extras={"nothing_to_do": message},
+        )
+
+    def _preempted(self) -> dict[str, Any]:
+        ckpt = self.checkpointer
+        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
+        return {
+            "signal": signal.Signals(self.state.stop_signal).name,
+            "step": self.state.global_step,
+            "checkpoint": str(saved) if saved is not None else None,
+        }
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
         """What bounds this run, from its totals and the callbacks' reports (absent ones are None)."""
@@ -430,15 +518,6 @@ class Trainer:
             compiled=result.compiled,
             native=native_dtypes(self.runtime.device),
         )
-
-
-def _split(batch: Any) -> tuple:
-    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
-        return tuple(batch)
-    raise DataError(
-        f"each batch must be (inputs..., target); got {type(batch).__name__} of length "
-        f"{len(batch) if hasattr(batch, '__len__') else '?'}"
-    )
 
 
 @contextlib.contextmanager

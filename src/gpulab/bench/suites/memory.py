@@ -11,7 +11,7 @@ from __future__ import annotations
 import psutil
 import torch
 
-from gpulab.bench.harness import MIB, BenchContext, memory_kind, peak_memory
+from gpulab.bench.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Row, SuiteResult
 from gpulab.bench.suites import Stepper, load_workload, single_runtime
@@ -36,18 +36,30 @@ def run(ctx: BenchContext) -> SuiteResult:
         f"throughput; limit {limit / MIB:,.0f} MiB.",
     )
     rows, stop = _sweep(ctx, cfg, limit)
-    fitting = [r for r in rows if r.info["fits"]]
-    if fitting:
-        fitting[-1].info["largest_fit"] = True
-        result.notes.append(
-            f"Largest batch that fits under {limit / MIB:,.0f} MiB: {fitting[-1].key['batch']} ({stop})."
-        )
-    if fitting and len(fitting) == len(rows):
-        result.notes.append(_prediction(rows, limit))
+    result.notes += _largest(rows, stop, limit)
     result.notes.append(f"Memory figure: {_kind(ctx)}.")
+    result.notes += missing_memory_note(rows, lambda r: f"batch {r.key['batch']}")
     result.rows = rows
     result.plots.append(_plot(rows, limit))
     return result
+
+
+def _largest(rows: list[Row], stop: str, limit: int) -> list[str]:
+    """Mark the largest batch that fits -- only where a batch over the limit shows it is the largest; when
+    the sweep stopped for another reason the largest tried is marked as that, with a prediction."""
+    fitting = [r for r in rows if r.info["fits"]]
+    if not fitting:
+        return []
+    batch = fitting[-1].key["batch"]
+    if len(fitting) < len(rows):
+        fitting[-1].info["largest_fit"] = True
+        return [f"Largest batch that fits under {limit / MIB:,.0f} MiB: {batch} ({stop})."]
+    fitting[-1].info["largest_tried"] = True
+    return [
+        f"Every batch tried fits under {limit / MIB:,.0f} MiB, so the largest that fits was not found: "
+        f"{stop}.",
+        _prediction(rows, limit),
+    ]
 
 
 def default_limit(device: torch.device) -> int:
@@ -88,14 +100,17 @@ def _measure(ctx: BenchContext, cfg: dict, batch: int, limit: int) -> Row:
         state = _state_bytes(stepper)
     _free(ctx.device)
     figures = {"step_time": timing.seconds("ms"), "samples_per_s": timing.rate(batch, "samples/s")}
-    footprint = None
+    info: dict = {"state_mib": round(state / MIB, 3)}
     if memory.figure is not None:
         figures["peak_memory"] = memory.figure
-        # On a GPU the allocator's peak already holds the model and optimizer state; on a CPU the
-        # measured growth does not, so the state is added before comparing with the limit.
-        footprint = memory.figure.value * MIB + (0 if ctx.on_gpu else state)
-    fits = footprint is None or footprint <= limit
-    return Row({"batch": batch}, figures, {"fits": fits, "state_mib": round(state / MIB, 3)})
+    else:
+        info["no_peak_memory"] = memory.kind  # why: not measurable here, or below what a reading resolves
+    # On a GPU the allocator's peak already holds the model and optimizer state; on a CPU the measured
+    # growth does not, so the state is added before comparing with the limit (a reading below the CPU's
+    # resolution counts as no growth).
+    working = memory.figure.value * MIB if memory.figure is not None else 0.0
+    info["fits"] = working + (0 if ctx.on_gpu else state) <= limit
+    return Row({"batch": batch}, figures, info)
 
 
 def _synthetic(work, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,9 +175,12 @@ def _plot(rows: list[Row], limit: int) -> Plot:
         memory.hlines.append({"y": limit / MIB, "label": f"limit {limit / MIB:,.0f} MiB"})
     else:
         memory.title += f" (limit {limit / MIB:,.0f} MiB, off the scale)"
-    largest = [r.key["batch"] for r in rows if r.info.get("largest_fit")]
-    if largest:
-        memory.marks.append({"x": largest[0], "label": f"largest that fits: {largest[0]}"})
+    for r in rows:
+        if r.info.get("largest_fit"):
+            memory.marks.append({"x": r.key["batch"], "label": f"largest that fits: {r.key['batch']}"})
+        elif r.info.get("largest_tried"):
+            label = f"largest tried: {r.key['batch']} (the limit was not reached)"
+            memory.marks.append({"x": r.key["batch"], "label": label})
     speed = Panel("Throughput", "batch size", "samples/s", xscale="log2")
     speed.series.append(series_from_rows(rows, "samples/s", "batch", "samples_per_s"))
     return Plot("memory.png", "Memory and throughput against batch size", [memory, speed])

@@ -105,12 +105,21 @@ class Strategy:
         """True on every rank if ``flag`` is True on any rank (one small collective and a host sync)."""
         return bool(flag)
 
+    def lagged_flag(self, flag: bool) -> bool:
+        """``reduce_flag`` one call late, without waiting: True on every rank if ``flag`` was True on any rank
+        at the previous call. Every rank must call it at the same points; a single process gets ``flag``."""
+        return bool(flag)
+
     def barrier(self, name: str = "barrier") -> None:
         """Wait until every process gets here."""
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         """Rank ``src``'s ``obj`` on every rank (a picklable object)."""
         return obj
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (a picklable object), in rank order, on every rank."""
+        return [obj]
 
     def run_on_rank_zero(self, fn: Callable[[], T], *, name: str, timeout_s: float | None = None) -> T | None:
         """Run ``fn`` on rank 0 while the others wait for it; its result there, None elsewhere.

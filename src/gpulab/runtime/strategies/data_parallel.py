@@ -39,10 +39,44 @@ class DataParallel(Strategy):
     def setup_module(self, model: nn.Module) -> nn.Module:
         model = model.to(self.root_device)
         if self.root_device.type != "cuda":
-            return nn.DataParallel(model, device_ids=[])  # no GPU: calls the module directly
+            # Nothing to replicate on: the module runs as is. (nn.DataParallel(device_ids=[]) would only
+            # pass through where torch sees no GPU at all; on a GPU machine it fails on device_ids[0].)
+            return model
         first = self.root_device.index or 0  # outputs and the master copy live on the first id
         device_ids = [first] + [i for i in range(torch.cuda.device_count()) if i != first]
-        return nn.DataParallel(model, device_ids=device_ids)
+        return AutocastDataParallel(model, device_ids=device_ids)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, nn.DataParallel) else model
+
+
+class AutocastDataParallel(nn.DataParallel):
+    """``nn.DataParallel`` whose replicas compute in the caller's autocast dtype.
+
+    torch's ``parallel_apply`` runs each replica in a thread of its own under
+    ``torch.amp.autocast(device_type, enabled=...)`` -- without a dtype. Autocast's dtype is per thread
+    and defaults to float16 on CUDA, so under bf16-mixed every replica computed in fp16, with no loss
+    scaler. Each replica re-enters autocast with the dtype (and on/off) of the thread that called
+    ``forward``: the Precision's.
+    """
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        accelerator = torch.accelerator.current_accelerator()
+        device_type = accelerator.type if accelerator is not None else "cpu"
+        enabled = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type)
+        wrapped = [_InAutocast(replica, device_type, dtype, enabled) for replica in replicas]
+        return super().parallel_apply(wrapped, inputs, kwargs)
+
+
+class _InAutocast:
+    """Calls ``module`` under ``torch.autocast(device_type, dtype, enabled)`` (in whichever thread)."""
+
+    __slots__ = ("module", "device_type", "dtype", "enabled")
+
+    def __init__(self, module: nn.Module, device_type: str, dtype: torch.dtype, enabled: bool) -> None:
+        self.module, self.device_type, self.dtype, self.enabled = module, device_type, dtype, enabled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled):
+            return self.module(*args, **kwargs)

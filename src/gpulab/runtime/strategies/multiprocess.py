@@ -57,6 +57,7 @@ class ProcessGroupStrategy(Strategy):
         self.heartbeat = self.watchdog.heartbeat
         self._store = dist.PrefixStore("rank0/", store)
         self._rank_zero_calls = 0
+        self._lagged: tuple[Callable[[], Any], torch.Tensor] | None = None  # lagged_flag: in flight
 
     @property
     def rank(self) -> int:
@@ -84,6 +85,27 @@ class ProcessGroupStrategy(Strategy):
         value = torch.tensor([1.0 if flag else 0.0], device=self.root_device)
         return bool(self.all_reduce(value, "max").item())
 
+    def lagged_flag(self, flag: bool) -> bool:
+        # Start this call's reduction and read the previous one's, which has had a whole step to finish:
+        # no rank waits on a collective, and on a GPU the host waits only for the previous step's work.
+        # Outside ``collective()``: every rank issues it at the same points, so the watchdog's counts agree.
+        previous, value = self._lagged, torch.tensor([1.0 if flag else 0.0], device=self.root_device)
+        work = dist.all_reduce(value, op=dist.ReduceOp.MAX, async_op=True)
+        if value.is_cuda:
+            work.wait()  # the current stream waits for the NCCL stream; the host does not
+            host = torch.empty(1, pin_memory=True)
+            host.copy_(value, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            self._lagged = (done.synchronize, host)
+        else:
+            self._lagged = (work.wait, value)
+        if previous is None:
+            return False
+        wait, result = previous
+        wait()
+        return bool(result[0] > 0)
+
     def barrier(self, name: str = "barrier") -> None:
         with self.collective(name):
             dist.barrier()
@@ -93,6 +115,12 @@ class ProcessGroupStrategy(Strategy):
         with self.collective(f"broadcast from rank {src}"):
             dist.broadcast_object_list(box, src=src)
         return box[0]
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world_size
+        with self.collective("all_gather_object"):
+            dist.all_gather_object(out, obj)
+        return out
 
     def run_on_rank_zero(self, fn: Callable[[], T], *, name: str, timeout_s: float | None = None) -> T | None:
         key = f"{self._rank_zero_calls}"

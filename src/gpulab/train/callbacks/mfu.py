@@ -19,6 +19,8 @@ from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.data.transfer import to_device
+from gpulab.errors import GpulabWarning
 from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks.base import Callback
 
@@ -90,7 +92,7 @@ class MfuCallback(Callback):
         if batch is None:
             self.note = "no example batch to count FLOPs from: pass flops_per_sample or example_data"
             return None
-        batch = tuple(t.to(trainer.runtime.device) for t in batch)
+        batch = to_device(batch, trainer.runtime.device)
         count = training_step_flops(trainer.model, trainer.loss_fn, batch, autocast=trainer.runtime.autocast)
         return count.per_sample
 
@@ -102,7 +104,7 @@ class MfuCallback(Callback):
         self.peaks, note = self.peaks.within_peak(achieved)  # never above 100 % of its divisor
         if note:
             self.note = f"{self.note}; {note}" if self.note else note
-            warnings.warn(f"MFU: {note}", stacklevel=2)
+            warnings.warn(f"MFU: {note}", GpulabWarning, stacklevel=2)
         return self.peaks.mfu(achieved)
 
     def on_log(self, trainer, state, metrics):

@@ -15,6 +15,7 @@ class ProgressBar(Callback):
         self._progress: Progress | None = None
         self._task = None
         self._last = 0.0
+        self._loss_shown = False
 
     def on_fit_start(self, trainer, state):
         self._progress = Progress(
@@ -34,6 +35,10 @@ class ProgressBar(Callback):
         self._progress.start()
 
     def on_step_end(self, trainer, state):
+        if not self._loss_shown and state.first_loss is not None:
+            # The first step's loss, read once when the fit's clock started: no "loss -" until the first log.
+            self._loss_shown = True
+            self._progress.update(self._task, loss=f"{state.first_loss:.4f}")
         # Redraw at most 10 times a second: a rich update per step would cost more than a small step.
         now = time.monotonic()
         if now - self._last >= 0.1:
@@ -42,7 +47,8 @@ class ProgressBar(Callback):
 
     def on_log(self, trainer, state, metrics):
         # No redraw here (one costs ~0.3 ms): the next throttled on_step_end shows the new figures.
-        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=_speed(metrics))
+        self._loss_shown = True
+        self._progress.update(self._task, loss=f"{metrics['loss']:.4f}", speed=speed_text(metrics))
 
     def on_fit_end(self, trainer, state, result):
         if self._progress is not None:
@@ -50,7 +56,7 @@ class ProgressBar(Callback):
             self._progress.stop()
 
 
-def _speed(metrics: dict) -> str:
+def speed_text(metrics: dict) -> str:
     """``1,234 samples/s, MFU 41%``: MFU against the datasheet peak, else against the measured one."""
     speed = metrics.get("samples_per_s")
     if not speed:

@@ -1,0 +1,31 @@
+"""``StopOnSignal``: ends a fit at the first step boundary after a ``SignalWatch`` recorded a signal."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from gpulab.train.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from gpulab.train.preemption import SignalWatch
+    from gpulab.train.state import FitState
+    from gpulab.train.trainer import Trainer
+
+
+class StopOnSignal(Callback):
+    """Every rank must stop at the same step, or the final checkpoint (a collective) would hang: with several
+    ranks the flag is all-reduced each step, read one step late so that no step waits for it
+    (``Runtime.lagged_flag``); a single process only reads it."""
+
+    def __init__(self, watch: SignalWatch) -> None:
+        self.watch = watch
+
+    def on_step_end(self, trainer: Trainer, state: FitState) -> None:
+        asked = self.watch.signum is not None
+        if trainer.runtime.world_size > 1:
+            asked = trainer.runtime.lagged_flag(asked)
+        if asked:
+            state.should_stop = True
+            # A rank that was not signalled itself stops for its peers' SIGTERM.
+            state.stop_signal = self.watch.signum or int(signal.SIGTERM)

@@ -1,0 +1,64 @@
+"""Finding the checkpoint a resume starts from: verified by all ranks together, never a silent fallback.
+
+``latest`` falls back past checkpoints whose MANIFEST does not verify to the newest that does. Each one
+passed over is named, with why, in one warning line and in the run's summary (``refused_checkpoints``),
+and under the run's own root rank 0 renames it ``NAME.refused``: no longer a ``step-*`` directory, so no
+later save prunes it and a person can look at it. With several ranks the hashing is shared: each rank
+hashes its own share of a checkpoint's files (and checks every size), and one gather gives every rank
+every verdict, so all ranks decide alike.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import CheckpointError, GpulabWarning
+from gpulab.train.checkpoint_io import LATEST, read_manifest, set_aside
+from gpulab.train.checkpoint_read import locate, problem
+
+
+def locate_for_resume(root: Path, which: str, runtime: Any, extras: dict[str, Any]) -> Path:
+    """The verified checkpoint directory ``which`` (``latest`` under ``root``, or a path) names; refused
+    ones are recorded in ``extras`` and warned about (rank 0). Collective: every rank calls it."""
+    refused: list[tuple[Path, str]] = []
+
+    def check(directory: Path) -> str | None:
+        return shared_problem(directory, runtime)
+
+    found, verified = locate(Path(root if which == LATEST else which), refused=refused, check=check)
+    if not verified and (why := check(found)) is not None:
+        raise CheckpointError(why)
+    if not refused:
+        return found
+    records = []
+    for directory, why in refused:
+        kept = directory
+        # After the last gather above every rank has listed the directories: renaming cannot race them.
+        if runtime.is_rank_zero and directory.parent == Path(root) and directory.is_dir():
+            kept = set_aside(directory)
+        records.append({"path": str(directory), "reason": why, "kept_as": str(kept)})
+    extras["refused_checkpoints"] = records
+    if runtime.is_rank_zero:
+        names = "; ".join(
+            f"{Path(r['path']).name} refused ({r['reason']}), kept as {Path(r['kept_as']).name}"
+            for r in records
+        )
+        warnings.warn(f"{names}; resuming from {found}", GpulabWarning, stacklevel=3)
+    return found
+
+
+def shared_problem(directory: Path, runtime: Any) -> str | None:
+    """Verify a checkpoint with the ranks sharing the work: each hashes its own share of the files (and
+    checks every size); one gather tells every rank every verdict, so all decide alike. Called the same
+    number of times on every rank (they see the same directories)."""
+    if runtime.world_size == 1:
+        return problem(directory)
+    try:
+        names = sorted(read_manifest(directory))
+        mine = problem(directory, hash_only=names[runtime.rank :: runtime.world_size])
+    except CheckpointError as exc:
+        mine = str(exc)
+    found = [why for why in runtime.strategy.all_gather_object(mine) if why is not None]
+    return found[0] if found else None

@@ -1,0 +1,200 @@
+"""How the Trainer calls the model and the loss: the one place that knows the shape of a batch.
+
+=======================================  ==================================================================
+batch                                    model call / target
+=======================================  ==================================================================
+tuple or list ``(inputs..., target)``    ``model(*inputs)``; target = the last item (a namedtuple too)
+dict (any ``Mapping``)                   ``model(**batch)``; target = ``batch["labels"]`` if present
+dataclass                                ``model(**fields)``, as a dict of its fields
+=======================================  ==================================================================
+
+The loss, in this order:
+
+- ``loss_fn`` given, with a parameter named ``batch``: ``loss_fn(output, batch)`` (a masked loss, a loss
+  that needs an input); otherwise ``loss_fn(output, target)``.
+- no ``loss_fn``: the loss the model computed itself: ``output.loss`` or ``output["loss"]`` (a Hugging
+  Face model returns one when the batch holds ``labels``).
+
+Validation accuracy compares the logits (``output.logits`` / ``output["logits"]``, or the output itself
+when it is a tensor) with the target, position by position; label ``-100`` (ignored by the usual losses)
+is not counted. Nothing here renames or wraps the user's model, so its saved weights keep their names.
+A batch that does not fit the model's ``forward`` is a DataError naming its keys and the signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from gpulab.data.transfer import batch_size_of
+from gpulab.errors import ConfigError, DataError
+
+ACCEPTED_BATCHES = "a tuple/list (inputs..., target), a dict of model arguments, or a dataclass"
+IGNORE_INDEX = -100  # the label the usual losses (and Hugging Face models) skip
+
+
+def check_batch(batch: Any) -> Any:
+    """``batch`` if the Trainer can call a model with it, else a DataError saying what it accepts."""
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return batch
+    if isinstance(batch, Mapping) and batch:
+        return batch
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return batch
+    size = f" of length {len(batch)}" if hasattr(batch, "__len__") else ""
+    raise DataError(
+        f"cannot call the model with a batch of type {type(batch).__name__}{size}; each batch must be "
+        f"{ACCEPTED_BATCHES} (a single tensor: make the dataset return (inputs, target))"
+    )
+
+
+def _as_mapping(batch: Any) -> Mapping | None:
+    if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the slower ABC check
+        return batch
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return None
+
+
+def call_model(forward: Callable, batch: Any) -> Any:
+    """The model's output on ``batch``: ``forward(*inputs)`` for a tuple, ``forward(**batch)`` for a dict.
+
+    A batch that does not fit the model's ``forward`` (a missing or extra key) is a DataError naming the
+    keys and the signature; the check runs only once the call failed, so it costs a step nothing."""
+    if isinstance(batch, (tuple, list)):  # tuples first: the common case, checked in one isinstance
+        args, kwargs = batch[:-1], {}
+    else:
+        args, kwargs = (), _as_mapping(batch)
+    try:
+        return forward(*args, **kwargs)
+    except TypeError as exc:
+        mismatch = _mismatch(forward, args, kwargs)
+        if mismatch is None:  # the arguments fit: the TypeError came from inside the model
+            raise
+        raise DataError(mismatch) from exc
+
+
+def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """Why ``args``/``kwargs`` cannot bind to the user's ``forward``, or None when they can (or when
+    there is no signature to read)."""
+    from torch import nn
+
+    from gpulab.runtime.memory_estimate import unwrap_module
+
+    module = unwrap_module(forward) if isinstance(forward, nn.Module) else forward
+    target = module.forward if isinstance(module, nn.Module) else module
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = type(module).__name__ if isinstance(module, nn.Module) else getattr(target, "__name__", "")
+        given = f"keys {list(kwargs)}" if kwargs else f"{len(args)} input(s) (the last item is the target)"
+        return (
+            f"the batch ({given}) does not fit {name}.forward{signature}: {exc}; make each batch hold "
+            "exactly forward's arguments (a dict is passed as keyword arguments)"
+        )
+    return None
+
+
+def target_of(batch: Any) -> Any:
+    """What a ``loss_fn(output, target)`` and accuracy compare with: a tuple's last item, a dict's
+    ``labels`` (None when it has none)."""
+    if isinstance(batch, (tuple, list)):
+        return batch[-1]
+    kwargs = _as_mapping(batch)
+    return kwargs.get("labels") if kwargs is not None else None
+
+
+def samples_in(batch: Any) -> int:
+    """Samples in ``batch``: the leading dimension of its target, else of its first tensor."""
+    target = target_of(batch)
+    return batch_size_of(target if isinstance(target, torch.Tensor) else batch)
+
+
+def output_field(output: Any, name: str) -> Any:
+    """``output.name`` or ``output[name]`` (a ``ModelOutput`` is both), else None."""
+    if isinstance(output, Mapping):
+        return output.get(name)
+    return getattr(output, name, None)
+
+
+def wants_batch(loss_fn: Callable | None) -> bool:
+    """Whether ``loss_fn`` takes the whole batch: it has a parameter named ``batch``."""
+    if loss_fn is None:
+        return False
+    try:
+        parameters = inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the usual (output, target)
+        return False
+    return "batch" in parameters
+
+
+class LossCall:
+    """``loss(output, batch) -> scalar``: the rule of the module docstring, decided once per fit."""
+
+    def __init__(self, loss_fn: Callable | None) -> None:
+        if loss_fn is not None and not callable(loss_fn):
+            raise ConfigError(
+                f"loss_fn must be callable (output, target) or (output, batch), got {type(loss_fn).__name__}"
+            )
+        self.loss_fn = loss_fn
+        self.takes_batch = wants_batch(loss_fn)
+
+    def __call__(self, output: Any, batch: Any) -> torch.Tensor:
+        if self.loss_fn is None:
+            return _own_loss(output)
+        if self.takes_batch:
+            return self.loss_fn(output, batch)
+        target = target_of(batch)
+        if target is None:
+            raise DataError(
+                f"loss_fn(output, target) needs a target, but the batch (keys {list(_as_mapping(batch))}) "
+                "has no 'labels': add labels to the batch, or name loss_fn's second parameter 'batch' to "
+                "receive the whole batch"
+            )
+        return self.loss_fn(output, target)
+
+
+def _own_loss(output: Any) -> torch.Tensor:
+    loss = output_field(output, "loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    raise ConfigError(
+        f"no loss: loss_fn is None and the model's output ({type(output).__name__}) carries no 'loss'; "
+        "pass loss_fn=..., or give the model what makes it compute one (e.g. labels in the batch)"
+    )
+
+
+def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
+    """One forward and the loss on ``batch`` (under the caller's autocast)."""
+    return loss(call_model(forward, batch), batch)
+
+
+def logits_of(output: Any) -> Any:
+    """The predictions accuracy is read from: the output tensor, or its ``logits``."""
+    if isinstance(output, torch.Tensor):
+        return output
+    return output_field(output, "logits")
+
+
+def accuracy_counts(output: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor | int] | None:
+    """(right predictions, predictions counted), both kept on the device where they are tensors (no
+    host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
+    that are neither class scores nor binary logits)."""
+    from gpulab.train.metrics import correct_count
+
+    logits, target = logits_of(output), target_of(batch)
+    right = correct_count(logits, target)
+    if right is None:
+        return None
+    if not target.is_floating_point():  # class indices: an argmax is never -100, so just do not count them
+        return right, (target != IGNORE_INDEX).sum()
+    count = target.numel() if target.dim() > 1 and target.shape[-1] != 1 else batch_size_of(target)
+    return right, count

@@ -1,0 +1,171 @@
+"""The run directory as two users (or one user twice) meet it, in real processes: a second run into a busy
+``--out`` is refused in one line naming the holder; a lock left by a killed run is taken over."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpulab.train.run_dir import LOCK_FILE
+
+QUICK = ["--max-steps", "2", "--device", "cpu", "--set", "tensorboard=false", "--set", "mfu=false"]
+
+
+def gpulab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+
+
+def start_long_run(out: Path, cwd: Path) -> subprocess.Popen:
+    """A run that trains until it is killed; returns once it holds the lock (its pid is in the file)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulab", "train", "mlp", "--out", str(out), "--max-steps", "1000000",
+         "--device", "cpu", "--set", "tensorboard=false", "--set", "mfu=false"],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            if json.loads((out / LOCK_FILE).read_text()).get("pid") == proc.pid:
+                return proc
+        except (OSError, ValueError):
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"the first run ended early: {proc.stderr.read()}")
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the first run never took the lock")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_busy_out_is_refused_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    first = start_long_run(out, tmp_path)
+    try:
+        second = gpulab("train", "mlp", "--out", str(out), *QUICK, cwd=tmp_path)
+        assert first.poll() is None  # the first run was not disturbed
+    finally:
+        first.send_signal(signal.SIGKILL)  # killed hard: its lock file stays behind
+        first.wait()
+    assert second.returncode == 2, second.stderr
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"gpulab: error: {out} is in use by another run")
+    assert f"pid {first.pid} on host {socket.gethostname()}" in line and "another --out" in line
+    assert not (out / "summary.json").exists()
+
+    # The killed run's lock file is still there, naming a dead pid: the next run takes it over.
+    assert json.loads((out / LOCK_FILE).read_text())["pid"] == first.pid
+    third = gpulab("train", "mlp", "--out", str(out), *QUICK, "--overwrite", cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert not (out / LOCK_FILE).exists()  # released at the end
+
+
+def test_a_stale_lock_file_of_a_dead_pid_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    stale = {"pid": dead_pid(), "host": socket.gethostname(), "since": "2020-01-01T00:00:00+00:00"}
+    (out / LOCK_FILE).write_text(json.dumps(stale))
+    proc = gpulab("train", "mlp", "--out", str(out), *QUICK, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / LOCK_FILE).exists()
+
+
+@pytest.mark.distributed
+def test_the_ranks_of_one_launch_do_not_refuse_each_other(tmp_path):
+    """Under `gpulab launch` only rank 0 takes the lock: two ranks into one --out is one run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp",
+         "--out", str(out), *QUICK],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
+    assert not (out / LOCK_FILE).exists()
+
+
+def _train(out: Path, *args: str) -> tuple[int, str]:
+    """``gpulab train mlp`` in-process through the CLI entry point: (exit code, stderr)."""
+    import contextlib
+    import io
+
+    from gpulab.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["train", "mlp", "--out", str(out), *QUICK, *args])
+    return code, err.getvalue()
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_a_directory_of_the_users_own_files_is_no_previous_run(tmp_path):
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert _train(out, "--max-steps", "2")[0] == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").is_file()
+
+
+def test_rerunning_into_a_used_out_is_refused_unless_resume_or_overwrite(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "--max-steps", "4", "--set", "checkpoint_every=1")[0] == 0
+    (out / "notes.txt").write_text("mine")
+    before = _snapshot(out)
+
+    code, err = _train(out)
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith(
+        f"gpulab: error: {out} already holds a run (checkpoints, metrics.jsonl, summary.json"
+    )
+    assert "--resume latest" in line and "--overwrite" in line
+    assert _snapshot(out) == before  # nothing touched
+
+    code, err = _train(out, "--overwrite", "--resume", "latest")  # the two contradict each other
+    assert code == 2 and "--overwrite removes the checkpoints --resume latest" in err
+    assert _snapshot(out) == before
+
+    assert _train(out, "--max-steps", "6", "--resume", "latest")[0] == 0  # an explicit resume continues
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+    # --overwrite: the old run's outputs are gone, only the new run's remain; a file of the user's stays.
+    assert _train(out, "--max-steps", "2", "--set", "checkpoint_every=1", "--overwrite")[0] == 0
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest",
+        "step-00000001",
+        "step-00000002",
+    ]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_clears_checkpoints_kept_outside_out(tmp_path):
+    out, elsewhere = tmp_path / "run", tmp_path / "ckpts"
+    keep = ["--set", f"checkpoint_dir={elsewhere}", "--set", "checkpoint_every=1"]
+    assert _train(out, "--max-steps", "4", *keep)[0] == 0
+    (elsewhere / "README").write_text("not a checkpoint")
+    assert _train(out, "--max-steps", "1", *keep, "--overwrite")[0] == 0
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["README", "latest", "step-00000001"]
