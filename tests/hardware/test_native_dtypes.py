@@ -3,6 +3,8 @@ capability, so no one is advised (or silently given) a precision the device only
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -82,3 +84,16 @@ def test_diagnosis_never_advises_a_precision_the_device_emulates():
 def test_native_dtypes_of_this_machine_reads_its_flags():
     result = nd.native_dtypes(torch.device("cpu"))
     assert set(result) == {"bf16", "fp16"} and all(v in (True, False, None) for v in result.values())
+
+
+@pytest.mark.skipif(nd.native_dtypes("cpu")["fp16"] is not False, reason="this CPU computes fp16 natively")
+def test_cli_warns_in_one_line_when_asked_for_an_emulated_precision(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpulab", "train", "mlp", "--out", str(out), "--max-steps", "3",
+         "--precision", "fp16-mixed", "--set", "tensorboard=false", "--set", "mfu=false"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "fp16" in line or "warnings.warn" in line]
+    assert len(lines) == 1 and lines[0].startswith("gpulab: warning: fp16-mixed on cpu"), proc.stderr

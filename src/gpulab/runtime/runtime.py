@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from gpulab.data.transfer import to_device
-from gpulab.errors import DeviceMemoryError
+from gpulab.errors import DeviceMemoryError, GpulabWarning
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
 from gpulab.runtime.memory import memory_limit_bytes
@@ -73,7 +73,7 @@ class Runtime:
         self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
         slow = slow_precision_warning(self.precision, self.device)  # auto never picks one: asked for
         if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
-            warnings.warn(slow, stacklevel=2)
+            warnings.warn(slow, GpulabWarning, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
         self._no_sync_depth = 0  # inside ``no_sync``: backward talks to no other rank
         self.precision.setup()

@@ -20,6 +20,7 @@ from typing import Any
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.data.transfer import to_device
+from gpulab.errors import GpulabWarning
 from gpulab.runtime.memory_estimate import holds_shards
 from gpulab.train.callbacks.base import Callback
 
@@ -103,7 +104,7 @@ class MfuCallback(Callback):
         self.peaks, note = self.peaks.within_peak(achieved)  # never above 100 % of its divisor
         if note:
             self.note = f"{self.note}; {note}" if self.note else note
-            warnings.warn(f"MFU: {note}", stacklevel=2)
+            warnings.warn(f"MFU: {note}", GpulabWarning, stacklevel=2)
         return self.peaks.mfu(achieved)
 
     def on_log(self, trainer, state, metrics):
