@@ -50,3 +50,15 @@ def test_overrides_parse_values_and_nest():
     assert merge({"model": {"width": 1, "depth": 2}}, got)["model"] == {"width": 0.5, "depth": 2}
     with pytest.raises(ConfigError, match="is not key=value"):
         parse_overrides(["batch_size"])
+
+
+def test_one_module_class_name_is_a_list_of_one():
+    from gpulab.config import TrainerSettings, parse_config
+
+    settings = parse_config(
+        TrainerSettings, {"activation_checkpointing": "Block", "fsdp_shard_modules": "Block"}
+    )
+    assert settings.activation_checkpointing == ["Block"] and settings.fsdp_shard_modules == ["Block"]
+    assert parse_config(
+        TrainerSettings, {"activation_checkpointing": ["A", "B"]}
+    ).activation_checkpointing == ["A", "B"]

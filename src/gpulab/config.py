@@ -99,7 +99,8 @@ class TrainerSettings(Settings):
     )
     compile_backend: str = Field("inductor", description="torch.compile backend (inductor, aot_eager, ...)")
     activation_checkpointing: list[str] = Field(
-        default_factory=list, description="module class names whose activations are recomputed in backward"
+        default_factory=list,
+        description="module class names (one name or a list) whose activations are recomputed in backward",
     )
     init_scale: float = Field(2.0**16, gt=0, description="fp16-mixed: initial loss scale")
     growth_interval: int = Field(
@@ -150,6 +151,10 @@ class TrainerSettings(Settings):
     )
     _check_memory_limit = field_validator("memory_limit", mode="before")(
         classmethod(lambda cls, v: _validate_memory_limit(v))
+    )
+    # One class name is a list of one (`--set activation_checkpointing=Block`, as users write it).
+    _one_name_is_a_list = field_validator("activation_checkpointing", "fsdp_shard_modules", mode="before")(
+        classmethod(lambda cls, v: [v] if isinstance(v, str) else v)
     )
 
 
