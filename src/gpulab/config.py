@@ -141,6 +141,16 @@ class TrainerSettings(Settings):
         default_factory=list,
         description="fsdp2: module class names sharded as units; empty: every module in an nn.ModuleList",
     )
+    num_workers: int | None = Field(
+        None,
+        ge=0,
+        description="DataLoader workers for a Dataset the Trainer wraps; None: 0 on a CPU, "
+        "min(8, cores - 1) on CUDA (tensors take the fast path and need none)",
+    )
+    pin_memory: bool | None = Field(None, description="pinned host batches; None: on CUDA only")
+    prefetch_factor: int | None = Field(
+        None, ge=1, description="batches each worker loads ahead; None: 2 when there are workers"
+    )
     fsdp_reshard_after_forward: bool = Field(
         True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
     )

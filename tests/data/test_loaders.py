@@ -230,3 +230,24 @@ def test_a_declared_shards_by_worker_attribute_wins_over_the_source():
         fallback = policy.for_stream(Denied())
     assert (fallback.num_workers, fallback.persistent_workers, fallback.prefetch_factor) == (0, False, None)
     assert LoaderPolicy.for_device("cpu").for_stream(WholeStream()).num_workers == 0  # nothing to drop
+
+
+def test_a_users_loader_settings_override_the_derived_policy():
+    cpu = LoaderPolicy.for_device("cpu")
+    assert (cpu.num_workers, cpu.pin_memory) == (0, False)
+    two = cpu.overridden(num_workers=2, pin_memory=None, prefetch_factor=None)
+    assert (two.num_workers, two.persistent_workers, two.prefetch_factor, two.pin_memory) == (
+        2,
+        True,
+        2,
+        False,
+    )
+    cuda = LoaderPolicy.for_device("cuda", physical_cores=4)
+    none = cuda.overridden(num_workers=0, pin_memory=False, prefetch_factor=None)
+    assert (none.num_workers, none.persistent_workers, none.prefetch_factor, none.pin_memory) == (
+        0,
+        False,
+        None,
+        False,
+    )
+    assert cuda.overridden(num_workers=None, pin_memory=None, prefetch_factor=4).prefetch_factor == 4

@@ -310,3 +310,39 @@ def test_scheduler_factory_gets_total_steps_and_steps_per_optimizer_step():
     trainer.fit(_model(), _regression(), loss_fn=F.mse_loss, optimizer=_sgd(), scheduler=factory)
     assert seen["total"] == 8  # 2 epochs x 8 batches / accumulate 2
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.0)
+
+
+class _WhereLoaded(torch.utils.data.Dataset):
+    """Records whether each sample was loaded in a DataLoader worker process."""
+
+    def __init__(self, n: int = 64) -> None:
+        self.x, self.y = torch.randn(n, 4), torch.randn(n, 1)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        in_worker = torch.utils.data.get_worker_info() is not None
+        return self.x[i], self.y[i] + 0.0 * in_worker, torch.tensor(float(in_worker))
+
+
+def test_num_workers_loads_a_wrapped_dataset_in_worker_processes():
+    seen = []
+
+    def loss_fn(output, batch):  # records where the batch's samples were loaded
+        seen.append(batch[2].mean().item())
+        return torch.nn.functional.mse_loss(output, batch[1])
+
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, x, _y):
+            return self.fc(x)
+
+    trainer = Trainer(
+        device="cpu", batch_size=16, max_steps=4, progress=False, num_workers=2, checkpoints=False
+    )
+    trainer.fit(TwoInputs(), _WhereLoaded(), loss_fn=loss_fn, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert seen and all(v == 1.0 for v in seen)  # every batch came from a worker (the default on a CPU: none)

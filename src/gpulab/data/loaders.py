@@ -129,6 +129,21 @@ class LoaderPolicy:
             prefetch_factor=2 if workers > 0 else None,
         )
 
+    def overridden(
+        self, *, num_workers: int | None, pin_memory: bool | None, prefetch_factor: int | None
+    ) -> LoaderPolicy:
+        """This policy with the settings a user gave (None keeps the derived value). Workers bring
+        persistent workers and a prefetch depth with them; without workers neither applies."""
+        workers = self.num_workers if num_workers is None else num_workers
+        depth = prefetch_factor if prefetch_factor is not None else (self.prefetch_factor or 2)
+        return replace(
+            self,
+            num_workers=workers,
+            pin_memory=self.pin_memory if pin_memory is None else pin_memory,
+            persistent_workers=workers > 0,
+            prefetch_factor=depth if workers > 0 else None,
+        )
+
     def for_stream(self, data: IterableDataset) -> LoaderPolicy:
         """This policy for a stream: without workers unless ``data`` shards by worker
         (``gpulab.data.streams.shards_by_worker``); every worker would otherwise yield the whole stream.

@@ -131,12 +131,12 @@ def _host_bound(
 def _input_fix(on_gpu: bool) -> str:
     if on_gpu:
         return (
-            "feed faster: more DataLoader workers (num_workers), pin_memory=True and persistent workers, "
-            "a deeper prefetch; or give tensors (kept on the GPU) instead of a per-sample Dataset, and "
-            "decode/augment once ahead of training or on the GPU"
+            "feed faster: more DataLoader workers (--set num_workers=N), pinned memory (pin_memory) and "
+            "a deeper prefetch (prefetch_factor); or give tensors (kept on the GPU) instead of a per-sample "
+            "Dataset, and decode/augment once ahead of training or on the GPU"
         )
     return (
-        "feed faster: DataLoader workers (LoaderPolicy(num_workers=...)) so samples load in parallel with "
+        "feed faster: DataLoader workers (--set num_workers=N) so samples load in parallel with "
         "compute; cache decoded samples, or give tensors instead of a per-sample Dataset"
     )
 

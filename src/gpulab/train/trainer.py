@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, parse_config
-from gpulab.data import is_stream, len_or_none, make_loader, stop_together
+from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
@@ -148,7 +148,11 @@ class Trainer:
         loader_batch, per_step = (
             (s.batch_size * s.accumulate, 1) if self.guarded else (s.batch_size, s.accumulate)
         )
-        shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size}  # each rank its share
+        policy = LoaderPolicy.for_device(rt.device).overridden(
+            num_workers=s.num_workers, pin_memory=s.pin_memory, prefetch_factor=s.prefetch_factor
+        )
+        # each rank its share, loaded as the policy says
+        shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size, "policy": policy}
         # A stream keeps its own order (an IterableDataset cannot be shuffled by the loader).
         shuffle = not is_stream(train_data)
         train = make_loader(train_data, batch_size=loader_batch, shuffle=shuffle, seed=s.seed, **shard)
