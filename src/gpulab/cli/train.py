@@ -39,7 +39,7 @@ def train(
 
     Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
     """
-    from gpulab.train.run import default_resume, run
+    from gpulab.train.run import run
 
     flags = {
         "recipe": recipe,
@@ -55,7 +55,7 @@ def train(
         "resume": resume,
         "overwrite": overwrite,
     }
-    user = default_resume(layer_settings(config, flags, set_))  # auto under gpulab launch
+    user = layer_settings(config, flags, set_)  # run() adds resume: auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     cfg, result, out_dir = run(user)

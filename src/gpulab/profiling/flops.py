@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.data.transfer import iter_tensors
 from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
-from gpulab.train.step_call import LossCall, call_model
+from gpulab.train.step_call import LossCall, step_loss
 
 # Precision policy name -> the dtype of its datasheet peak.
 PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
@@ -95,7 +95,7 @@ def _count_fake(model, loss_fn, batch, autocast) -> tuple[int, dict[str, int]]:
     try:
         with mode, FlopCounterMode(display=False) as counter:
             with autocast():
-                loss = loss_fn(call_model(forward, fake_batch), fake_batch)
+                loss = step_loss(forward, loss_fn, fake_batch)
             if trainable:
                 torch.autograd.grad(loss, trainable, allow_unused=True)
     finally:
@@ -108,7 +108,7 @@ def _count_real(model, loss_fn, batch, autocast) -> tuple[int, dict[str, int]]:
     cuda = [t.device for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor) and t.is_cuda][:1]
     with torch.random.fork_rng(devices=cuda), FlopCounterMode(display=False) as counter:
         with autocast():
-            loss = loss_fn(call_model(twin, batch), batch)
+            loss = step_loss(twin, loss_fn, batch)
         loss.backward()
     return counter.get_total_flops(), _by_operator(counter)
 

@@ -45,7 +45,7 @@ from gpulab.profiling.sampler import NvmlSampler
 from gpulab.profiling.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.runtime.oom import sync_gradients
-from gpulab.train.step_call import LossCall, call_model, check_batch
+from gpulab.train.step_call import LossCall, check_batch, step_loss
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
@@ -203,7 +203,7 @@ class _Step:
         mark("forward")
         with rt.no_sync(self.model, enabled=self.separate_comm):
             with rt.autocast():
-                loss = self.loss(call_model(self.forward, batch), batch)
+                loss = step_loss(self.forward, self.loss, batch)
             mark("backward")
             rt.backward(loss)
         if self.separate_comm:

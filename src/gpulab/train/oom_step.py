@@ -20,7 +20,7 @@ import torch
 
 from gpulab.errors import ConfigError
 from gpulab.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
-from gpulab.train.step_call import call_model
+from gpulab.train.step_call import step_loss
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
@@ -65,7 +65,7 @@ class GuardedStep:
         for micro, weight in split_batch(batch, parts):
             with rt.no_sync(t.model):
                 with rt.autocast():
-                    loss = t.loss(call_model(t.forward, micro), micro)
+                    loss = step_loss(t.forward, t.loss, micro)
                 rt.backward(loss * weight)
             part = loss.detach().float() * weight
             total = part if total is None else total + part

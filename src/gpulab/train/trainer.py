@@ -56,7 +56,7 @@ from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
-from gpulab.train.step_call import LossCall, accuracy_counts, call_model, check_batch, samples_in
+from gpulab.train.step_call import LossCall, accuracy_counts, call_model, check_batch, samples_in, step_loss
 
 
 class Trainer:
@@ -258,7 +258,7 @@ class Trainer:
         steps_now = (i % s.accumulate) == window - 1
         with rt.no_sync(self.model, enabled=not steps_now):
             with rt.autocast():
-                loss = self.loss(call_model(self.forward, batch), batch)
+                loss = step_loss(self.forward, self.loss, batch)
             rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
         return loss, steps_now
 
