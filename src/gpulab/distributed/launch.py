@@ -39,6 +39,7 @@ from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
 from gpulab.errors import LaunchError, WorkersFailedError
+from gpulab.hardware.load import usable_cores
 
 BACKEND_ENV = "GPULAB_DIST_BACKEND"
 DEFAULT_RDZV_PORT = 29400  # torch's c10d rendezvous default
@@ -209,8 +210,7 @@ def worker_env(
         wanted.update(trace_buffer_env(environ))
     if nproc_per_node > 1:
         # torchrun would set 1 (with a banner); an even share of the cores is as safe and faster.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        wanted["OMP_NUM_THREADS"] = str(max(1, cores // nproc_per_node))
+        wanted["OMP_NUM_THREADS"] = str(max(1, usable_cores() // nproc_per_node))
     return {k: v for k, v in wanted.items() if k not in environ}
 
 

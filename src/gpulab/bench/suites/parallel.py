@@ -28,6 +28,7 @@ from torch import nn
 from gpulab.bench.harness import BenchContext, Timing, measure
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.hardware.load import usable_cores
 from gpulab.runtime import Runtime
 from gpulab.train.recipes import mlp
 
@@ -177,8 +178,7 @@ def _params(model: nn.Module) -> torch.Tensor:
 
 
 def _threads_per_process(world: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // world)
+    return max(1, usable_cores() // world)
 
 
 def _free_port() -> int:
