@@ -43,14 +43,14 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
             return type(batch)(items)
         except TypeError:  # e.g. defaultdict wants a factory first; a plain dict keeps the data
             return dict(items)
-    if _is_dataclass_instance(batch):  # a collate_fn's batch object: a copy with its fields mapped
+    if is_dataclass_instance(batch):  # a collate_fn's batch object: a copy with its fields mapped
         fields = [f.name for f in dataclasses.fields(batch) if f.init]
         changes = {name: map_tensors(fn, getattr(batch, name)) for name in fields}
         return dataclasses.replace(batch, **changes)
     return batch
 
 
-def _is_dataclass_instance(value: Any) -> bool:
+def is_dataclass_instance(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
@@ -64,7 +64,7 @@ def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
     elif isinstance(batch, Mapping):
         for value in batch.values():
             yield from iter_tensors(value)
-    elif _is_dataclass_instance(batch):
+    elif is_dataclass_instance(batch):
         for field in dataclasses.fields(batch):
             yield from iter_tensors(getattr(batch, field.name))
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from gpulab.data.transfer import batch_size_of
+from gpulab.data.transfer import batch_size_of, is_dataclass_instance
 from gpulab.errors import ConfigError, DataError
 
 ACCEPTED_BATCHES = "a tuple/list (inputs..., target), a dict of model arguments, or a dataclass"
@@ -43,7 +43,7 @@ def check_batch(batch: Any) -> Any:
         return batch
     if isinstance(batch, Mapping) and batch:
         return batch
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+    if is_dataclass_instance(batch):
         return batch
     size = f" of length {len(batch)}" if hasattr(batch, "__len__") else ""
     raise DataError(
@@ -55,7 +55,7 @@ def check_batch(batch: Any) -> Any:
 def _as_mapping(batch: Any) -> Mapping | None:
     if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the slower ABC check
         return batch
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+    if is_dataclass_instance(batch):
         return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
     return None
 
