@@ -22,7 +22,8 @@ Scenarios:
   ``.item()``. collective_timeout_s=3; rank STALL_RANK sleeps forever before its third all-reduce.
 - ``fsdp2_tied``: strategy fsdp2 on a model whose output layer shares the embedding's weight, with MFU on:
   the FLOPs are counted on the first real step (tracing would swap the DTensor parameters under FSDP).
-- ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned.
+- ``lagged_flag``: ``Runtime.lagged_flag`` with rank 1 raising its flag once; what each call returned, and
+  whether teardown waited for the reduction still in flight.
 - ``dict``: ``ddp`` again with dict batches (a dict of tensors) for a model called with keyword arguments
   that returns its own loss (no loss_fn), and an optimizer factory taking the model: the same result.
 - ``stream``: each rank trains on its own IterableDataset, of uneven length (rank 0: 6 batches a pass,
@@ -248,8 +249,12 @@ def run_lagged_flag(out: Path, rank: int) -> dict:
         if rank == 0:
             time.sleep(0.05)
         seen.append(rt.lagged_flag(rank == 1 and i == 3))
+    # The last call's reduction is still in flight: teardown must finish it before the group goes.
+    waited = []
+    wait, value = rt.strategy._lagged
+    rt.strategy._lagged = (lambda: waited.append(wait()), value)
     rt.teardown()
-    return {"seen": seen}
+    return {"seen": seen, "last_waited_at_teardown": len(waited) == 1}
 
 
 ASYNC_TIMEOUT_S = 3

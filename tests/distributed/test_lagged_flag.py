@@ -19,5 +19,6 @@ def test_a_flag_on_one_rank_reaches_every_rank_one_call_late(tmp_path):
     procs = ddp_job.launch("lagged_flag", tmp_path)
     assert ddp_job.wait_all(procs, timeout=120) == [0, 0], ddp_job.logs(tmp_path)
     for rank in (0, 1):
-        seen = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)["lagged_flag"]["seen"]
-        assert seen == [False, False, False, False, True, False, False], (rank, seen)
+        result = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)["lagged_flag"]
+        assert result["seen"] == [False, False, False, False, True, False, False], (rank, result)
+        assert result["last_waited_at_teardown"], rank  # nothing left in a backend thread at exit

@@ -6,6 +6,7 @@ One process per device, started by torchrun/``gpulab launch``. Every collective 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -156,6 +157,13 @@ class ProcessGroupStrategy(Strategy):
             time.sleep(_POLL_S)
 
     def teardown(self) -> None:
+        # A lagged flag's reduction is still in flight after the last step: finish it before the group
+        # goes. Left to a backend thread, its tensor would be freed during interpreter shutdown, which
+        # aborts the process (gloo: "terminate called without an active exception").
+        if self._lagged is not None:
+            with contextlib.suppress(Exception):  # a failed job: nothing left to wait for
+                self._lagged[0]()
+            self._lagged = None
         self.watchdog.stop()
         if self._group.created:
             self._wait_for_everyone_to_leave()
