@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Every process a test starts (gloo ranks, CLI runs) prints each thread's Python stack if it dies by a
+# signal: a rank aborted by a native library then says where it was, not only "terminate called".
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 
 @pytest.fixture

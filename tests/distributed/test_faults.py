@@ -196,15 +196,27 @@ def test_a_finished_rank_or_a_long_marked_phase_is_not_a_stall():
 
 
 def test_the_stalled_rank_leaves_the_naming_to_a_rank_that_is_ahead():
-    dogs = _watchdogs(dist.HashStore(), interval_s=1.0)
+    dogs = _watchdogs(dist.HashStore(), world=2, interval_s=1.0)
     exits = []
     dogs[1]._exit_fn = exits.append
-    _progressed(dogs, [3, 2, 3])
+    _progressed(dogs, [3, 2])
     dogs[1]._watch_progress()
     _age(dogs[1], 1, 6.0)
     assert not dogs[1]._watch_progress()  # > 5 s, but within its two extra ticks
     _age(dogs[1], 1, 2.0)
     assert dogs[1]._watch_progress() and exits == [EXIT_CODE]
+
+
+def test_only_the_first_and_last_rank_judge_progress():
+    """The others only publish and listen for ``abort``: store reads grow with ranks, not ranks²."""
+    dogs = _watchdogs(dist.HashStore(), world=4)
+    assert [dog.judge for dog in dogs] == [True, False, False, True]
+    _progressed(dogs, [3, 3, 2, 3])
+    assert not dogs[1]._watch_progress() and dogs[1]._behind == {}
+    dogs[3]._watch_progress()
+    _age(dogs[3], 2, 6.0)
+    assert dogs[3]._watch_progress()
+    assert "stalled rank(s) 2, found by rank 3's watchdog" in dogs[3]._out.getvalue()
 
 
 def test_a_step_without_a_collective_is_published():

@@ -22,8 +22,10 @@ How it works, per rank:
   a tick) and names the rank(s) whose progress -- steps done, then collectives entered -- is behind
   another rank's and has not moved for ``timeout_s`` (or the longer limit of a marked phase). That
   needs no collective to block, so a stalled rank is named within ``timeout_s`` plus a few ticks on
-  every backend. A rank that is ahead declares it; the stalled rank itself (its main thread may be
-  stuck, its watchdog thread is not) declares only if nobody has one tick later. The process group's own
+  every backend. Only two ranks judge progress, the first and the last (on different nodes in a
+  multi-node job): reading every heartbeat on every rank would be ranks² store reads a second on the
+  store's host. A judge that is ahead declares the stall; a judge that is itself the stalled one (its
+  main thread may be stuck, its watchdog thread is not) declares only if nobody has one tick later. The process group's own
   timeout is ``BACKEND_GRACE_S`` longer (``process_group.py``), so this diagnosis comes before NCCL's
   watchdog tears the process down without naming anyone.
 - Backstop: if a collective neither returns nor raises (a hang inside a CUDA kernel; NCCL's own watchdog
@@ -147,6 +149,7 @@ class Watchdog:
         self.interval_s = interval_s if interval_s is not None else min(1.0, max(timeout_s / 5, 0.05))
         self.grace_s, self.ack_wait_s = grace_s, ack_wait_s
         self.heartbeat = Heartbeat()
+        self.judge = rank in (0, world_size - 1)  # reads everyone's heartbeats; see the module docstring
         self.phase_timeout_s: float | None = None  # a collective with its own, longer limit
         self._exit_fn, self._out = exit_fn, out
         self._stop = threading.Event()
@@ -259,7 +262,7 @@ class Watchdog:
         rank is in (rank 0 writing a checkpoint). Judged from when this thread first saw it behind, on
         this machine's clock, so clocks that differ between nodes do not matter.
         """
-        if self.world_size < 2 or self._aborting:
+        if self.world_size < 2 or self._aborting or not self.judge:
             return False
         keys = [f"hb/{r}" for r in range(self.world_size)]
         if not self.store.check(keys):
