@@ -18,16 +18,16 @@ How it works, per rank:
   ``EXIT_CODE`` -- including the stuck rank, whose main thread may never come back.
 - Progress: NCCL collectives return as soon as they are queued, so on NCCL a marked region ends at once
   and a rank waits for a stalled peer later, in an unmarked ``.item()`` or synchronisation. The watchdog
-  therefore also judges *progress*: every rank's watchdog thread reads all heartbeats (one ``multi_get``
-  a tick) and names the rank(s) whose progress -- steps done, then collectives entered -- is behind
-  another rank's and has not moved for ``timeout_s`` (or the longer limit of a marked phase). That
+  therefore also judges *progress*: a judging rank's watchdog thread reads all heartbeats (one
+  ``multi_get`` a tick) and names the rank(s) whose progress -- steps done, then collectives entered --
+  is behind another rank's and has not moved for ``timeout_s`` (or the longer limit of a marked phase). That
   needs no collective to block, so a stalled rank is named within ``timeout_s`` plus a few ticks on
   every backend. Only two ranks judge progress, the first and the last (on different nodes in a
   multi-node job): reading every heartbeat on every rank would be ranks² store reads a second on the
   store's host. A judge that is ahead declares the stall; a judge that is itself the stalled one (its
-  main thread may be stuck, its watchdog thread is not) declares only if nobody has one tick later. The process group's own
-  timeout is ``BACKEND_GRACE_S`` longer (``process_group.py``), so this diagnosis comes before NCCL's
-  watchdog tears the process down without naming anyone.
+  main thread may be stuck, its watchdog thread is not) declares only if nobody has one tick later.
+  The process group's own timeout is ``BACKEND_GRACE_S`` longer (``process_group.py``), so this
+  diagnosis comes before NCCL's watchdog tears the process down without naming anyone.
 - Backstop: if a collective neither returns nor raises (a hang inside a CUDA kernel; NCCL's own watchdog
   normally tears the process down first, with its flight recorder dump), the watchdog thread declares the
   failure itself once the collective is ``grace_s`` past its timeout.
