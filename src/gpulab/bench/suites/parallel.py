@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -222,3 +223,17 @@ def _ddp_worker(rank: int, world: int, port: int, job: Job) -> None:
         if rt.is_rank_zero:
             saved = {"samples": torch.tensor(timing.samples, dtype=torch.float64), "params": _params(model)}
             torch.save(saved, Path(job.out_dir) / "rank0.pt")
+    _exit_without_teardown()
+
+
+def _exit_without_teardown() -> None:
+    """End a finished rank without the interpreter's teardown.
+
+    The work is done, saved and the group destroyed, but gloo's worker threads can still be releasing the
+    last collective's buffers; when that reaches Python while the interpreter is being torn down, the
+    process aborts ("terminate called without an active exception", SIGABRT: seen in CI on a loaded
+    2-core machine), and this bench would report a failed rank for a run that succeeded.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
