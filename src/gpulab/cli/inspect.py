@@ -38,10 +38,12 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print the rows and totals as JSON"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
-    """Show the model layer by layer: shapes, dtypes, parameters, FLOPs, memory; nothing is computed.
+    """Show the model layer by layer: shapes, FLOPs and memory.
 
-    A layer that fails on its input stops the table there and is named with the input it got and what
-    it expected.
+    Per module: input and output shapes and dtypes (under autocast), parameters, forward FLOPs and
+    activation memory, traced with fake tensors (nothing is computed); then the totals and whether a
+    training step fits the device. A layer that fails on its input stops the table there and is named
+    with the input it got and what it expected.
     """
     from gpulab.profiling.inspect_run import InspectFailed, inspect_recipe
 
@@ -129,8 +131,8 @@ def render(report, depth: int, console: Console) -> None:
     casts = sorted({r.type for r in i.rows if r.cast_dtype})
     if casts:
         console.print(
-            f"[yellow](autocast)[/]: autocast runs {', '.join(casts)} in another dtype than the run's "
-            f"{i.run_dtype}",
+            f"[yellow](autocast)[/] marks the layers autocast runs in another dtype than the run's "
+            f"{i.run_dtype}: {', '.join(casts)}",
             highlight=False,
         )
     m = report.memory
