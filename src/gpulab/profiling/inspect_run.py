@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from gpulab.errors import ConfigError, GpulabError
-from gpulab.profiling.inspect_model import Inspection, inspect_model
+from gpulab.profiling.inspect_model import Inspection, _first_line, inspect_model
 
 ENGINES = ("torch", "tensorflow")
 
@@ -135,6 +135,8 @@ def inspect_recipe(user: dict[str, Any]) -> InspectReport:
         )
     except ConfigError as exc:  # e.g. dict batches: the estimate traces (inputs..., target) only
         report.memory_note = str(exc)
+    except Exception as exc:  # the rows stand without it; say why the total is missing
+        report.memory_note = f"the memory estimate failed: {_first_line(exc)}"
     report.limit_bytes, report.limit_source = _limit(device, config.memory_limit)
     return report
 
