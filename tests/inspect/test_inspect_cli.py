@@ -91,3 +91,9 @@ def test_the_tensorflow_engine_is_refused_in_one_line(recipe_dir, capsys):
     assert main(["inspect", "inspect_user_recipe:good", "--engine", "tensorflow"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert "--engine tensorflow is not built yet" in line
+
+
+def test_the_engine_can_come_from_the_config_file(recipe_dir, capsys):
+    (recipe_dir / "run.yaml").write_text("recipe: inspect_user_recipe:good\nengine: tensorflow\n")
+    assert main(["inspect", "--config", "run.yaml"]) == 2
+    assert "--engine tensorflow is not built yet" in capsys.readouterr().err

@@ -34,7 +34,7 @@ def inspect(
     depth: int = typer.Option(3, "--depth", min=0, help="Show nested modules down to this call depth"),
     precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu: whose memory the step must fit"),
-    engine: str = typer.Option("torch", "--engine", help="torch|tensorflow"),
+    engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and totals as JSON"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
@@ -50,7 +50,8 @@ def inspect(
     flags = {"recipe": recipe, "device": device, "precision": precision, "batch_size": batch_size}
     user = layer_settings(config, flags, set_)
     user.pop("out_dir", None)  # inspect writes nothing
-    user["engine"] = engine
+    if engine:
+        user["engine"] = engine
     report = inspect_recipe(user)
     if as_json:
         print(json.dumps(report.to_json(depth), indent=2))
