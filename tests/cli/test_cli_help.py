@@ -19,6 +19,7 @@ VERBS = [
     "launch",
     "bench",
     "profile",
+    "inspect",
     "checkpoint",
     "checkpoint inspect",
     "checkpoint export",
@@ -42,6 +43,7 @@ def test_root_help_lists_every_verb_with_its_whole_summary():
         "launch",
         "bench",
         "profile",
+        "inspect",
         "checkpoint",
     ]
     assert not any(line.endswith("...") for line in commands), commands
@@ -63,6 +65,6 @@ def test_no_bool_metavar_and_docstring_paragraphs_reflowed(verb):
         )
 
 
-@pytest.mark.parametrize("verb", ["train", "profile"])
+@pytest.mark.parametrize("verb", ["train", "profile", "inspect"])
 def test_set_shows_what_it_takes(verb):
     assert "--set KEY=VALUE" in _help(verb)

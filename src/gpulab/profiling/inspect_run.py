@@ -1,0 +1,163 @@
+"""``gpulab inspect`` on a recipe: its settings resolved as ``gpulab train`` resolves them, one example
+batch, the layer rows (``inspect_model``), and the totals: parameters, the FLOP counter's FLOPs per
+sample, the memory estimate's predicted peak of a training step, and whether that fits the device.
+
+Nothing is trained and the model is never moved: the trace runs on fake copies of the CPU model under
+the autocast of the precision resolved for the chosen device (with CPU autocast's op lists, which differ
+from CUDA's for a few ops), and the estimate uses the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpulab.errors import ConfigError, GpulabError
+from gpulab.profiling.inspect_model import Inspection, _first_line, inspect_model
+
+ENGINES = ("torch", "tensorflow")
+
+
+class InspectFailed(GpulabError):
+    """A layer failed on its input during the trace: the partial table is shown, then this line."""
+
+
+@dataclass
+class InspectReport:
+    recipe: str
+    device: str
+    precision: str
+    optimizer: str | None
+    inspection: Inspection
+    params_trainable: int
+    params_frozen: int
+    params_bytes: int
+    memory: Any = None  # MemoryEstimate, None when it could not be made (then memory_note says why)
+    memory_note: str | None = None
+    limit_bytes: int | None = None
+    limit_source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool | None:
+        if self.memory is None or self.limit_bytes is None:
+            return None
+        return self.memory.predicted_peak_bytes <= self.limit_bytes
+
+    def to_json(self, depth: int | None = None) -> dict[str, Any]:
+        i = self.inspection
+        rows = [r.to_json() for r in i.rows if depth is None or r.depth <= depth or r.status == "failed"]
+        return {
+            "recipe": self.recipe,
+            "device": self.device,
+            "precision": self.precision,
+            "run_dtype": i.run_dtype,
+            "batch_size": i.batch_size,
+            "method": i.method,
+            "rows": rows,
+            "totals": {
+                "params_trainable": self.params_trainable,
+                "params_frozen": self.params_frozen,
+                "params_bytes": self.params_bytes,
+                "flops_per_step": i.flops_total if i.failure is None else None,
+                "flops_forward_per_step": i.flops_forward if i.failure is None else None,
+                "flops_per_sample": i.flops_per_sample if i.failure is None else None,
+                "predicted_peak_bytes": self.memory.predicted_peak_bytes if self.memory else None,
+                "memory": self.memory.to_json() if self.memory else None,
+                "memory_note": self.memory_note,
+                "limit_bytes": self.limit_bytes,
+                "limit_source": self.limit_source,
+                "fits": self.fits,
+            },
+            "failure": None
+            if i.failure is None
+            else {**_failure_json(i.failure), "message": i.failure.message()},
+            "notes": self.notes,
+        }
+
+
+def _failure_json(f) -> dict[str, Any]:
+    return {"name": f.name, "type": f.type, "inputs": [vars(t) for t in f.inputs], "expected": f.expected}
+
+
+def inspect_recipe(user: dict[str, Any]) -> InspectReport:
+    """Inspect the run ``user`` describes (the same settings as ``gpulab train``)."""
+    from gpulab.hardware.devices import select_device
+    from gpulab.runtime.memory_estimate import estimate_memory, example_batch
+    from gpulab.runtime.precision import resolve_precision
+    from gpulab.runtime.runtime import _takes_model
+    from gpulab.train.run import resolve_config
+
+    engine = user.pop("engine", "torch") or "torch"
+    if engine != "torch":
+        if engine == "tensorflow":
+            raise ConfigError("inspect --engine tensorflow is not built yet; use --engine torch")
+        raise ConfigError(f"unknown engine {engine!r}; valid: torch|tensorflow")
+    config, recipe = resolve_config(user)
+    if not isinstance(config.batch_size, int):
+        raise ConfigError("inspect needs a number for the batch size (not auto): e.g. --batch-size 32")
+    device = select_device(config.device).device
+    precision, _ = resolve_precision(config.precision, device)
+    # The model stays on the CPU: autocast with the device's precision and CPU op lists (see module doc).
+    traced = type(precision)("cpu")
+    batch = example_batch(recipe.train_data, config.batch_size)
+    if batch is None:
+        raise ConfigError(
+            "inspect takes its example batch from a map-style Dataset or tensors; this recipe's training "
+            "data is a stream (an IterableDataset)"
+        )
+    model = recipe.model
+    inspection = inspect_model(
+        model, batch, recipe.loss_fn, autocast=traced.autocast, compute_dtype=precision.compute_dtype
+    )
+    params = list(model.parameters())
+    report = InspectReport(
+        recipe=config.recipe,
+        device=device,
+        precision=precision.name,
+        optimizer=None,
+        inspection=inspection,
+        params_trainable=sum(p.numel() for p in params if p.requires_grad),
+        params_frozen=sum(p.numel() for p in params if not p.requires_grad),
+        params_bytes=sum(p.numel() * p.element_size() for p in params),
+    )
+    if inspection.failure is not None:
+        return report
+    optimizer = recipe.optimizer
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        optimizer = optimizer(model if _takes_model(optimizer) else model.parameters())  # state is lazy
+    report.optimizer = type(optimizer).__name__ if optimizer is not None else None
+    try:
+        report.memory = estimate_memory(
+            model, optimizer, traced, batch, loss_fn=recipe.loss_fn, batch_size=config.batch_size
+        )
+    except ConfigError as exc:  # e.g. dict batches: the estimate traces (inputs..., target) only
+        report.memory_note = str(exc)
+    except Exception as exc:  # the rows stand without it; say why the total is missing
+        report.memory_note = f"the memory estimate failed: {_first_line(exc)}"
+    report.limit_bytes, report.limit_source = _limit(device, config.memory_limit)
+    return report
+
+
+def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:
+    """The bytes a training step may use on ``device``: the run's memory_limit, else what
+    ``batch_size: auto`` aims under (all of a GPU; half the RAM available now on a CPU)."""
+    from gpulab.runtime.batch_search import default_cpu_limit
+    from gpulab.runtime.memory import memory_stats
+
+    dev = torch.device(device)
+    total = memory_stats(dev).total_bytes if dev.type in ("cpu", "cuda") else None
+    if memory_limit is not None and total:
+        if isinstance(memory_limit, float):
+            return int(memory_limit * total), f"memory_limit {memory_limit:g} of {device}"
+        return int(memory_limit), f"memory_limit on {device}"
+    if dev.type == "cpu":
+        return default_cpu_limit(), "half the RAM available now"
+    if total:
+        return total, f"{device}'s memory"
+    return None, f"no capacity known for {device}"
+
+
+__all__ = ["ENGINES", "InspectFailed", "InspectReport", "inspect_recipe"]
