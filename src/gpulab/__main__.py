@@ -1,5 +1,3 @@
-import sys
+from gpulab.cli import entry
 
-from gpulab.cli import main
-
-sys.exit(main())
+entry()

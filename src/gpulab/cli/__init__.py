@@ -55,6 +55,16 @@ def _one_line_warnings() -> None:
     warnings.formatwarning = format_warning
 
 
+def entry() -> None:
+    """The console script: ``main`` and exit; a rank of a multi-process job leaves without the interpreter's
+    teardown (``process_group.exit_without_teardown`` says why)."""
+    code = main()
+    groups = sys.modules.get("gpulab.distributed.process_group")  # not imported: no group (and no torch)
+    if groups is not None and groups.created_a_group():
+        groups.exit_without_teardown(code)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()

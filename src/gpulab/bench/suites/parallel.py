@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from torch import nn
 from gpulab.bench.harness import BenchContext, Timing, measure
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.distributed.process_group import exit_without_teardown
 from gpulab.hardware.load import usable_cores
 from gpulab.runtime import Runtime
 from gpulab.train.recipes import mlp
@@ -223,17 +223,4 @@ def _ddp_worker(rank: int, world: int, port: int, job: Job) -> None:
         if rt.is_rank_zero:
             saved = {"samples": torch.tensor(timing.samples, dtype=torch.float64), "params": _params(model)}
             torch.save(saved, Path(job.out_dir) / "rank0.pt")
-    _exit_without_teardown()
-
-
-def _exit_without_teardown() -> None:
-    """End a finished rank without the interpreter's teardown.
-
-    The work is done, saved and the group destroyed, but gloo's worker threads can still be releasing the
-    last collective's buffers; when that reaches Python while the interpreter is being torn down, the
-    process aborts ("terminate called without an active exception", SIGABRT: seen in CI on a loaded
-    2-core machine), and this bench would report a failed rank for a run that succeeded.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_without_teardown(0)  # a finished rank: see there why
