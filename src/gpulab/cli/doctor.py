@@ -11,7 +11,7 @@ from rich.table import Table
 from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report, run_doctor
 
-_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
 def _fmt_bytes(n: int | None) -> str:
