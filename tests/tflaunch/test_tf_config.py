@@ -118,3 +118,9 @@ def test_a_taken_port_on_a_node_of_several_is_one_line(cpu_only):
         port = held.getsockname()[1]
         with pytest.raises(LaunchError, match=f"port {port} on this node is taken"):
             T.launch_tf(LaunchSpec(["-m", "job"], nproc_per_node=1, nnodes="2"), "a,b", port)
+
+
+def test_a_command_that_cannot_start_is_one_line(capsys):
+    assert main(["launch", "--engine", "tensorflow", "--no-python", "--", "/nonexistent/trainer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == "gpulab: error: cannot start '/nonexistent/trainer': No such file or directory"

@@ -95,10 +95,18 @@ def main(out: Path, per_worker_batch: int, steps: int) -> None:
     (out / f"worker{index}.json").write_text(json.dumps(result))
     if index == 0:  # the chief writes the shared files
         ref = reference(init, x, y, global_batch, steps)
+        init_json = [w.tolist() for w in init]
         (out / "summary.json").write_text(
-            json.dumps(
-                {"world_size": result["replicas"], "reference": ref, "init": [w.tolist() for w in init]}
-            )
+            json.dumps({"world_size": result["replicas"], "reference": ref, "init": init_json})
+        )
+        diff = max(
+            float(np.abs(np.asarray(a) - np.asarray(r)).max())
+            for a, r in zip(result["weights"], ref, strict=True)
+        )
+        print(
+            f"chief: {steps} steps x global batch {global_batch} on {result['replicas']} workers, final loss "
+            f"{losses[-1]:.4f}; max |weight - 1 worker at batch {global_batch}| = {diff:.1e}",
+            flush=True,
         )
 
 

@@ -29,7 +29,9 @@ from gpulab.distributed.tf_config import DEFAULT_TF_PORT, cluster_workers, tf_co
 from gpulab.errors import LaunchError, WorkersFailedError
 from gpulab.hardware.load import usable_cores
 
-STOP_GRACE_S = 5.0  # how long a stopped worker gets to exit on SIGTERM before SIGKILL
+STOP_GRACE_S = (
+    30.0  # how long a stopped worker gets to exit (a checkpoint to save) before SIGKILL; torchrun's
+)
 
 
 @dataclass
@@ -142,11 +144,13 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-def _stop(procs: list[subprocess.Popen], grace: float = STOP_GRACE_S) -> list[int]:
-    """SIGTERM every running worker, SIGKILL what is left after ``grace``; returns the locals stopped."""
+def _stop(
+    procs: list[subprocess.Popen], signum: int = signal.SIGTERM, grace: float = STOP_GRACE_S
+) -> list[int]:
+    """Send ``signum`` to the running workers, SIGKILL what is left after ``grace``; returns those stopped."""
     running = [i for i, p in enumerate(procs) if p.poll() is None]
     for i in running:
-        procs[i].send_signal(signal.SIGTERM)
+        procs[i].send_signal(signum)
     deadline = time.monotonic() + grace
     for i in running:
         try:
@@ -160,8 +164,12 @@ def _stop(procs: list[subprocess.Popen], grace: float = STOP_GRACE_S) -> list[in
 def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: float = 0.1) -> None:
     """Start the workers and wait: all exit 0 -> return; one fails -> stop the rest, WorkersFailedError."""
 
+    stopping: list[int] = []
+
     def on_signal(signum, frame):
-        raise _Stopped(signum)
+        if not stopping:  # a second Ctrl-C while the workers are being stopped changes nothing
+            stopping.append(signum)
+            raise _Stopped(signum)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     procs: list[subprocess.Popen] = []
@@ -174,7 +182,13 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
                 out = open(Path(log_dir) / f"worker{plan.global_index(local)}.log", "wb")  # noqa: SIM115
                 logs.append(out)
             err = subprocess.STDOUT if out else None
-            procs.append(subprocess.Popen(plan.argv, env={**os.environ, **env}, stdout=out, stderr=err))
+            # A session of its own, as torchrun does: a terminal's Ctrl-C reaches the launcher only, which
+            # passes it on once (a worker saving a checkpoint on SIGINT is not interrupted twice).
+            procs.append(
+                subprocess.Popen(
+                    plan.argv, env={**os.environ, **env}, stdout=out, stderr=err, start_new_session=True
+                )
+            )
         while True:
             codes = [p.poll() for p in procs]
             dead = {i: c for i, c in enumerate(codes) if c not in (None, 0)}
@@ -185,12 +199,15 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
                 return
             time.sleep(monitor_interval)
     except _Stopped as exc:
-        _stop(procs)
+        _stop(procs, exc.signum)
         name = signal.Signals(exc.signum).name
         raise WorkersFailedError(
             f"the launcher was stopped by {name} and passed it on to its workers", 128 + exc.signum
         ) from None
+    except OSError as exc:  # the command itself cannot start (a --no-python executable not found)
+        raise LaunchError(f"cannot start {plan.argv[0]!r}: {exc.strerror}") from None
     finally:
+        _stop(procs)  # nothing outlives the launcher, whatever ended it (no-op when all have exited)
         for s, handler in old.items():
             signal.signal(s, handler)
         for f in logs:

@@ -211,8 +211,12 @@ def check_tensorflow_gpus(f: Facts) -> Check | None:
         return None
     tf_n, torch_n = f.tensorflow_gpu_count, f.torch_cuda_count
     if tf_n == torch_n:
-        seen = f"both see {tf_n} GPU(s)" if tf_n else "neither sees a GPU"
-        return Check(name, "ok", f"TensorFlow and torch {seen}")
+        seen = (
+            f"TensorFlow and torch both see {tf_n} GPU(s)"
+            if tf_n
+            else "neither TensorFlow nor torch sees a GPU"
+        )
+        return Check(name, "ok", seen)
     detail = f"TensorFlow {f.tensorflow_version} sees {tf_n} GPU(s), torch sees {torch_n}"
     if tf_n > torch_n:  # torch is the one missing them: its own check says more
         return Check(name, "warn", detail, _install_fix(f.driver_cuda))
@@ -239,9 +243,7 @@ def check_tensorflow_xla(f: Facts) -> Check | None:
     if f.tensorflow_version is None:
         return None
     if f.tensorflow_xla_error is None:
-        return Check(
-            "tensorflow-xla", "ok", "XLA available: a tf.function(jit_compile=True) compiled and ran"
-        )
+        return Check("tensorflow-xla", "ok", "XLA available: tf.function(jit_compile=True) compiled and ran")
     return Check(
         "tensorflow-xla",
         "warn",
