@@ -49,7 +49,8 @@ def doctor(
     """Check that this machine is right for training.
 
     Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
-    memory, threads and a compute sanity check on every device, and prints the fix for what is not
+    memory, threads, TensorFlow (version, build, GPUs, XLA; when installed) and a compute sanity check on
+    every device, and prints the fix for what is not
     right. Exit 1 when a check fails.
     """
     report = run_doctor()
