@@ -50,8 +50,7 @@ def doctor(
 
     Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
     memory, threads, TensorFlow (version, build, GPUs, XLA; when installed) and a compute sanity check on
-    every device, and prints the fix for what is not
-    right. Exit 1 when a check fails.
+    every device, and prints the fix for what is not right. Exit 1 when a check fails.
     """
     report = run_doctor()
     out = report.to_json()
