@@ -54,16 +54,21 @@ def test_two_workers_train_like_one_worker_at_twice_the_batch(tmp_path):
 @pytest.mark.distributed
 def test_a_worker_exiting_3_ends_the_job_naming_it(tmp_path):
     start = time.monotonic()
-    r = _launch("--nproc-per-node", "2", "--", EXIT_JOB, str(tmp_path), "1", "3")
+    logs = tmp_path / "logs"
+    r = _launch("--nproc-per-node", "2", "--log-dir", str(logs), "--", EXIT_JOB, str(tmp_path), "1", "3")
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
         "gpulab: error: the job failed: worker 1 (node 0, local 1) exited with code 3; worker(s) 0 stopped by "
-        "the launcher; each worker's own output is above"
+        f"the launcher; each worker's own output is in {logs}/workerN.log"
     )
     assert time.monotonic() - start < 30  # worker 0 (sleeping 120 s) was stopped, not waited for
     seen = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in (0, 1)]
     assert seen[0]["cluster"] == seen[1]["cluster"] and [s["task"]["index"] for s in seen] == [0, 1]
+    assert [(logs / f"worker{i}.log").read_text() for i in (0, 1)] == [
+        "worker 0 started\n",
+        "worker 1 started\n",
+    ]
 
 
 @pytest.mark.distributed

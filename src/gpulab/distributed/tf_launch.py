@@ -126,7 +126,9 @@ def _how(code: int) -> str:
     return f"exited with code {code}"
 
 
-def describe_dead(plan: TFPlan, dead: Mapping[int, int], stopped: list[int]) -> str:
+def describe_dead(
+    plan: TFPlan, dead: Mapping[int, int], stopped: list[int], log_dir: str | None = None
+) -> str:
     """One line: each dead worker (global index, node, exit code or signal), then the ones we stopped."""
     parts = [
         f"worker {plan.global_index(local)} (node {plan.node_rank}, local {local}) {_how(code)}"
@@ -136,7 +138,8 @@ def describe_dead(plan: TFPlan, dead: Mapping[int, int], stopped: list[int]) -> 
         parts.append(
             f"worker(s) {', '.join(str(plan.global_index(i)) for i in stopped)} stopped by the launcher"
         )
-    return f"the job failed: {'; '.join(parts)}; each worker's own output is above"
+    where = f"in {log_dir}/workerN.log" if log_dir else "above"
+    return f"the job failed: {'; '.join(parts)}; each worker's own output is {where}"
 
 
 class _Stopped(Exception):
@@ -194,7 +197,7 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
             dead = {i: c for i, c in enumerate(codes) if c not in (None, 0)}
             if dead:
                 stopped = _stop(procs)
-                raise WorkersFailedError(describe_dead(plan, dead, stopped))
+                raise WorkersFailedError(describe_dead(plan, dead, stopped, log_dir))
             if all(c == 0 for c in codes):
                 return
             time.sleep(monitor_interval)
