@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MWMS_JOB, EXIT_JOB = str(HERE / "tf_mwms_job.py"), str(HERE / "tf_exit_job.py")
+MWMS_JOB, EXIT_JOB = str(HERE / "tflaunch_mwms_job.py"), str(HERE / "tflaunch_exit_job.py")
 
 
 def _env() -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A worker of the `gpulab launch --engine tensorflow` failure test; imports no TensorFlow (fast).
 
-``python tf_exit_job.py OUT FAIL_INDEX CODE``: each worker writes its TF_CONFIG to ``OUT/workerI.json``;
+``python tflaunch_exit_job.py OUT FAIL_INDEX CODE``: each worker writes its TF_CONFIG to ``OUT/workerI.json``;
 worker FAIL_INDEX waits until every worker has written, then exits with CODE; the others sleep until
 the launcher stops them.
 """

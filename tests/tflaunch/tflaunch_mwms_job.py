@@ -1,6 +1,6 @@
 """A worker of the `gpulab launch --engine tensorflow` test: MultiWorkerMirroredStrategy, custom loop.
 
-``python tf_mwms_job.py OUT PER_WORKER_BATCH STEPS``. Keras 3's ``model.fit`` fails under MWMS, so the
+``python tflaunch_mwms_job.py OUT PER_WORKER_BATCH STEPS``. Keras 3's ``model.fit`` fails under MWMS, so the
 loop is written by hand: GradientTape inside ``strategy.run``, ``tf.nn.compute_average_loss`` over the
 global batch, ``strategy.reduce`` of the loss, a distributed ``tf.data`` dataset (worker w takes
 examples w, w+n, ...: one step of n workers sees the same examples as one worker at n times the batch).
