@@ -124,3 +124,12 @@ def test_a_command_that_cannot_start_is_one_line(capsys):
     assert main(["launch", "--engine", "tensorflow", "--no-python", "--", "/nonexistent/trainer"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == "gpulab: error: cannot start '/nonexistent/trainer': No such file or directory"
+
+
+def test_a_worker_killed_by_a_signal_is_named_with_the_signal(cpu_only):
+    spec = LaunchSpec(["-m", "job"], nproc_per_node=2, nnodes="2", node_rank=1)
+    plan = T.plan_tf_launch(spec, hosts="a,b", environ={})
+    assert T.describe_dead(plan, {1: -9}, [0]) == (
+        "the job failed: worker 3 (node 1, local 1) was killed by SIGKILL; worker(s) 2 stopped by the "
+        "launcher; each worker's own output is above"
+    )
