@@ -48,9 +48,22 @@ CASES = [
     (checks.check_threads, cuda_box(omp_num_threads="lots"), "fail", "not a positive integer"),
     (checks.check_threads, cuda_box(load_1min=3.5), "ok", "load average 3.5"),
     (checks.check_threads, cuda_box(load_1min=40.0), "warn", "OMP_NUM_THREADS=1"),
-    (checks.check_tensorflow, cuda_box(), "ok", "not installed"),
-    (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=1), "ok", "same 1"),
-    (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0), "warn", "sees 0"),
+    (checks.check_tensorflow, cuda_box(), "info", "pip install 'gpulab[tensorflow]'"),
+    (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_cuda_build=True,
+     tensorflow_cuda="12.5.1", tensorflow_cudnn="9"), "ok", "TensorFlow 2.20, CUDA 12.5.1 / cuDNN 9 build"),
+    (checks.check_tensorflow, cuda_box(tensorflow_error="ImportError: libcudart.so.12"), "warn", "libcudart"),
+    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=1), "ok", "both see 1"),
+    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0), "warn",
+     "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.20'"),
+    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0,
+     tensorflow_cuda_build=True, tensorflow_cuda="12.5.1"), "warn", "'tensorflow[and-cuda]==2.20' (brings the CUDA 12.5.1"),
+    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0, driver_cuda=(12, 2),
+     tensorflow_cuda_build=True, tensorflow_cuda="12.5.1"), "warn", "driver to one for CUDA 12.5.1+"),
+    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=2), "warn",
+     "torch sees 1"),
+    (checks.check_tensorflow_xla, cuda_box(tensorflow_version="2.20"), "ok", "jit_compile=True"),
+    (checks.check_tensorflow_xla, cuda_box(tensorflow_version="2.20", tensorflow_xla_error="NotFoundError: x"),
+     "warn", "compile: false"),
     (checks.check_compute, cuda_box(), "ok", "cpu, cuda:0"),
     (checks.check_compute, cuda_box(compute_errors={"cpu": None, "cuda:0": "results differ"}), "fail",
      "cuda:0: results differ"),
@@ -66,6 +79,12 @@ def test_check(check, facts, status, phrase):
     assert phrase in result.detail + " " + result.fix
     if status != "ok":
         assert result.fix, "every warning or failure carries a fix a user can paste"
+
+
+def test_tensorflow_checks_are_not_shown_without_tensorflow():
+    for check in (checks.check_tensorflow_gpus, checks.check_tensorflow_xla):
+        assert check(cuda_box()) is None
+        assert check(cuda_box(tensorflow_error="ImportError: x")) is None
 
 
 def test_every_check_reaches_ok_and_a_problem():

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+
 from gpulab.hardware.doctor import run_doctor
 from gpulab.hardware.facts import gather_facts
 
 
 def test_gather_facts_reads_a_crafted_shm_path(tmp_path):
-    facts = gather_facts(shm_path=str(tmp_path), run_compute=False)
+    facts = gather_facts(shm_path=str(tmp_path), run_compute=False, probe_tensorflow=False)
     assert facts.shm_bytes and facts.shm_bytes > 0
-    assert gather_facts(shm_path=str(tmp_path / "absent"), run_compute=False).shm_bytes is None
+    absent = gather_facts(shm_path=str(tmp_path / "absent"), run_compute=False, probe_tensorflow=False)
+    assert absent.shm_bytes is None
 
 
 def test_report_json_contract():
@@ -24,7 +28,7 @@ def test_report_json_contract():
             assert {"compute_capability", "sm_count"} <= set(d)
     for c in out["checks"]:
         assert set(c) == {"name", "status", "detail", "fix"}
-        assert c["status"] in ("ok", "warn", "fail")
+        assert c["status"] in ("ok", "info", "warn", "fail")
     assert {c["name"] for c in out["checks"]} >= {
         "torch",
         "shm",
@@ -32,3 +36,11 @@ def test_report_json_contract():
         "compute",
         "CUDA_VISIBLE_DEVICES",
     }
+    if importlib.util.find_spec("tensorflow") is not None:  # the real TensorFlow probe (its child process)
+        tf, checks = out["frameworks"]["tensorflow"], {c["name"]: c for c in out["checks"]}
+        names = {d.metadata["Name"].lower().replace("_", "-") for d in importlib.metadata.distributions()}
+        (dist,) = names & {"tensorflow", "tensorflow-cpu"}
+        assert tf["version"] == importlib.metadata.version(dist) and tf["error"] is None
+        assert tf["gpus"] == sum(d["type"] == "cuda" for d in out["devices"])  # on a healthy machine
+        assert tf["xla"] is True and checks["tensorflow-xla"]["status"] == "ok"
+        assert checks["tensorflow"]["status"] == checks["tensorflow-gpus"]["status"] == "ok"

@@ -11,7 +11,7 @@ from rich.table import Table
 from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report, run_doctor
 
-_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+_STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -49,8 +49,8 @@ def doctor(
     """Check that this machine is right for training.
 
     Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
-    memory, threads and a compute sanity check on every device, and prints the fix for what is not
-    right. Exit 1 when a check fails.
+    memory, threads, TensorFlow (version, build, GPUs, XLA; when installed) and a compute sanity check on
+    every device, and prints the fix for what is not right. Exit 1 when a check fails.
     """
     report = run_doctor()
     out = report.to_json()

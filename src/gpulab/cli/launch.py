@@ -1,4 +1,7 @@
-"""`gpulab launch [OPTIONS] -- CMD...`: run CMD on N processes per node under torchrun."""
+"""`gpulab launch [OPTIONS] -- CMD...`: run CMD on N processes per node under torchrun.
+
+``--engine tensorflow`` runs TensorFlow workers with a TF_CONFIG each instead (distributed/tf_launch.py).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +39,17 @@ def launch(
     print_: str = typer.Option(None, "--print", help="slurm|k8s: print an sbatch script or a PyTorchJob"),
     job_name: str = typer.Option("gpulab", "--job-name", help="Job name in a --print template"),
     image: str = typer.Option("", "--image", help="Container image in the k8s template"),
+    engine: str = typer.Option(
+        "torch", "--engine", help="torch (torchrun) or tensorflow (TF_CONFIG workers)"
+    ),
+    hosts: str = typer.Option(
+        None,
+        "--hosts",
+        help="tensorflow, several nodes: every node's address, in --node-rank order (H0,H1,...)",
+    ),
+    base_port: int = typer.Option(
+        None, "--base-port", help="tensorflow, several nodes: worker l of each node listens on BASE_PORT+l"
+    ),
 ) -> None:
     """Run CMD on N processes per node under torchrun.
 
@@ -44,6 +58,7 @@ def launch(
     """
     from gpulab.distributed.launch import LaunchSpec, launch, local_accelerator
 
+    _check_engine_options(engine, locals())
     spec = LaunchSpec(
         command=list(command or []),
         nproc_per_node=nproc_per_node,
@@ -59,6 +74,12 @@ def launch(
         no_python=no_python,
         log_dir=log_dir,
     )
+    if engine == "tensorflow":
+        from gpulab.distributed.tf_config import DEFAULT_TF_PORT
+        from gpulab.distributed.tf_launch import launch_tf
+
+        launch_tf(spec, hosts, DEFAULT_TF_PORT if base_port is None else base_port)
+        return
     if print_ is None:
         launch(spec)
         return
@@ -67,6 +88,29 @@ def launch(
     # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
     nproc = nproc_per_node or max(local_accelerator()[1], 1)
     typer.echo(render(print_, spec, nproc, job_name=job_name, image=image), nl=False)
+
+
+ENGINES = ("torch", "tensorflow")
+# Options that only one engine's launcher has: (option, parameter name, its default).
+_TORCH_ONLY = (("--rdzv-endpoint", "rdzv_endpoint", None), ("--rdzv-id", "rdzv_id", None),
+               ("--local-addr", "local_addr", None), ("--max-restarts", "max_restarts", 0),
+               ("--print", "print_", None))  # fmt: skip
+_TF_ONLY = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
+
+
+def _check_engine_options(engine: str, given: dict) -> None:
+    """An unknown engine, or an option the chosen engine's launcher lacks, is one line (exit 2)."""
+    from gpulab.errors import LaunchError, choices
+
+    if engine not in ENGINES:
+        raise LaunchError(f"--engine {engine!r} is not one of {choices(ENGINES)}")
+    other = _TORCH_ONLY if engine == "tensorflow" else _TF_ONLY
+    for option, name, default in other:
+        if given[name] != default:
+            raise LaunchError(
+                f"{option} does not apply to --engine {engine} (valid with --engine "
+                f"{'torch' if engine == 'tensorflow' else 'tensorflow'}); drop it"
+            )
 
 
 def register(app: typer.Typer) -> None:

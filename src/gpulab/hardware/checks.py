@@ -9,7 +9,7 @@ from typing import Literal
 from gpulab.hardware import nvml
 from gpulab.hardware.facts import Facts
 
-Status = Literal["ok", "warn", "fail"]
+Status = Literal["ok", "info", "warn", "fail"]  # info: nothing wrong, something to know
 SHM_MIN_BYTES = 1 << 30  # DataLoader workers pass whole batches through /dev/shm; 64 MB dies on images.
 # torch's CUDA wheel variants, oldest first: the fix suggests the newest one the driver can run.
 CUDA_WHEELS = [((11, 8), "cu118"), ((12, 1), "cu121"), ((12, 4), "cu124"), ((12, 6), "cu126"),
@@ -181,26 +181,75 @@ def check_threads(f: Facts) -> Check:
     return Check("threads", "ok", detail)
 
 
+TF_INSTALL = "pip install 'gpulab[tensorflow]' (with NVIDIA GPUs: pip install 'tensorflow[and-cuda]')"
+
+
+def _tf_build(f: Facts) -> str:
+    if not f.tensorflow_cuda_build:
+        return "CPU-only build"
+    return f"CUDA {f.tensorflow_cuda or '?'} / cuDNN {f.tensorflow_cudnn or '?'} build"
+
+
 def check_tensorflow(f: Facts) -> Check:
+    """Installed? Which version and build (tf.sysconfig.get_build_info). Absent is only information."""
+    if f.tensorflow_error is not None:
+        return Check(
+            "tensorflow",
+            "warn",
+            f"TensorFlow is installed but does not import: {f.tensorflow_error}",
+            "pip install --force-reinstall 'gpulab[tensorflow]' (or tensorflow[and-cuda] with GPUs)",
+        )
     if f.tensorflow_version is None:
-        return Check("tensorflow", "ok", "not installed (optional)")
-    if f.tensorflow_gpu_count is None:
-        return Check(
-            "tensorflow",
-            "warn",
-            f"TensorFlow {f.tensorflow_version} does not import",
-            "pip install --force-reinstall tensorflow",
+        return Check("tensorflow", "info", "not installed (needed only for --engine tensorflow)", TF_INSTALL)
+    return Check("tensorflow", "ok", f"TensorFlow {f.tensorflow_version}, {_tf_build(f)}")
+
+
+def check_tensorflow_gpus(f: Facts) -> Check | None:
+    """The GPUs TensorFlow sees against the GPUs torch sees; not shown without a working TensorFlow."""
+    name = "tensorflow-gpus"
+    if f.tensorflow_version is None or f.tensorflow_gpu_count is None:
+        return None
+    tf_n, torch_n = f.tensorflow_gpu_count, f.torch_cuda_count
+    if tf_n == torch_n:
+        seen = (
+            f"TensorFlow and torch both see {tf_n} GPU(s)"
+            if tf_n
+            else "neither TensorFlow nor torch sees a GPU"
         )
-    if f.tensorflow_gpu_count != f.torch_cuda_count:
-        return Check(
-            "tensorflow",
-            "warn",
-            f"TensorFlow {f.tensorflow_version} sees {f.tensorflow_gpu_count} "
-            f"GPU(s), torch sees {f.torch_cuda_count}",
-            "pip install 'tensorflow[and-cuda]'",
+        return Check(name, "ok", seen)
+    detail = f"TensorFlow {f.tensorflow_version} sees {tf_n} GPU(s), torch sees {torch_n}"
+    if tf_n > torch_n:  # torch is the one missing them: its own check says more
+        return Check(name, "warn", detail, _install_fix(f.driver_cuda))
+    if not f.tensorflow_cuda_build:
+        fix = f"pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]=={f.tensorflow_version}'"
+        return Check(name, "warn", f"{detail}: a CPU-only build of TensorFlow", fix)
+    built = f.tensorflow_cuda or "?"
+    try:
+        wanted = tuple(int(x) for x in built.split(".")[:2])
+    except ValueError:
+        wanted = None
+    if wanted and f.driver_cuda and wanted > f.driver_cuda:
+        drv = f"{f.driver_cuda[0]}.{f.driver_cuda[1]}"
+        fix = f"upgrade the NVIDIA driver to one for CUDA {built}+ (this one supports CUDA {drv})"
+    else:  # the wheel's CUDA libraries are missing or do not match: the and-cuda extra pins them
+        fix = (
+            f"pip install 'tensorflow[and-cuda]=={f.tensorflow_version}' (brings the CUDA {built} libraries)"
         )
+    return Check(name, "warn", f"{detail} (built for CUDA {built})", fix)
+
+
+def check_tensorflow_xla(f: Facts) -> Check | None:
+    """XLA (what compile: true uses on TensorFlow) compiled and ran a function; not shown without TF."""
+    if f.tensorflow_version is None:
+        return None
+    if f.tensorflow_xla_error is None:
+        return Check("tensorflow-xla", "ok", "XLA available: tf.function(jit_compile=True) compiled and ran")
     return Check(
-        "tensorflow", "ok", f"TensorFlow {f.tensorflow_version} sees the same {f.torch_cuda_count} GPU(s)"
+        "tensorflow-xla",
+        "warn",
+        f"XLA does not work: {f.tensorflow_xla_error}",
+        "train with compile: false on --engine tensorflow, or "
+        "pip install --force-reinstall 'gpulab[tensorflow]'",
     )
 
 
@@ -225,7 +274,8 @@ def check_compute(f: Facts) -> Check:
     )
 
 
-CHECKS: list[Callable[[Facts], Check]] = [
+# A check returning None does not apply to this machine and is not shown.
+CHECKS: list[Callable[[Facts], Check | None]] = [
     check_torch,
     check_cuda_driver,
     check_visible_devices,
@@ -233,5 +283,7 @@ CHECKS: list[Callable[[Facts], Check]] = [
     check_shm,
     check_threads,
     check_tensorflow,
+    check_tensorflow_gpus,
+    check_tensorflow_xla,
     check_compute,
 ]

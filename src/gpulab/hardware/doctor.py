@@ -36,7 +36,7 @@ class Report:
                     "hip": f.torch_hip,
                     "nccl": f.nccl_version,
                 },
-                "tensorflow": f.tensorflow_version,
+                "tensorflow": _tensorflow_json(f),
                 "nvidia_driver": f.driver_version,
             },
             "devices": [d.to_json() for d in f.devices],
@@ -44,6 +44,21 @@ class Report:
         }
 
 
+def _tensorflow_json(f: Facts) -> dict[str, Any] | None:
+    if f.tensorflow_version is None and f.tensorflow_error is None:
+        return None  # not installed
+    return {
+        "version": f.tensorflow_version,
+        "error": f.tensorflow_error,
+        "cuda_build": f.tensorflow_cuda_build,
+        "cuda": f.tensorflow_cuda,
+        "cudnn": f.tensorflow_cudnn,
+        "gpus": f.tensorflow_gpu_count,
+        "xla": f.tensorflow_version is not None and f.tensorflow_xla_error is None,
+    }
+
+
 def run_doctor(facts: Facts | None = None) -> Report:
     facts = gather_facts() if facts is None else facts
-    return Report(facts, [check(facts) for check in CHECKS])
+    results = (check(facts) for check in CHECKS)
+    return Report(facts, [c for c in results if c is not None])  # None: not applicable, not shown

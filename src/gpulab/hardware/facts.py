@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import shutil
@@ -11,7 +10,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpulab.hardware import devices as dev
-from gpulab.hardware import nvml
+from gpulab.hardware import nvml, tf_probe
 from gpulab.hardware.load import load_average
 
 
@@ -38,8 +37,13 @@ class Facts:
     omp_num_threads: str | None = None
     logical_cores: int = 1
     load_1min: float | None = None  # load average: other processes competing for the cores
-    tensorflow_version: str | None = None
+    tensorflow_version: str | None = None  # None: not installed (or it does not import: tensorflow_error)
+    tensorflow_error: str | None = None  # why TensorFlow does not import, when it does not
+    tensorflow_cuda_build: bool = False
+    tensorflow_cuda: str | None = None  # the CUDA / cuDNN TensorFlow was built for (tf.sysconfig)
+    tensorflow_cudnn: str | None = None
     tensorflow_gpu_count: int | None = None
+    tensorflow_xla_error: str | None = None  # None: an XLA-compiled function ran
     devices: list[dev.DeviceInfo] = field(default_factory=list)
     compute_errors: dict[str, str | None] = field(default_factory=dict)  # device spec -> None when ok
 
@@ -51,15 +55,18 @@ def _shm_size(path: str) -> int | None:
         return None
 
 
-def _tensorflow() -> tuple[str | None, int | None]:
-    if importlib.util.find_spec("tensorflow") is None:
-        return None, None
-    try:
-        import tensorflow as tf
-
-        return tf.__version__, len(tf.config.list_physical_devices("GPU"))
-    except Exception as exc:  # a broken TF install is reported, not fatal
-        return f"broken ({type(exc).__name__})", None
+def _apply_tensorflow(f: Facts, answer: dict | None) -> None:
+    """The TensorFlow probe's answer (tf_probe.py) into the facts; None: not installed."""
+    if answer is None:
+        return
+    if "error" in answer:
+        f.tensorflow_error = answer["error"]
+        return
+    f.tensorflow_version = answer["version"]
+    f.tensorflow_cuda_build = answer["cuda_build"]
+    f.tensorflow_cuda, f.tensorflow_cudnn = answer["cuda"], answer["cudnn"]
+    f.tensorflow_gpu_count = answer["gpus"]
+    f.tensorflow_xla_error = answer["xla_error"]
 
 
 def probe_compute(spec: str) -> str | None:
@@ -88,8 +95,12 @@ def probe_compute(spec: str) -> str | None:
     return None
 
 
-def gather_facts(shm_path: str = "/dev/shm", run_compute: bool = True) -> Facts:
+def gather_facts(
+    shm_path: str = "/dev/shm", run_compute: bool = True, probe_tensorflow: bool = True
+) -> Facts:
     """Read the machine. Never raises: whatever cannot be read stays at its 'absent' value."""
+    # TensorFlow loads in a child process meanwhile (seconds); not probed: reads as not installed
+    tf = tf_probe.start_probe() if probe_tensorflow else None
     ok, reason = nvml.nvml_status()
     f = Facts(
         nvml_available=ok,
@@ -105,7 +116,6 @@ def gather_facts(shm_path: str = "/dev/shm", run_compute: bool = True) -> Facts:
         load_1min=load_average(),
         devices=dev.discover(),
     )
-    f.tensorflow_version, f.tensorflow_gpu_count = _tensorflow()
     f.torch_build = dev.torch_build()
     if f.torch_build != "none":
         import torch
@@ -117,4 +127,5 @@ def gather_facts(shm_path: str = "/dev/shm", run_compute: bool = True) -> Facts:
         f.nccl_version = dev.nccl_version()
         if run_compute:
             f.compute_errors = {d.spec: probe_compute(d.spec) for d in f.devices}
+    _apply_tensorflow(f, tf_probe.collect(tf))
     return f
