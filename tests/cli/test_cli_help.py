@@ -22,6 +22,8 @@ VERBS = [
     "checkpoint",
     "checkpoint inspect",
     "checkpoint export",
+    "export",
+    "infer",
 ]
 
 
@@ -42,6 +44,8 @@ def test_root_help_lists_every_verb_with_its_whole_summary():
         "launch",
         "bench",
         "profile",
+        "export",
+        "infer",
         "checkpoint",
     ]
     assert not any(line.endswith("...") for line in commands), commands
