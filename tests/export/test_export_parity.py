@@ -4,6 +4,7 @@ back in its own runtime and its validation accuracy and top-1 predictions match 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -32,9 +33,8 @@ def _assert_parity(artifact, fmt):
 
 @pytest.mark.parametrize("fmt", ["exported", "torchscript"])
 def test_digits_exports_with_equal_accuracy_and_top1(digits_run, fmt, capsys):
-    with (
-        pytest.warns(GpulabWarning, match="TorchScript is deprecated") if fmt == "torchscript" else _nothing()
-    ):
+    deprecated = fmt == "torchscript"
+    with pytest.warns(GpulabWarning, match="TorchScript is deprecated") if deprecated else nullcontext():
         assert main(["export", str(digits_run), "--format", fmt]) == 0
     assert "parity ok on 360 samples" in capsys.readouterr().out
     _assert_parity(digits_run / "export" / f"digits{SUFFIX[fmt]}", fmt)
@@ -72,9 +72,12 @@ def test_infer_writes_predictions_that_match_the_parity_accuracy(onnx_export, tm
     assert np.load(out)["output"].shape == (7, 10)
 
 
-class _nothing:  # contextlib.nullcontext, spelled so the with-line stays short
-    def __enter__(self):
-        return self
+def test_a_fixed_batch_artifact_pads_the_last_batch(digits_run, tmp_path):
+    from gpulab.export.api import export
+    from gpulab.export.infer import infer
 
-    def __exit__(self, *exc):
-        return False
+    result = export(digits_run, "exported", batch_dim="50", out=tmp_path / "b50.pt2")
+    assert result.info["batch_dim"] == 50 and result.parity["passed"]  # 360 = 7 x 50 + a padded 10
+    assert result.parity["samples"] == 360
+    predicted = infer(result.artifact, recipe_data=True, batch_size=7)  # the artifact's own batch wins
+    assert predicted.samples == 360 and predicted.accuracy == result.parity["accuracy_export"]

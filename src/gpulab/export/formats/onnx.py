@@ -74,6 +74,8 @@ def session(path: Path, cuda: bool = False):
     ort = need("onnxruntime", NAME)
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: its warnings about unused initialisers are noise here
+    # As many threads as torch uses (gpulab bench --threads sets both), so runtimes compare like for like.
+    options.intra_op_num_threads = torch.get_num_threads()
     return ort.InferenceSession(str(path), options, providers=providers(cuda))
 
 
