@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from gpulab.errors import ConfigError, choices
+from gpulab.errors import CheckpointError, ConfigError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
 from gpulab.export.formats.base import DTYPES, Deployable
@@ -78,6 +78,8 @@ def export(
     if precision not in DTYPES:
         raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(DTYPES)}")
     fixed = parse_batch_dim(batch_dim)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such run directory or checkpoint")
     check_engine(path, fmt)
     module = formats.get(fmt)
     module.available()
