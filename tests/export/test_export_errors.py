@@ -59,6 +59,8 @@ def test_engine_format_mismatch(digits_run, tmp_path, capsys):
     (tf_run / "summary.json").write_text(json.dumps({"recipe": "digits", "engine": "tensorflow"}))
     code, err = _run(capsys, "export", str(tf_run), "--format", "onnx")
     assert code == 2 and "trained with the tensorflow engine; valid for it: savedmodel" in err
+    code, err = _run(capsys, "export", str(tf_run), "--format", "savedmodel")
+    assert code == 2 and "format savedmodel is not built yet: it comes with the TensorFlow engine" in err
 
 
 def test_missing_optional_package_names_the_pip_line(digits_run, monkeypatch, capsys):

@@ -72,11 +72,15 @@ def test_infer_writes_predictions_that_match_the_parity_accuracy(onnx_export, tm
     assert np.load(out)["output"].shape == (7, 10)
 
 
-def test_a_fixed_batch_artifact_pads_the_last_batch(digits_run, tmp_path):
+def test_a_checkpoint_directory_and_a_fixed_batch(digits_run, tmp_path):
     from gpulab.export.api import export
     from gpulab.export.infer import infer
 
-    result = export(digits_run, "exported", batch_dim="50", out=tmp_path / "b50.pt2")
+    step = next(
+        (digits_run / "checkpoints").glob("step-*")
+    )  # a checkpoint, not its run: state.pt names the recipe
+    result = export(step, "exported", batch_dim="50", out=tmp_path / "b50.pt2")
+    assert result.info["recipe"] == "digits" and result.info["checkpoint"] == str(step)
     assert result.info["batch_dim"] == 50 and result.parity["passed"]  # 360 = 7 x 50 + a padded 10
     assert result.parity["samples"] == 360
     predicted = infer(result.artifact, recipe_data=True, batch_size=7)  # the artifact's own batch wins

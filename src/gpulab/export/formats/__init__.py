@@ -17,8 +17,11 @@ FORMATS = TORCH_FORMATS + TENSORFLOW_FORMATS
 def get(name: str) -> ModuleType:
     if name not in FORMATS:
         raise ConfigError(f"unknown export format {name!r}; valid: {choices(FORMATS)}")
-    if name not in TORCH_FORMATS:
-        raise ConfigError(f"format {name} is not a torch export format; valid: {choices(TORCH_FORMATS)}")
+    if name not in TORCH_FORMATS:  # a TensorFlow run's format: its exporter comes with that engine
+        raise ConfigError(
+            f"format {name} is not built yet: it comes with the TensorFlow engine; "
+            f"torch runs export as {choices(TORCH_FORMATS)}"
+        )
     return importlib.import_module(f"gpulab.export.formats.{name}")
 
 
