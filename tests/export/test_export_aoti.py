@@ -35,3 +35,9 @@ def test_aoti_package_matches_eager(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "mlp.aoti.pt2.parity.json").read_text())
     assert report["passed"] and report["samples"] == 40
     assert report["max_abs_error"] <= report["tolerance"]["atol"]
+
+
+def test_aoti_out_must_end_in_pt2_before_anything_is_built(digits_run, tmp_path, capsys):
+    assert main(["export", str(digits_run), "--format", "aoti", "--out", str(tmp_path / "m.so")]) == 2
+    err = capsys.readouterr().err
+    assert "format aoti needs a file name ending in .pt2" in err

@@ -73,6 +73,32 @@ def export(
     input_file: str | Path | None = None,
 ) -> ExportResult:
     path = Path(path)
+    module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    source = rebuild(path)
+    inputs, target = (
+        export_data.from_npz(input_file)
+        if input_file
+        else export_data.from_recipe(source.val_data, source.recipe)
+    )
+    artifact = (
+        Path(out) if out else (source.run_dir or Path.cwd()) / "export" / f"{source.recipe}{module.SUFFIX}"
+    )
+    model = Deployable(source.model, precision).eval()
+    example = export_data.example(inputs, fixed or EXAMPLE_BATCH)
+    started = time.perf_counter()
+    with torch.no_grad():
+        facts = module.write(model, example, fixed is None, artifact)
+    info = describe(module, source, precision, fixed, inputs, time.perf_counter() - started) | facts
+    artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
+    report = check_parity(module, artifact, model, inputs, target, precision, fixed)
+    report = {"format": fmt, "runtime": module.RUNTIME, "precision": precision, **report}
+    report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
+    parity_path = parity.write(report, artifact)
+    return ExportResult(artifact, report, parity_path, info)
+
+
+def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
+    """Everything that can be refused without reading the checkpoint: (format module, fixed batch)."""
     if fmt not in formats.FORMATS:
         formats.get(fmt)  # raises: unknown format, with the valid ones
     if precision not in DTYPES:
@@ -83,26 +109,16 @@ def export(
     check_engine(path, fmt)
     module = formats.get(fmt)
     module.available()
-    source = rebuild(path)
-    inputs, target = (
-        export_data.from_npz(input_file)
-        if input_file
-        else export_data.from_recipe(source.val_data, source.recipe)
-    )
-    artifact = (
-        Path(out) if out else (source.run_dir or Path.cwd()) / "export" / f"{source.recipe}{module.SUFFIX}"
-    )
     required = getattr(module, "REQUIRED_SUFFIX", None)
-    if required and not artifact.name.endswith(required):
-        raise ConfigError(f"--out {artifact}: format {fmt} needs a file name ending in {required}")
-    model = Deployable(source.model, precision).eval()
-    example = export_data.example(inputs, fixed or EXAMPLE_BATCH)
-    started = time.perf_counter()
-    with torch.no_grad():
-        facts = module.write(model, example, fixed is None, artifact)
-    export_s = time.perf_counter() - started
-    info = {
-        "format": fmt,
+    if out is not None and required and not Path(out).name.endswith(required):
+        raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
+    return module, fixed
+
+
+def describe(module, source, precision: str, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
+    """``PATH.export.json``: what was exported, from where, how; ``gpulab infer`` reads it back."""
+    return {
+        "format": module.NAME,
         "runtime": module.RUNTIME,
         "recipe": source.recipe,
         "options": source.options,
@@ -114,16 +130,9 @@ def export(
             {"dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]} for x in inputs
         ],
         "torch": torch.__version__,
-        "export_seconds": round(export_s, 3),
+        "export_seconds": round(seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **facts,
     }
-    artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
-    report = check_parity(module, artifact, model, inputs, target, precision, fixed)
-    report = {"format": fmt, "runtime": module.RUNTIME, "precision": precision, **report}
-    report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
-    parity_path = parity.write(report, artifact)
-    return ExportResult(artifact, report, parity_path, info)
 
 
 def check_parity(module, artifact, model, inputs, target, precision: str, fixed: int | None) -> dict:
