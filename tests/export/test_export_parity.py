@@ -70,6 +70,12 @@ def test_infer_writes_predictions_that_match_the_parity_accuracy(onnx_export, tm
     line = capsys.readouterr().out
     assert "7 samples" in line and "accuracy" not in line
     assert np.load(out)["output"].shape == (7, 10)
+    # --runtime cuda where this onnxruntime has no CUDA provider (the CPU wheel): one line, exit 2
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        assert main(["infer", str(onnx_export), "--recipe-data", "--runtime", "cuda"]) == 2
+        assert "no CUDAExecutionProvider; fix: pip install onnxruntime-gpu" in capsys.readouterr().err
 
 
 def test_a_checkpoint_directory_and_a_fixed_batch(digits_run, tmp_path):

@@ -58,6 +58,7 @@ def infer(
         64, "--batch-size", min=1, help="Samples per call (dynamic-batch artifacts)"
     ),
     out: Path = typer.Option(None, "--out", help="Predictions .npz [default: ARTIFACT.predictions.npz]"),
+    runtime: str = typer.Option("cpu", "--runtime", help="cpu|cuda (cuda: ONNX Runtime's CUDA provider)"),
 ) -> None:
     """Run an exported model on inputs; write its predictions.
 
@@ -66,7 +67,14 @@ def infer(
     """
     from gpulab.export.infer import infer as run_infer
 
-    r = run_infer(artifact, input_file=input_file, recipe_data=recipe_data, batch_size=batch_size, out=out)
+    r = run_infer(
+        artifact,
+        input_file=input_file,
+        recipe_data=recipe_data,
+        batch_size=batch_size,
+        out=out,
+        runtime=runtime,
+    )
     acc = f", accuracy {r.accuracy:.2%}" if r.accuracy is not None else ""
     rate = r.samples / r.seconds if r.seconds else float("inf")
     make_console().print(

@@ -40,6 +40,7 @@ def infer(
     recipe_data: bool = False,
     batch_size: int = 64,
     out: str | Path | None = None,
+    runtime: str = "cpu",
 ) -> InferResult:
     artifact = Path(artifact)
     if not artifact.is_file():
@@ -55,7 +56,7 @@ def infer(
         inputs, target = _recipe_data(artifact, sidecar)
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
-    runner = module.load(artifact)
+    runner = _load(module, artifact, runtime)
     started = time.perf_counter()
     output = export_data.run_batched(runner, inputs, fixed or batch_size, fixed is not None)
     seconds = time.perf_counter() - started
@@ -66,6 +67,21 @@ def infer(
     np.savez(out, **arrays)
     acc = parity.accuracy(output, target) if parity.is_classifier(output, target) else None
     return InferResult(out, len(output), seconds, module.RUNTIME, acc)
+
+
+def _load(module, artifact: Path, runtime: str):
+    """``cpu``, or ``cuda``: ONNX Runtime's CUDA execution provider (the only runtime here with a choice)."""
+    if runtime not in ("cpu", "cuda"):
+        raise ConfigError(f"--runtime {runtime!r} is invalid; valid: cpu|cuda")
+    if runtime == "cpu":
+        return module.load(artifact)
+    if module.NAME != "onnx":
+        raise ConfigError(f"--runtime cuda runs ONNX artifacts; {artifact} is {module.NAME} (use cpu)")
+    if "CUDAExecutionProvider" not in module.providers(cuda=True):
+        raise ConfigError(
+            "--runtime cuda: this onnxruntime has no CUDAExecutionProvider; fix: pip install onnxruntime-gpu"
+        )
+    return module.load(artifact, cuda=True)
 
 
 def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
