@@ -22,7 +22,8 @@ def bench(
     quick: bool = typer.Option(
         False,
         "--quick",
-        help="Fewer sizes and steps: about half a minute on a quiet 2-core CPU, minutes on a busy one.",
+        help="Fewer sizes and steps: about a minute on a quiet 2-core CPU (inference's code generation "
+        "included), minutes on a busy one.",
     ),
     device: str = typer.Option("auto", help="auto|cpu|cuda|cuda:N"),
     out: Path = typer.Option(
