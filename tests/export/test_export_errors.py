@@ -41,12 +41,15 @@ def test_tampered_checkpoint_is_refused_before_anything_is_built(digits_run, tmp
     copy = tmp_path / "run"
     shutil.copytree(digits_run, copy, ignore=shutil.ignore_patterns("export"))
     step = next((copy / "checkpoints").glob("step-*"))
+    # An older checkpoint that verifies: export must refuse `latest`, not quietly fall back to it.
+    shutil.copytree(step, copy / "checkpoints" / "step-00000004")
     weights = step / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0xFF  # one flipped byte in a weight: same size, different hash
     weights.write_bytes(bytes(data))
     code, err = _run(capsys, "export", str(copy), "--format", "exported")
     assert code == 2 and "sha256" in err.lower() and err.count("\n") == 0
+    assert step.name in err
     assert not (copy / "export").exists()
 
 
