@@ -74,14 +74,24 @@ def _load(module, artifact: Path, runtime: str):
     if runtime not in ("cpu", "cuda"):
         raise ConfigError(f"--runtime {runtime!r} is invalid; valid: cpu|cuda")
     if runtime == "cpu":
-        return module.load(artifact)
+        return _loaded(module, artifact, cuda=False)
     if module.NAME != "onnx":
         raise ConfigError(f"--runtime cuda runs ONNX artifacts; {artifact} is {module.NAME} (use cpu)")
     if "CUDAExecutionProvider" not in module.providers(cuda=True):
         raise ConfigError(
             "--runtime cuda: this onnxruntime has no CUDAExecutionProvider; fix: pip install onnxruntime-gpu"
         )
-    return module.load(artifact, cuda=True)
+    return _loaded(module, artifact, cuda=True)
+
+
+def _loaded(module, artifact: Path, cuda: bool):
+    """The runtime's own loader; a file it cannot read (truncated, not an export) is one line."""
+    try:
+        return module.load(artifact, cuda=True) if cuda else module.load(artifact)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        why = f"{type(exc).__name__}: {first}"
+        raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
 
 
 def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
