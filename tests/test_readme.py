@@ -105,6 +105,6 @@ def test_pasted_output_matches_a_real_run(argv, pasted, monkeypatch, tmp_path):
 def test_bench_quick_promises_the_same_time_as_its_help():
     _, help_lines = _run(["bench", "--help"])
     quick = " ".join(" ".join(help_lines).split("--quick", 1)[1].split("--device", 1)[0].split())
-    claim = "about half a minute on a quiet 2-core CPU"
+    claim = "about a minute on a quiet 2-core CPU"
     assert claim in quick
     assert claim in " ".join(README.read_text().split())

@@ -69,6 +69,16 @@ class WorkersFailedError(LaunchError):
         self.exit_code = exit_code
 
 
+class MissingPackageError(GpulabError):
+    """An optional package a command needs is not installed; the message carries the pip line."""
+
+
+class ParityError(GpulabError):
+    """An exported model does not compute what the trained model computes: exit 1, with the figures."""
+
+    exit_code = 1
+
+
 class GpulabWarning(UserWarning):
     """Something the user should know that does not stop the run; the CLI prints it as one line."""
 

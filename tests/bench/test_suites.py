@@ -30,8 +30,10 @@ def smoke(tmp_path_factory):
     return doc, out
 
 
-def test_the_registry_holds_the_seven_suites_of_the_issue_each_with_every_profile():
-    assert list(SUITES) == ["matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer"]
+def test_the_registry_holds_the_eight_suites_each_with_every_profile():
+    assert list(SUITES) == [
+        "matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer", "inference"
+    ]  # fmt: skip
     assert tuple(harness.PROFILES) == bench.PROFILE_NAMES
     for name in SUITES:
         module = importlib.import_module(f"gpulab.bench.suites.{name}")
@@ -155,6 +157,22 @@ def test_transfer_without_gpu_says_so(smoke):
 
 
 @pytest.mark.distributed
+def test_inference_times_every_runtime_at_every_batch_and_checks_its_output(smoke):
+    rows = _rows(smoke[0], "inference")
+    runtimes = {r["key"]["runtime"] for r in rows}
+    assert runtimes == {"eager", "exported", "onnxruntime", "torchscript"}
+    assert {(r["key"]["runtime"], r["key"]["batch"]) for r in rows} == {
+        (t, b) for t in runtimes for b in (1, 8)
+    }
+    for r in rows:
+        f = r["figures"]
+        assert f["latency_p50"]["unit"] == "ms" and f["latency_p99"]["value"] >= f["latency_p50"]["low"]
+        assert f["throughput"]["value"] == pytest.approx(
+            r["key"]["batch"] * 1e3 / f["latency_p50"]["value"], rel=0.5
+        )
+        assert r["info"]["max_abs_diff_vs_eager"] < 1e-4  # every runtime computes what eager computes
+
+
 def test_parallel_ddp_over_two_gloo_processes_matches_one_process():
     ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=2, log=print)
     result = parallel.run(ctx)

@@ -23,6 +23,8 @@ VERBS = [
     "checkpoint",
     "checkpoint inspect",
     "checkpoint export",
+    "export",
+    "infer",
 ]
 
 
@@ -44,6 +46,8 @@ def test_root_help_lists_every_verb_with_its_whole_summary():
         "bench",
         "profile",
         "inspect",
+        "export",
+        "infer",
         "checkpoint",
     ]
     assert not any(line.endswith("...") for line in commands), commands

@@ -24,7 +24,7 @@ from gpulab.bench.results import SuiteResult, environment, gpu_readings, new_doc
 from gpulab.errors import ConfigError, GpulabError, choices
 from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
 
-SUITE_NAMES = ("matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer")
+SUITE_NAMES = ("matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer", "inference")
 PROFILE_NAMES = ("full", "quick", "smoke")
 
 

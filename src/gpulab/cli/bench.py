@@ -17,12 +17,13 @@ def bench(
     suites: list[str] = typer.Argument(
         None,
         help="Suites to run, in order (default: all): matmul precision memory accumulate compile parallel "
-        "transfer. Or `compare A.json B.json` to compare two runs.",
+        "transfer inference. Or `compare A.json B.json` to compare two runs.",
     ),
     quick: bool = typer.Option(
         False,
         "--quick",
-        help="Fewer sizes and steps: about half a minute on a quiet 2-core CPU, minutes on a busy one.",
+        help="Fewer sizes and steps: about a minute on a quiet 2-core CPU (inference's code generation "
+        "included), minutes on a busy one.",
     ),
     device: str = typer.Option("auto", help="auto|cpu|cuda|cuda:N"),
     out: Path = typer.Option(
@@ -45,7 +46,7 @@ def bench(
 ) -> None:
     """Benchmark this machine, one suite after another.
 
-    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer.
+    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer, inference runtimes.
 
     Writes OUT/results.json (every figure with its repeats and spread, and the environment), a PNG per
     suite and OUT/report.html (self-contained). `gpulab bench compare A.json B.json` exits 1 when B has

@@ -1,0 +1,152 @@
+"""``export``: a trained run -> an artifact in one format, loaded back in its own runtime and checked
+against the eager model (``parity.py``) on the recipe's validation set or a given ``.npz``.
+
+Order matters: the format, the engine and the optional packages are checked, then the checkpoint is
+verified, and only then is a model built or a file written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.errors import CheckpointError, ConfigError, choices
+from gpulab.export import data as export_data
+from gpulab.export import formats, parity
+from gpulab.export.formats.base import DTYPES, Deployable
+from gpulab.export.rebuild import rebuild, run_engine
+
+EXAMPLE_BATCH = 2  # torch.export specialises a size-1 dimension; 2 keeps the batch symbolic
+PARITY_BATCH = 64
+SIDECAR = ".export.json"
+
+
+@dataclass
+class ExportResult:
+    artifact: Path
+    parity: dict[str, Any]
+    parity_path: Path
+    info: dict[str, Any]
+
+
+def parse_batch_dim(value: str | int) -> int | None:
+    """``dynamic`` -> None; a positive integer -> a fixed batch."""
+    if str(value) == "dynamic":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"--batch-dim {value!r} is invalid; valid: dynamic or a positive integer")
+    return n
+
+
+def check_engine(path: Path, fmt: str) -> None:
+    """A TensorFlow run exports as savedmodel only, a torch run as a torch format only: one line each."""
+    engine = run_engine(path) if path.is_dir() else "torch"
+    if fmt in formats.TENSORFLOW_FORMATS and engine != "tensorflow":
+        raise ConfigError(
+            f"format {fmt} needs a TensorFlow-engine run and {path} was trained with the {engine} engine; "
+            f"valid for it: {choices(formats.TORCH_FORMATS)}"
+        )
+    if fmt in formats.TORCH_FORMATS and engine != "torch":
+        raise ConfigError(
+            f"format {fmt} exports a torch model and {path} was trained with the {engine} engine; "
+            f"valid for it: {choices(formats.TENSORFLOW_FORMATS)}"
+        )
+
+
+def export(
+    path: str | Path,
+    fmt: str,
+    *,
+    out: str | Path | None = None,
+    batch_dim: str | int = "dynamic",
+    precision: str = "fp32",
+    input_file: str | Path | None = None,
+) -> ExportResult:
+    path = Path(path)
+    module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    source = rebuild(path)
+    inputs, target = (
+        export_data.from_npz(input_file)
+        if input_file
+        else export_data.from_recipe(source.val_data, source.recipe)
+    )
+    artifact = (
+        Path(out) if out else (source.run_dir or Path.cwd()) / "export" / f"{source.recipe}{module.SUFFIX}"
+    )
+    model = Deployable(source.model, precision).eval()
+    example = export_data.example(inputs, fixed or EXAMPLE_BATCH)
+    started = time.perf_counter()
+    with torch.no_grad():
+        facts = module.write(model, example, fixed is None, artifact)
+    info = describe(module, source, precision, fixed, inputs, time.perf_counter() - started) | facts
+    artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
+    report = check_parity(module, artifact, model, inputs, target, precision, fixed)
+    report = {"format": fmt, "runtime": module.RUNTIME, "precision": precision, **report}
+    report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
+    parity_path = parity.write(report, artifact)
+    return ExportResult(artifact, report, parity_path, info)
+
+
+def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
+    """Everything that can be refused without reading the checkpoint: (format module, fixed batch)."""
+    if fmt not in formats.FORMATS:
+        formats.get(fmt)  # raises: unknown format, with the valid ones
+    if precision not in DTYPES:
+        raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(DTYPES)}")
+    fixed = parse_batch_dim(batch_dim)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such run directory or checkpoint")
+    check_engine(path, fmt)
+    module = formats.get(fmt)
+    module.available()
+    required = getattr(module, "REQUIRED_SUFFIX", None)
+    if out is not None and required and not Path(out).name.endswith(required):
+        raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
+    return module, fixed
+
+
+def describe(module, source, precision: str, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
+    """``PATH.export.json``: what was exported, from where, how; ``gpulab infer`` reads it back."""
+    return {
+        "format": module.NAME,
+        "runtime": module.RUNTIME,
+        "recipe": source.recipe,
+        "options": source.options,
+        "checkpoint": str(source.checkpoint),
+        "step": source.step,
+        "precision": precision,
+        "batch_dim": "dynamic" if fixed is None else fixed,
+        "inputs": [
+            {"dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]} for x in inputs
+        ],
+        "torch": torch.__version__,
+        "export_seconds": round(seconds, 3),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def check_parity(module, artifact, model, inputs, target, precision: str, fixed: int | None) -> dict:
+    """The artifact loaded back in its own runtime against the eager model, batch for batch."""
+    size = fixed or PARITY_BATCH
+    eager = export_data.run_batched(model, inputs, size, fixed is not None)
+    runner = module.load(artifact)
+    got = export_data.run_batched(runner, inputs, size, fixed is not None)
+    return parity.compare(eager, got, target, precision)
+
+
+def read_sidecar(artifact: Path) -> dict[str, Any]:
+    path = artifact.with_name(artifact.name + SIDECAR)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,26 @@
+"""``exported``: a ``torch.export`` ExportedProgram saved as ``.pt2``, run back with ``torch.export.load``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gpulab.export.formats.base import Runner, export_program, output_path
+
+NAME, SUFFIX, RUNTIME = "exported", ".pt2", "torch.export ExportedProgram"
+
+
+def available() -> None:
+    return None
+
+
+def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
+    program = export_program(model, example, dynamic, NAME)
+    torch.export.save(program, output_path(out))
+    return {}
+
+
+def load(path: Path) -> Runner:
+    module = torch.export.load(path).module()
+    return lambda *inputs: module(*inputs)

@@ -1,0 +1,105 @@
+"""``infer``: a batch of inputs through an exported artifact, in the artifact's own runtime; predictions
+written as ``.npz`` (``output``, and ``top1`` for class scores)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpulab.errors import ConfigError, DataError, choices
+from gpulab.export import data as export_data
+from gpulab.export import formats, parity
+from gpulab.export.api import read_sidecar
+
+
+@dataclass
+class InferResult:
+    predictions: Path
+    samples: int
+    seconds: float
+    runtime: str
+    accuracy: float | None
+
+
+def artifact_format(artifact: Path, sidecar: dict[str, Any]) -> str:
+    fmt = sidecar.get("format") or formats.by_suffix(artifact.name)
+    if fmt is None:
+        suffixes = choices(formats.get(n).SUFFIX for n in formats.TORCH_FORMATS)
+        raise ConfigError(f"{artifact}: cannot tell its format; gpulab export writes {suffixes}")
+    return fmt
+
+
+def infer(
+    artifact: str | Path,
+    *,
+    input_file: str | Path | None = None,
+    recipe_data: bool = False,
+    batch_size: int = 64,
+    out: str | Path | None = None,
+    runtime: str = "cpu",
+) -> InferResult:
+    artifact = Path(artifact)
+    if not artifact.is_file():
+        raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
+    if (input_file is None) == (not recipe_data):
+        raise ConfigError("give exactly one of --input FILE.npz and --recipe-data")
+    sidecar = read_sidecar(artifact)
+    module = formats.get(artifact_format(artifact, sidecar))
+    module.available()
+    if input_file is not None:
+        inputs, target = export_data.from_npz(input_file)
+    else:
+        inputs, target = _recipe_data(artifact, sidecar)
+    fixed = sidecar.get("batch_dim")
+    fixed = fixed if isinstance(fixed, int) else None
+    runner = _load(module, artifact, runtime)
+    started = time.perf_counter()
+    output = export_data.run_batched(runner, inputs, fixed or batch_size, fixed is not None)
+    seconds = time.perf_counter() - started
+    arrays = {"output": output.numpy()}
+    if output.dim() >= 2:
+        arrays["top1"] = output.argmax(-1).numpy()
+    out = Path(out) if out else artifact.with_name(artifact.name + ".predictions.npz")
+    np.savez(out, **arrays)
+    acc = parity.accuracy(output, target) if parity.is_classifier(output, target) else None
+    return InferResult(out, len(output), seconds, module.RUNTIME, acc)
+
+
+def _load(module, artifact: Path, runtime: str):
+    """``cpu``, or ``cuda``: ONNX Runtime's CUDA execution provider (the only runtime here with a choice)."""
+    if runtime not in ("cpu", "cuda"):
+        raise ConfigError(f"--runtime {runtime!r} is invalid; valid: cpu|cuda")
+    if runtime == "cpu":
+        return _loaded(module, artifact, cuda=False)
+    if module.NAME != "onnx":
+        raise ConfigError(f"--runtime cuda runs ONNX artifacts; {artifact} is {module.NAME} (use cpu)")
+    if "CUDAExecutionProvider" not in module.providers(cuda=True):
+        raise ConfigError(
+            "--runtime cuda: this onnxruntime has no CUDAExecutionProvider; fix: pip install onnxruntime-gpu"
+        )
+    return _loaded(module, artifact, cuda=True)
+
+
+def _loaded(module, artifact: Path, cuda: bool):
+    """The runtime's own loader; a file it cannot read (truncated, not an export) is one line."""
+    try:
+        return module.load(artifact, cuda=True) if cuda else module.load(artifact)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        why = f"{type(exc).__name__}: {first}"
+        raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
+
+
+def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
+    from gpulab.train.recipes.base import load_recipe
+
+    if not sidecar.get("recipe"):
+        raise DataError(
+            f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
+        )
+    recipe = load_recipe(sidecar["recipe"], sidecar.get("options") or {})
+    return export_data.from_recipe(recipe.val_data, sidecar["recipe"])

@@ -1,0 +1,123 @@
+"""The trained model again, from a run directory or a checkpoint: recipe + options from the checkpoint's
+own record (``state.pt``'s ``trajectory``, else the run's ``summary.json``), weights from
+``model.safetensors``.
+
+The checkpoint's MANIFEST is verified before anything is built; a tampered or truncated checkpoint is
+refused, never replaced by an older one without saying so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from gpulab.errors import CheckpointError, ConfigError
+
+SUMMARY_FILE = "summary.json"  # as train/run.py writes it (not imported: that would pull in the Trainer)
+
+
+@dataclass
+class Source:
+    """A rebuilt model in eval mode, and where it came from."""
+
+    model: nn.Module
+    recipe: str
+    options: dict[str, Any]
+    checkpoint: Path
+    step: int | None
+    run_dir: Path | None
+    engine: str
+    val_data: Any
+
+
+def run_summary(path: Path) -> dict[str, Any] | None:
+    """``PATH/summary.json`` as a dict, or None where the path is not a finished run directory."""
+    try:
+        summary = json.loads((path / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def run_engine(path: Path) -> str:
+    """``torch`` or ``tensorflow``: what trained the run (summary.json's ``engine``; torch if none)."""
+    summary = run_summary(path) if path.is_dir() else None
+    return str((summary or {}).get("engine") or "torch")
+
+
+def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
+    """(checkpoint directory or root, run directory or None) for what the user named."""
+    summary = run_summary(path)
+    if summary is None and not (path / "checkpoints").is_dir():
+        return path, None  # a checkpoint directory or a checkpoints root
+    configured = (summary or {}).get("config", {}).get("checkpoint_dir")
+    root = Path(configured) if configured else path / "checkpoints"
+    if not root.is_dir() or not any(p.name.startswith("step-") for p in root.iterdir()):
+        raise CheckpointError(
+            f"{path}: run directory with no checkpoint under {root} (it was trained with checkpoints off?); "
+            "train with checkpoints on (the default) or name a checkpoint directory"
+        )
+    return root, path
+
+
+def verified_checkpoint(path: Path):
+    """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
+    from gpulab.train.checkpoint import read_verified_checkpoint
+    from gpulab.train.checkpoint_io import verify_manifest
+    from gpulab.train.checkpoint_read import locate
+
+    # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
+    # silently exporting an older step.
+    directory, verified = locate(path, verify_latest=False)
+    if not verified:
+        verify_manifest(directory)
+    ckpt = read_verified_checkpoint(directory)
+    if ckpt.layout != "full":
+        raise CheckpointError(
+            f"{directory} holds a sharded (FSDP) model; export reads a full model.safetensors: resume it "
+            "with one process (strategy single) and save, or export from a non-sharded run"
+        )
+    return ckpt
+
+
+def recipe_of(ckpt, run_dir: Path | None) -> tuple[str, dict[str, Any]]:
+    trajectory = ckpt.state.get("trajectory") or {}
+    if trajectory.get("recipe"):
+        return str(trajectory["recipe"]), dict(trajectory.get("options") or {})
+    summary = run_summary(run_dir) if run_dir else None
+    if summary and summary.get("recipe"):
+        return str(summary["recipe"]), dict(summary.get("config", {}).get("options") or {})
+    raise ConfigError(
+        f"{ckpt.path}: the checkpoint does not record its recipe (it was not written by `gpulab train`); "
+        "export the run directory whose summary.json names it"
+    )
+
+
+def rebuild(path: str | Path) -> Source:
+    """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights."""
+    from gpulab.train.checkpoint import apply_model_state
+    from gpulab.train.recipes.base import load_recipe
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such run directory or checkpoint")
+    root, run_dir = checkpoint_root(path)
+    ckpt = verified_checkpoint(root)
+    name, options = recipe_of(ckpt, run_dir)
+    recipe = load_recipe(name, options)
+    apply_model_state(recipe.model, ckpt.model_state)
+    recipe.model.eval()  # dropout off: an export computes inference
+    return Source(
+        model=recipe.model,
+        recipe=name,
+        options=options,
+        checkpoint=ckpt.path,
+        step=ckpt.meta.get("step"),
+        run_dir=run_dir,
+        engine=run_engine(run_dir) if run_dir else "torch",
+        val_data=recipe.val_data,
+    )
