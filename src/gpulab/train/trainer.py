@@ -47,6 +47,12 @@ from gpulab.runtime.memory import (
     synchronize,
 )
 from gpulab.runtime.memory_estimate import holds_shards
+from gpulab.runtime.memory_format import (
+    channels_last_batch,
+    has_conv2d,
+    resolve_channels_last,
+    to_channels_last,
+)
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
@@ -135,6 +141,7 @@ class Trainer:
         s, rt = self.settings, self.runtime
         rt.seed_everything(s.seed, s.deterministic)
         apply_activation_checkpointing(model, s.activation_checkpointing)
+        self._setup_channels_last(model)
         self.model, self.optimizer = rt.setup(model, optimizer)
         self.forward = (
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
@@ -173,6 +180,17 @@ class Trainer:
             self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         return train, val
+
+    def _setup_channels_last(self, model: nn.Module) -> None:
+        """Convert the model now (before the optimizer holds its parameters) and each 4-D input batch in
+        the loop; say what was chosen, in summary.json and in one line for a conv net."""
+        on, why = resolve_channels_last(self.settings.channels_last, model, self.runtime.device)
+        self._channels_last = on
+        self.extras["channels_last"] = why
+        if on:
+            to_channels_last(model)
+        if on or has_conv2d(model):
+            self.runtime.print(f"channels_last: {why}")
 
     def _loop(self, train, val) -> FitResult:
         """Epochs of steps, validation at each epoch end (and at the last step), checkpoints, result."""
@@ -219,6 +237,8 @@ class Trainer:
         start = state.batch_in_epoch
         for batch in batches:
             batch = check_batch(batch)
+            if self._channels_last:
+                batch = channels_last_batch(batch)
             loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
             state.batch_in_epoch += 1
@@ -303,6 +323,8 @@ class Trainer:
         loss, correct, count = Mean(), None, 0
         for batch in val:
             batch = check_batch(batch)
+            if self._channels_last:
+                batch = channels_last_batch(batch)
             with rt.autocast():
                 out = call_model(self.forward, batch)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
