@@ -343,13 +343,22 @@ def test_a_tuple_whose_inputs_go_positionally_into_optional_parameters_says_to_u
     assert isinstance(info.value.__cause__, AttributeError)
 
 
-def test_an_error_from_a_model_whose_inputs_bind_to_required_parameters_stands():
+@pytest.mark.parametrize(("signature", "error"), [("required", AttributeError), ("optional", ValueError)])
+def test_the_models_own_error_stands_when_the_binding_is_not_the_likely_cause(signature, error):
+    """Inputs bound to required parameters, or a shape/value error (more often the model's own bug)."""
+
     class TwoInputs(nn.Linear):
-        def forward(self, x, y):
-            raise ValueError("a bug in the model")
+        if signature == "required":
+
+            def forward(self, x, y):
+                raise error("a bug in the model")
+        else:
+
+            def forward(self, x, y=None):
+                raise error("a bug in the model")
 
     data = (torch.zeros(8, 3), torch.zeros(8, 3), torch.zeros(8))
-    with pytest.raises(ValueError, match="a bug in the model"):
+    with pytest.raises(error, match="a bug in the model"):
         _trainer(epochs=1).fit(
             TwoInputs(3, 1), data, loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
         )

@@ -73,7 +73,9 @@ def call_model(forward: Callable, batch: Any) -> Any:
         return forward(*args, **kwargs)
     except Exception as exc:
         hint = _mismatch(forward, args, kwargs) if isinstance(exc, TypeError) else None
-        if hint is None and len(args) >= 2 and isinstance(exc, (TypeError, ValueError, AttributeError)):
+        # A misbound argument fails as a wrong type (a Tensor where a cache object belongs); shape and
+        # value errors are more often the model's own, and keep their traceback.
+        if hint is None and len(args) >= 2 and isinstance(exc, (TypeError, AttributeError)):
             hint = _positional_hint(forward, args, exc)
         if hint is None:  # the arguments fit: the error came from inside the model
             raise
@@ -136,7 +138,7 @@ def _positional_hint(forward: Callable, args: tuple, exc: Exception) -> str | No
         f"{name}.forward failed ({type(exc).__name__}: {first}) with the batch's {len(args)} inputs passed "
         f"positionally as ({', '.join(bound)}); if they are meant as other arguments, make each batch a "
         "dict naming them (e.g. {'input_ids': ..., 'attention_mask': ..., 'labels': ...}), passed as "
-        "keyword arguments"
+        "keyword arguments (--debug shows the model's traceback)"
     )
 
 
