@@ -23,13 +23,13 @@ run: $(BASE)
 	$(VENV)/bin/gpulab train digits --out runs/digits --overwrite
 
 test: $(DEV)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(PY) -m pytest -q
 
 lint: $(DEV)
-	$(VENV)/bin/ruff check --fix src tests benchmarks
-	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks examples
+	$(VENV)/bin/ruff format src tests benchmarks examples
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

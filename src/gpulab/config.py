@@ -98,6 +98,11 @@ class TrainerSettings(Settings):
         None, description="torch.compile mode: default|reduce-overhead|max-autotune"
     )
     compile_backend: str = Field("inductor", description="torch.compile backend (inductor, aot_eager, ...)")
+    channels_last: bool | Literal["auto"] = Field(
+        "auto",
+        description="model and 4-D inputs in the NHWC memory format; auto: on for conv nets on CUDA, "
+        "off on a CPU (not known to be faster there)",
+    )
     activation_checkpointing: list[str] = Field(
         default_factory=list,
         description="module class names (one name or a list) whose activations are recomputed in backward",

@@ -295,3 +295,70 @@ def test_a_type_error_inside_forward_is_not_blamed_on_the_batch():
 
     with pytest.raises(TypeError, match="has no len"):
         _trainer(epochs=1).fit(Broken(), _columns(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+
+
+class KwargsTagger(TinyTagger):
+    """A forward that also takes ``**kwargs``, as Hugging Face models' do: a misspelt key vanishes there."""
+
+    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs):
+        return super().forward(input_ids, attention_mask, labels)
+
+
+def test_a_key_swallowed_by_forwards_kwargs_is_named_with_the_nearest_parameter():
+    data = _columns()
+    data["lables"] = data.pop("labels")  # the typo: no labels, so no loss, and no error from the call
+    with pytest.raises(ConfigError) as info:
+        _trainer(epochs=1).fit(KwargsTagger(), data, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    message = str(info.value)
+    assert message.startswith("no loss: loss_fn is None")
+    assert "keys ['lables'] are not named parameters of KwargsTagger.forward" in message
+    assert "'lables' -> 'labels'?" in message and "\n" not in message
+
+
+class PastTagger(TinyTagger):
+    """A Hugging Face-like order: the second positional parameter is not the mask."""
+
+    def forward(self, input_ids, past_key_values=None, attention_mask=None, labels=None):
+        if past_key_values is not None:
+            past_key_values.get_seq_length()  # a Tensor has no such method: transformers' error
+        return super().forward(input_ids, attention_mask, labels)
+
+
+def test_a_tuple_whose_inputs_go_positionally_into_optional_parameters_says_to_use_a_dict():
+    c = _columns()
+    data = (c["input_ids"], c["attention_mask"], c["labels"])  # the mask lands in past_key_values
+    with pytest.raises(DataError) as info:
+        _trainer(epochs=1).fit(
+            PastTagger(),
+            data,
+            loss_fn=lambda out, y: out.logits.sum(),
+            optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        )
+    message = str(info.value)
+    assert "PastTagger.forward failed (AttributeError:" in message
+    assert (
+        "passed positionally as (input_ids, past_key_values)" in message
+        and "make each batch a dict" in message
+    )
+    assert isinstance(info.value.__cause__, AttributeError)
+
+
+@pytest.mark.parametrize(("signature", "error"), [("required", AttributeError), ("optional", ValueError)])
+def test_the_models_own_error_stands_when_the_binding_is_not_the_likely_cause(signature, error):
+    """Inputs bound to required parameters, or a shape/value error (more often the model's own bug)."""
+
+    class TwoInputs(nn.Linear):
+        if signature == "required":
+
+            def forward(self, x, y):
+                raise error("a bug in the model")
+        else:
+
+            def forward(self, x, y=None):
+                raise error("a bug in the model")
+
+    data = (torch.zeros(8, 3), torch.zeros(8, 3), torch.zeros(8))
+    with pytest.raises(error, match="a bug in the model"):
+        _trainer(epochs=1).fit(
+            TwoInputs(3, 1), data, loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+        )

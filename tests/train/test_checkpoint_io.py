@@ -458,3 +458,32 @@ def test_export_weights_writes_the_verified_safetensors(tmp_path):
     with pytest.raises(CheckpointError):
         export_weights(tmp_path / "ck" / "step-00000001", tmp_path / "again.safetensors")
     assert not (tmp_path / "again.safetensors").exists()
+
+
+def test_extra_files_go_beside_the_weights_inside_the_manifest_and_bad_names_are_refused(tmp_path):
+    model = _model()
+    state = {"rng": capture_rng()}
+    path = save_checkpoint(
+        tmp_path,
+        step=1,
+        model_state=model.state_dict(),
+        state=state,
+        meta={},
+        extra_files={"config.json": b"{}"},
+    )
+    assert (path / "config.json").read_bytes() == b"{}"
+    assert "config.json" in json.loads((path / "MANIFEST.json").read_text())["files"]
+    (path / "config.json").write_bytes(b'{"n_layer": 99}')  # tampered: the manifest catches it
+    with pytest.raises(CheckpointError, match="config.json"):
+        load_checkpoint(path)
+    for name, data in (("state.pt", b""), ("../x", b""), ("ok.json", "text")):
+        with pytest.raises(CheckpointError, match="extra file"):
+            save_checkpoint(
+                tmp_path,
+                step=2,
+                model_state=model.state_dict(),
+                state=state,
+                meta={},
+                extra_files={name: data},
+            )
+    assert not (tmp_path / "step-00000002").exists()

@@ -3,6 +3,7 @@ falls back to eager with a RuntimeWarning and keeps training, an unknown backend
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import pytest
@@ -96,3 +97,34 @@ def test_failing_backend_falls_back_with_a_warning_and_trains():
 def test_unknown_backend_is_a_config_error():
     with pytest.raises(ConfigError, match="no_such_backend"):
         _fit(compile=True, compile_backend="no_such_backend")
+
+
+SLOW_BACKEND, COMPILE_S = "gpulab_test_slow", 0.5
+
+
+def _slow_backend(gm, example_inputs):
+    time.sleep(COMPILE_S)  # a compilation that costs wall time, as inductor's does (seconds)
+    return gm.forward
+
+
+if SLOW_BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(name=SLOW_BACKEND)(_slow_backend)
+
+
+def test_a_recompile_at_the_first_validation_is_counted_and_left_out_of_samples_per_s():
+    x, y = _regression()
+    trainer = Trainer(
+        device="cpu", precision="fp32", batch_size=32, epochs=2, progress=False, mfu=False,
+        compile=True, compile_backend=SLOW_BACKEND,
+    )  # fmt: skip
+    result = trainer.fit(  # 8 steps, a validation after each epoch
+        _model(), (x, y), val_data=(x[:64], y[:64]), loss_fn=F.mse_loss,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
+    )  # fmt: skip
+    report = result.extras["compile"]
+    assert report["recompiles"] >= 1  # eval() + inference_mode fail the training graph's guards
+    assert report["recompile_seconds_excluded"] >= COMPILE_S * report["recompiles"]
+    timed = 2 * len(x) - 32  # the first step (the first compile) is never timed
+    working = result.train_seconds - report["recompile_seconds_excluded"]
+    assert result.samples_per_s == pytest.approx(timed / working, rel=0.05)
+    assert result.samples_per_s > 2 * timed / result.train_seconds  # what it was with the recompile in

@@ -39,6 +39,7 @@ from gpulab.train.checkpoint_io import (
     step_dir_name,
     step_of,
     verify_manifest,
+    write_bytes_durably,
 )
 from gpulab.train.checkpoint_read import (
     check_weights_header,
@@ -50,6 +51,7 @@ from gpulab.train.checkpoint_read import (
     step_dirs,
 )
 from gpulab.train.checkpoint_save import (
+    check_extra_files,
     check_save_args,
     commit_checkpoint,
     disk_full_as_error,
@@ -97,15 +99,19 @@ def save_checkpoint(
     meta: dict[str, Any],
     keep_last: int | None = None,
     keep_best: tuple[str, str] | None = None,
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write ``ROOT/step-{step:08d}/`` atomically, then point ``ROOT/latest`` at it, then prune.
 
     ``state`` must hold ``state["rng"] = capture_rng()``. ``keep_last`` keeps that many newest
     checkpoints; ``keep_best=(metric, "min"|"max")`` also keeps the best by ``meta["metrics"][metric]``.
-    Everything is validated before the first byte is written; errors are ``CheckpointError``.
+    ``extra_files`` (name -> bytes) go beside the weights, inside the manifest (a Hugging Face
+    ``config.json``). Everything is validated before the first byte is written; errors are
+    ``CheckpointError``.
     """
     root = Path(root)
     check_save_args(step, state, keep_last, keep_best)
+    extra_files = check_extra_files(extra_files or {})
     tensors = weights_for_file(model_state)
     meta_json = meta_bytes(step, state, meta)
     name = step_dir_name(step)
@@ -117,6 +123,8 @@ def save_checkpoint(
         try:
             tmp.mkdir()
             save_weights(tensors, tmp / WEIGHTS)
+            for file_name, data in extra_files.items():
+                write_bytes_durably(tmp / file_name, data)
         except BaseException:
             remove_path(tmp)
             raise

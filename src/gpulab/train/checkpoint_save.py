@@ -20,9 +20,11 @@ from safetensors.torch import save_file
 from gpulab.errors import CheckpointError, choices
 from gpulab.train.checkpoint_io import (
     LATEST,
+    MANIFEST,
     META,
     STATE,
     TMP_PREFIX,
+    WEIGHTS,
     fsync_dir,
     fsync_file,
     is_complete,
@@ -55,6 +57,18 @@ def check_save_args(step: Any, state: Any, keep_last: Any, keep_best: Any) -> No
     if "rng" not in state:
         raise CheckpointError("state has no 'rng' entry: pass state['rng'] = capture_rng() for exact resume")
     validate_rng(state["rng"], strict_cuda=False)
+
+
+def check_extra_files(files: Any) -> dict[str, bytes]:
+    """``files`` (name -> bytes) if each may go beside the weights: a plain name that is not one of the
+    checkpoint's own files."""
+    own = (WEIGHTS, STATE, META, MANIFEST)
+    for name, data in files.items():
+        if not isinstance(name, str) or name in own or "/" in name or name.startswith(".") or not name:
+            raise CheckpointError(f"extra file {name!r}: expected a plain name other than {choices(own)}")
+        if not isinstance(data, bytes):
+            raise CheckpointError(f"extra file {name!r}: expected bytes, got {type(data).__name__}")
+    return dict(files)
 
 
 def meta_bytes(step: int, state: dict[str, Any], meta: dict[str, Any]) -> bytes:

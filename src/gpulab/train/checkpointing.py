@@ -28,6 +28,7 @@ from gpulab.train.checkpoint import (
 )
 from gpulab.train.checkpoint_io import LATEST
 from gpulab.train.checkpoint_read import step_dirs
+from gpulab.train.checkpoint_state import pretrained_files
 from gpulab.train.resume_locate import locate_for_resume
 from gpulab.train.rng_state import capture_rng, validate_rng
 
@@ -173,6 +174,7 @@ class _FullLayout:
         strategy = trainer.runtime.strategy
         payload = {**payload, "optimizer": strategy.optimizer_state_dict(trainer.model, trainer.optimizer)}
         model_state = strategy.model_state_dict(trainer.model)
+        extra_files = pretrained_files(strategy.unwrap(trainer.model))  # a Hugging Face config.json
         step = trainer.state.global_step
         return strategy.run_on_rank_zero(
             lambda: save_checkpoint(
@@ -183,6 +185,7 @@ class _FullLayout:
                 meta=meta,
                 keep_last=ckpt.keep_last,
                 keep_best=ckpt.keep_best,
+                extra_files=extra_files,
             ),
             name=f"checkpoint step {step}: rank 0 writes",
         )

@@ -71,16 +71,19 @@ def call_model(forward: Callable, batch: Any) -> Any:
         args, kwargs = (), _as_mapping(batch)
     try:
         return forward(*args, **kwargs)
-    except TypeError as exc:
-        mismatch = _mismatch(forward, args, kwargs)
-        if mismatch is None:  # the arguments fit: the TypeError came from inside the model
+    except Exception as exc:
+        hint = _mismatch(forward, args, kwargs) if isinstance(exc, TypeError) else None
+        # A misbound argument fails as a wrong type (a Tensor where a cache object belongs); shape and
+        # value errors are more often the model's own, and keep their traceback.
+        if hint is None and len(args) >= 2 and isinstance(exc, (TypeError, AttributeError)):
+            hint = _positional_hint(forward, args, exc)
+        if hint is None:  # the arguments fit: the error came from inside the model
             raise
-        raise DataError(mismatch) from exc
+        raise DataError(hint) from exc
 
 
-def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | None:
-    """Why ``args``/``kwargs`` cannot bind to the user's ``forward``, or None when they can (or when
-    there is no signature to read)."""
+def _signature_of(forward: Callable) -> tuple[str, inspect.Signature] | None:
+    """(the model's class name, its ``forward``'s signature), looking through DDP/compile wrappers."""
     from torch import nn
 
     from gpulab.runtime.memory_estimate import unwrap_module
@@ -91,16 +94,75 @@ def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | N
         signature = inspect.signature(target)
     except (TypeError, ValueError):
         return None
+    name = type(module).__name__ if isinstance(module, nn.Module) else getattr(target, "__name__", "")
+    return name, signature
+
+
+def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | None:
+    """Why ``args``/``kwargs`` cannot bind to the user's ``forward``, or None when they can (or when
+    there is no signature to read)."""
+    found = _signature_of(forward)
+    if found is None:
+        return None
+    name, signature = found
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:
-        name = type(module).__name__ if isinstance(module, nn.Module) else getattr(target, "__name__", "")
         given = f"keys {list(kwargs)}" if kwargs else f"{len(args)} input(s) (the last item is the target)"
         return (
             f"the batch ({given}) does not fit {name}.forward{signature}: {exc}; make each batch hold "
             "exactly forward's arguments (a dict is passed as keyword arguments)"
         )
     return None
+
+
+def _positional_hint(forward: Callable, args: tuple, exc: Exception) -> str | None:
+    """For a tuple batch whose second or later input went positionally into an optional parameter of
+    ``forward`` (a Hugging Face model's ``(input_ids, past_key_values, ...)``) and the call failed: the
+    binding, the error, and the dict batch that names each argument. None when the inputs bound to
+    required parameters (then the model's own error stands)."""
+    found = _signature_of(forward)
+    if found is None:
+        return None
+    name, signature = found
+    try:
+        bound = list(signature.bind_partial(*args).arguments)
+    except TypeError:
+        return None
+    params = signature.parameters
+    optional = [n for n in bound[1:] if params[n].default is not inspect.Parameter.empty]
+    if not optional:
+        return None
+    first = (str(exc).splitlines() or [""])[0][:160]
+    return (
+        f"{name}.forward failed ({type(exc).__name__}: {first}) with the batch's {len(args)} inputs passed "
+        f"positionally as ({', '.join(bound)}); if they are meant as other arguments, make each batch a "
+        "dict naming them (e.g. {'input_ids': ..., 'attention_mask': ..., 'labels': ...}), passed as "
+        "keyword arguments (--debug shows the model's traceback)"
+    )
+
+
+def _swallowed_keys(forward: Callable, batch: Any) -> str:
+    """For a dict batch given to a ``forward(..., **kwargs)``: the keys that are none of its named
+    parameters (a typo such as ``lables`` vanishes into ``**kwargs``), with the nearest names; or ''."""
+    import difflib
+
+    kwargs, found = _as_mapping(batch), _signature_of(forward)
+    if not kwargs or found is None:
+        return ""
+    name, signature = found
+    named = [n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    if len(named) == len(signature.parameters):  # no **kwargs: a stray key was already an error
+        return ""
+    stray = [k for k in kwargs if k not in named]
+    if not stray:
+        return ""
+    near = {k: difflib.get_close_matches(k, named, n=1) for k in stray}
+    guesses = ", ".join(f"{k!r} -> {m[0]!r}?" for k, m in near.items() if m)
+    return (
+        f"; the batch's keys {stray} are not named parameters of {name}.forward (its **kwargs took them)"
+        + (f": {guesses}" if guesses else "")
+    )
 
 
 def target_of(batch: Any) -> Any:
@@ -174,7 +236,14 @@ def _own_loss(output: Any) -> torch.Tensor:
 
 def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
     """One forward and the loss on ``batch`` (under the caller's autocast)."""
-    return loss(call_model(forward, batch), batch)
+    output = call_model(forward, batch)
+    try:
+        return loss(output, batch)
+    except ConfigError as exc:  # no loss: say which keys forward's **kwargs swallowed (a 'lables' typo)
+        swallowed = _swallowed_keys(forward, batch) if loss.loss_fn is None else ""
+        if not swallowed:
+            raise
+        raise ConfigError(f"{exc}{swallowed}") from None
 
 
 def logits_of(output: Any) -> Any:

@@ -47,6 +47,13 @@ from gpulab.runtime.memory import (
     synchronize,
 )
 from gpulab.runtime.memory_estimate import holds_shards
+from gpulab.runtime.memory_format import (
+    channels_last_batch,
+    has_conv2d,
+    resolve_channels_last,
+    to_channels_last,
+)
+from gpulab.runtime.recompiles import RecompileWatch
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
@@ -135,6 +142,7 @@ class Trainer:
         s, rt = self.settings, self.runtime
         rt.seed_everything(s.seed, s.deterministic)
         apply_activation_checkpointing(model, s.activation_checkpointing)
+        self._setup_channels_last(model)
         self.model, self.optimizer = rt.setup(model, optimizer)
         self.forward = (
             compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
@@ -174,11 +182,23 @@ class Trainer:
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         return train, val
 
+    def _setup_channels_last(self, model: nn.Module) -> None:
+        """Convert the model now (before the optimizer holds its parameters) and each 4-D input batch in
+        the loop; say what was chosen, in summary.json and in one line for a conv net."""
+        on, why = resolve_channels_last(self.settings.channels_last, model, self.runtime.device)
+        self._channels_last = on
+        self.extras["channels_last"] = why
+        if on:
+            to_channels_last(model)
+        if on or has_conv2d(model):
+            self.runtime.print(f"channels_last: {why}")
+
     def _loop(self, train, val) -> FitResult:
         """Epochs of steps, validation at each epoch end (and at the last step), checkpoints, result."""
         state, callbacks = self.state, self.callbacks
         reset_peak_memory(self.runtime.device)
         self._clock = _Clock(self.runtime.device)
+        self._recompiles = RecompileWatch(self.settings.compile, self._clock.exclude)
         self._data_wait = DataWaitMeter()
         self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         val_metrics: dict[str, float] = {}
@@ -219,7 +239,10 @@ class Trainer:
         start = state.batch_in_epoch
         for batch in batches:
             batch = check_batch(batch)
-            loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
+            if self._channels_last:
+                batch = channels_last_batch(batch)
+            with self._recompiles.watch():
+                loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
             state.batch_in_epoch += 1
             state.samples_seen += samples_in(batch)
@@ -270,6 +293,7 @@ class Trainer:
         state.global_step += 1
         if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
+            self._recompiles.armed = True  # later compilations are left out of the clock, and counted
             self._data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
             state.first_loss = self._train_loss.mean()  # the clock just synchronised: no extra wait
         if state.global_step % s.log_every == 0:
@@ -303,7 +327,9 @@ class Trainer:
         loss, correct, count = Mean(), None, 0
         for batch in val:
             batch = check_batch(batch)
-            with rt.autocast():
+            if self._channels_last:
+                batch = channels_last_batch(batch)
+            with rt.autocast(), self._recompiles.watch():
                 out = call_model(self.forward, batch)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
             counts = accuracy_counts(out, batch)
@@ -457,6 +483,8 @@ class Trainer:
                 "memory": memory_stats(rt.device).to_json(),
                 "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+                # recompiles after the first step, whose wall time samples_per_s leaves out
+                **({"compile": self._recompiles.report()} if self.settings.compile else {}),
                 **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )
@@ -557,6 +585,11 @@ class _Clock:
         self.samples0 = 0
         self.last_t: float | None = None
         self.last_samples = 0
+        self.excluded = self.interval_excluded = 0.0  # seconds left out (recompiles after the first step)
+
+    def exclude(self, seconds: float) -> None:
+        self.excluded += seconds
+        self.interval_excluded += seconds
 
     def start(self, samples: int) -> None:
         synchronize(self.device)
@@ -567,8 +600,8 @@ class _Clock:
         if self.last_t is None:
             return None
         now = time.perf_counter()  # the caller just read a metric, so the device is synchronised
-        rate = (samples - self.last_samples) / max(now - self.last_t, 1e-9)
-        self.last_t, self.last_samples = now, samples
+        rate = (samples - self.last_samples) / max(now - self.last_t - self.interval_excluded, 1e-9)
+        self.last_t, self.last_samples, self.interval_excluded = now, samples, 0.0
         return rate if samples > self.samples0 else None
 
     def total(self, samples: int) -> tuple[float, float | None]:
@@ -576,5 +609,5 @@ class _Clock:
         if self.t0 is None:
             return 0.0, None
         seconds = time.perf_counter() - self.t0
-        done = samples - self.samples0
-        return seconds, (done / seconds if done and seconds > 0 else None)
+        done, working = samples - self.samples0, seconds - self.excluded
+        return seconds, (done / working if done and working > 0 else None)

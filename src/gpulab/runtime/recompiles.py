@@ -1,0 +1,51 @@
+"""Recompiles of a ``torch.compile``'d model after its first step, kept out of the reported throughput.
+
+The first step pays the compilation and is never timed. Later ones may compile again: the first
+validation (``eval()`` and ``inference_mode`` fail the training graph's guards), a short last batch (a new
+shape). Each such step or validation batch is one interval whose wall time the Trainer's clock leaves
+out; the count and the seconds go to summary.json, so a user sees both. Counted with dynamo's own
+frame counter (process-wide), read only when the model is compiled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def frames_compiled() -> int:
+    """Frames dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["ok"])
+
+
+class RecompileWatch:
+    """Counts compilations inside ``watch()`` blocks once ``armed`` (after the first step) and the wall
+    seconds of the blocks that compiled; ``exclude`` (the clock's) is told each such interval."""
+
+    def __init__(self, enabled: bool, exclude: Any) -> None:
+        self.enabled = enabled
+        self.exclude = exclude
+        self.armed = False
+        self.recompiles = 0
+        self.seconds = 0.0
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        if not (self.enabled and self.armed):
+            yield
+            return
+        before, start = frames_compiled(), time.perf_counter()
+        yield
+        new = frames_compiled() - before
+        if new:
+            spent = time.perf_counter() - start
+            self.recompiles += new
+            self.seconds += spent
+            self.exclude(spent)
+
+    def report(self) -> dict[str, float | int]:
+        return {"recompiles": self.recompiles, "recompile_seconds_excluded": round(self.seconds, 3)}
