@@ -34,9 +34,9 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show full traceback
 
 def _register() -> None:
     # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
-    from gpulab.cli import bench, checkpoint, doctor, launch, profile, train
+    from gpulab.cli import bench, checkpoint, doctor, launch, profile, train, tune
 
-    for verb in (doctor, train, checkpoint, launch, bench, profile):
+    for verb in (doctor, train, checkpoint, launch, bench, profile, tune):
         verb.register(app)
 
 
