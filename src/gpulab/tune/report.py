@@ -68,10 +68,10 @@ def _speedup(result: TuneResult) -> dict[str, Any] | None:
 
 def summary_lines(result: TuneResult) -> list[str]:
     """The verdict, then one sentence per knob."""
-    d, b = result.default, result.best
+    b, d = result.compared or (result.best, result.default)
     r, lo, hi = result.ratio or ratio(b.samples_per_s, d.samples_per_s)
     speed = f"default {_fig(d)} samples/s"
-    if b is d:
+    if result.best is result.default:
         verdict = f"the defaults are already the fastest config found: {speed} (measured this session)"
     else:
         verdict = (

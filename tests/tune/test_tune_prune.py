@@ -1,0 +1,34 @@
+"""Pruning (no trial where an earlier one already decided it) and the time budget."""
+
+from __future__ import annotations
+
+import time
+
+from gpulab.tune.search import Search, pruned
+from gpulab.tune.trial import Trial
+
+
+def test_a_config_that_did_not_fit_prunes_larger_batches_and_compile_failures_prune_modes():
+    oom = Trial(
+        "batch_size=256", {"batch_size": 256, "precision": "fp32"}, "failed", "does not fit: out of memory"
+    )
+    assert "batch_size=256 did not fit" in pruned({"batch_size": 512, "precision": "fp32"}, [oom])
+    assert "did not fit" in pruned({"batch_size": 256, "precision": "fp32", "compile": True}, [oom])
+    assert pruned({"batch_size": 128, "precision": "fp32"}, [oom]) is None
+    assert pruned({"batch_size": 512, "precision": "bf16-mixed"}, [oom]) is None  # less memory: try it
+    broken = Trial("compile=default", {"compile": True}, "failed", "torch.compile fell back to eager")
+    why = pruned({"compile": True, "compile_mode": "max-autotune"}, [broken])
+    assert why.startswith("pruned: compile failed in compile=default")
+    assert pruned({"compile": False}, [broken]) is None
+
+
+def test_the_search_stops_at_the_budget_with_the_best_so_far():
+    started = time.monotonic()
+    user = {"recipe": "mlp", "options": {"samples": 1000}}
+    result = Search(user, budget_s=1.0, steps=8, log=lambda _: None).run()
+    elapsed = time.monotonic() - started
+    assert result.trials[0].label == "default" and result.best is result.default  # always measured
+    assert result.out_of_budget
+    assert any(s["reason"].startswith("budget:") for s in result.skipped)
+    # Beyond the default trial, which always runs whole, at most the batch search may start in time.
+    assert elapsed < result.default.wall_s + 1.0 + 8.0, elapsed
