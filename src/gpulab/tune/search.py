@@ -203,7 +203,7 @@ class Search:
                 continue
             trial = self._trial(cand.label, settings)
             tried.append((cand, trial, trial.reason))
-            if beats(trial, self.best):
+            if beats(trial, self.best) and self._holds(trial):
                 self.best = trial
         self.decisions.append(self._decide(group, incumbent, tried))
 
@@ -219,6 +219,20 @@ class Search:
             f"  {trial.status}: {speed}, loss {trial.loss}, {trial.wall_s:.1f} s {trial.reason}".rstrip()
         )
         return trial
+
+    def _holds(self, trial: Trial) -> bool:
+        """A win is checked against the best re-measured right after it (when time allows): on a shared
+        machine the load drifts between trials, and a knob must beat the best both before and after."""
+        if self._no_time(None):
+            return True  # no time to check: the one comparison stands
+        again = self._trial(f"{self.best.label} (again)", self.best.settings)
+        if not again.ok or beats(trial, again):
+            return True
+        trial.reason = (
+            f"not faster than {self.best.label} re-measured right after it "
+            f"({trial.rate:,.0f} vs {again.rate:,.0f} samples/s): the first comparison was noise"
+        )
+        return False
 
     def _largest(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
         if self._no_time(None):
@@ -262,7 +276,10 @@ class Search:
         parts = []
         for cand, trial, why in tried:
             if trial is not None and trial.ok:
-                parts.append(f"{cand.label} {ratio(trial.samples_per_s, incumbent.samples_per_s)[0]:.2f}x")
+                note = f" ({trial.reason})" if trial.reason else ""
+                parts.append(
+                    f"{cand.label} {ratio(trial.samples_per_s, incumbent.samples_per_s)[0]:.2f}x{note}"
+                )
             else:
                 parts.append(f"{cand.label} {trial.status if trial else 'skipped'} ({why})")
         return Decision(group.knob, None, False, f"{group.knob}: kept {old}: " + "; ".join(parts) + ".")
