@@ -19,6 +19,7 @@ VERBS = [
     "launch",
     "bench",
     "profile",
+    "tune",
     "checkpoint",
     "checkpoint inspect",
     "checkpoint export",
@@ -42,6 +43,7 @@ def test_root_help_lists_every_verb_with_its_whole_summary():
         "launch",
         "bench",
         "profile",
+        "tune",
         "checkpoint",
     ]
     assert not any(line.endswith("...") for line in commands), commands

@@ -37,10 +37,10 @@ def tune(
     ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
-    """Find the fastest settings for a run on this machine, by short real trials.
+    """Find the fastest settings for a run on this machine.
 
-    Each trial trains the recipe for the same number of samples through the Trainer: the first step
-    (compile) is excluded, the rest timed as repeats (median and spread). A trial whose loss is not
+    Short real trials: each trains the recipe for the same number of samples through the Trainer; the
+    first step (compile) is excluded, the rest timed as repeats (median and spread). A trial whose loss is not
     finite or worse than the default's by more than --tolerance is rejected. Writes OUT/tuned.yaml
     (use it with gpulab train --config) and OUT/tune.json (every trial, and why values were skipped).
     """
