@@ -30,7 +30,7 @@ def tune(
         0.10, "--tolerance", help="A trial's loss may exceed the default's by this fraction, no more"
     ),
     steps: int = typer.Option(
-        40,
+        30,
         "--steps",
         min=2,
         help="Trial length, in steps of the default batch (every trial sees as many samples)",

@@ -113,7 +113,7 @@ class Search:
         *,
         budget_s: float,
         tolerance: float = 0.10,
-        steps: int = 40,
+        steps: int = 30,
         log: Callable[[str], None] = print,
     ) -> None:
         if budget_s <= 0:
@@ -162,8 +162,11 @@ class Search:
             else:
                 self._walk(space.batch_group(int(knobs["batch_size"]), largest["batch_size"], largest["cap"]))
         self._walk(space.loader_group(recipe.train_data, device))
-        binds = bool(largest and largest["memory_binds"])
-        self._walk(space.checkpointing_group(recipe.model, binds, largest["batch_size"] if largest else 0))
+        if largest is None:
+            self._skip_group(Group("activation_checkpointing", reason="the batch search did not run"))
+        else:
+            binds, largest_b = largest["memory_binds"], largest["batch_size"]
+            self._walk(space.checkpointing_group(recipe.model, binds, largest_b))
         self._walk(space.channels_last_group(recipe.model))
         self._walk(space.compile_group(device))
         result = TuneResult(
@@ -226,7 +229,10 @@ class Search:
         if self._no_time(None):
             return True  # no time to check: the one comparison stands
         again = self._trial(f"{self.best.label} (again)", self.best.settings)
-        if not again.ok or beats(trial, again):
+        if not again.ok:
+            trial.reason = f"not re-checked ({again.label}: {again.reason})"
+            return True
+        if beats(trial, again):
             return True
         trial.reason = (
             f"not faster than {self.best.label} re-measured right after it "
