@@ -73,6 +73,12 @@ def summary_lines(result: TuneResult) -> list[str]:
     speed = f"default {_fig(d)} samples/s"
     if result.best is result.default:
         verdict = f"the defaults are already the fastest config found: {speed} (measured this session)"
+        others = [t for t in result.trials[1:] if t.samples_per_s and not t.label.endswith("(again)")]
+        runner_up = max(others, key=lambda t: t.rate, default=None)
+        if runner_up is not None:
+            r = ratio(runner_up.samples_per_s, d.samples_per_s)[0]
+            why = f"{runner_up.status}: {runner_up.reason}" if runner_up.reason else runner_up.status
+            verdict += f"; the fastest other trial: {runner_up.label} at {r:.2f}x ({why})"
     else:
         verdict = (
             f"tuned {_fig(b)} vs {speed}: {r:.2f}x (spread {lo:.2f}-{hi:.2f}; {result.ratio_from}); "

@@ -208,6 +208,11 @@ class Search:
             tried.append((cand, trial, trial.reason))
             if beats(trial, self.best) and self._holds(trial):
                 self.best = trial
+            elif trial.ok and trial.rate > self.best.rate and not trial.reason:
+                trial.reason = (
+                    f"within the noise: its spread reaches down to {trial.samples_per_s.low:,.0f}, below "
+                    f"{self.best.label}'s median {self.best.rate:,.0f} samples/s"
+                )
         self.decisions.append(self._decide(group, incumbent, tried))
 
     def _trial(self, label: str, settings: dict[str, Any], deadline: float | None = None) -> Trial:
