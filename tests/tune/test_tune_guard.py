@@ -36,3 +36,16 @@ def test_a_nan_loss_or_a_worse_one_is_rejected():
     assert nan.status == "rejected" and "not finite" in nan.reason
     assert worse.status == "rejected" and "+20%" in worse.reason and "tolerance 10%" in worse.reason
     assert close.status == "ok"
+
+
+def test_a_faster_median_inside_the_noise_does_not_win():
+    from gpulab.bench.results import Figure
+    from gpulab.tune.search import beats
+
+    best = Trial("default", {}, samples_per_s=Figure(1000.0, "samples/s", 5, 900.0, 1100.0, "iqr", "higher"))
+    noisy = Trial("a", {}, samples_per_s=Figure(1200.0, "samples/s", 5, 950.0, 1300.0, "iqr", "higher"))
+    clear = Trial("b", {}, samples_per_s=Figure(1200.0, "samples/s", 5, 1050.0, 1300.0, "iqr", "higher"))
+    marginal = Trial("c", {}, samples_per_s=Figure(1020.0, "samples/s", 5, 1010.0, 1030.0, "iqr", "higher"))
+    assert not beats(noisy, best) and beats(clear, best) and not beats(marginal, best)
+    clear.status = "rejected"
+    assert not beats(clear, best)  # a rejected trial never wins, however fast

@@ -32,3 +32,23 @@ def test_the_search_stops_at_the_budget_with_the_best_so_far():
     assert any(s["reason"].startswith("budget:") for s in result.skipped)
     # Beyond the default trial, which always runs whole, at most the batch search may start in time.
     assert elapsed < result.default.wall_s + 1.0 + 8.0, elapsed
+
+
+def test_a_trial_past_the_deadline_stops_after_its_first_step_and_is_not_used():
+    from gpulab.tune.trial import run_trial
+
+    trial = run_trial(
+        {"recipe": "mlp", "options": {"samples": 1000}}, {}, samples=640, deadline=0.0, label="x"
+    )
+    assert trial.status == "stopped" and trial.samples_per_s is None
+    assert trial.steps == 1 and "budget" in trial.reason
+
+
+def test_a_bad_budget_or_tolerance_is_one_line(capsys):
+    from gpulab.cli import main
+
+    assert main(["tune", "mlp", "--budget", "0"]) == 2
+    assert main(["tune", "mlp", "--tolerance", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("gpulab: error: --budget must be a positive number of seconds")
+    assert err[1].startswith("gpulab: error: --tolerance is a fraction")
