@@ -288,6 +288,8 @@ class Search:
         for cand, trial, why in tried:
             if trial is not None and trial.ok:
                 note = f" ({trial.reason})" if trial.reason else ""
+                if group.knob == "compile" and trial.warmup_s is not None:
+                    note += f" (first step {trial.warmup_s:.1f} s)"
                 parts.append(
                     f"{cand.label} {ratio(trial.samples_per_s, incumbent.samples_per_s)[0]:.2f}x{note}"
                 )
