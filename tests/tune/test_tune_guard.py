@@ -14,7 +14,9 @@ HERE = Path(__file__).parent
 
 def test_diverging_batch_sizes_are_rejected_with_the_reason(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-    result = Search({"recipe": "diverge_recipe:build"}, budget_s=20, steps=16, log=lambda _: None).run()
+    result = Search(
+        {"recipe": "diverge_recipe:build"}, budget_s=20, steps=16, min_interval_s=0, log=lambda _: None
+    ).run()
     batches = {t.batch_size: t for t in result.trials if t.label.startswith("batch_size=")}
     assert 64 in batches, [t.label for t in result.trials]
     for b, trial in batches.items():

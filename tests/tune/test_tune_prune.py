@@ -25,7 +25,7 @@ def test_a_config_that_did_not_fit_prunes_larger_batches_and_compile_failures_pr
 def test_the_search_stops_at_the_budget_with_the_best_so_far():
     started = time.monotonic()
     user = {"recipe": "mlp", "options": {"samples": 1000}}
-    result = Search(user, budget_s=1.0, steps=8, log=lambda _: None).run()
+    result = Search(user, budget_s=1.0, steps=8, min_interval_s=0, log=lambda _: None).run()
     elapsed = time.monotonic() - started
     assert result.trials[0].label == "default" and result.best is result.default  # always measured
     assert result.out_of_budget
@@ -52,3 +52,11 @@ def test_a_bad_budget_or_tolerance_is_one_line(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("gpulab: error: --budget must be a positive number of seconds")
     assert err[1].startswith("gpulab: error: --tolerance is a fraction")
+
+
+def test_a_fast_step_gets_longer_trials_so_each_repeat_lasts_long_enough_to_time():
+    from gpulab.tune.search import trial_samples
+
+    assert trial_samples(30, 64, None) == 30 * 64  # no warm-up figure: the steps asked for
+    assert trial_samples(30, 64, 640.0, 0.2) == 30 * 64  # 2 steps fill 0.2 s: 30 steps are plenty
+    assert trial_samples(30, 64, 64_000.0, 0.2) == (1 + 6 * 200) * 64  # 200 steps per repeat

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpulab.tune.search import TuneResult, ratio
 from gpulab.tune.trial import Trial
@@ -111,7 +112,7 @@ def print_report(console: Console, result: TuneResult, tuned: Path, json_path: P
         verdict = "best" if t is result.best else t.status
         table.add_row(
             str(i),
-            t.label,
+            Text(t.label),
             str(t.batch_size or "-"),
             _fig(t),
             _spread(t) if t.samples_per_s else "-",
@@ -119,7 +120,7 @@ def print_report(console: Console, result: TuneResult, tuned: Path, json_path: P
             _num(t.peak_memory_mib, ".0f"),
             _num(t.loss),
             _num(t.warmup_s, ".1f"),
-            f"[{_STYLE.get(t.status, '')}]{verdict}[/] {t.reason}".strip() if t.reason else verdict,
+            Text(verdict, style=_STYLE.get(t.status, "")) + Text(f" {t.reason}" if t.reason else ""),
         )
     console.print(table)
     for line in summary_lines(result):

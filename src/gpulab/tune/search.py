@@ -25,9 +25,10 @@ from gpulab.hardware.devices import select_device
 from gpulab.train.run import resolve_config
 from gpulab.tune import space
 from gpulab.tune.space import Candidate, Group
-from gpulab.tune.trial import Trial, largest_batch, run_trial
+from gpulab.tune.trial import INTERVALS, Trial, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
+MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
 COMPILE_GUESS_S = 30.0  # what a compile trial is assumed to add before one has run
 
 
@@ -102,6 +103,14 @@ def pruned(settings: dict[str, Any], trials: list[Trial]) -> str | None:
     return None
 
 
+def trial_samples(steps: int, batch: int, rate: float | None, min_interval_s: float = MIN_INTERVAL_S) -> int:
+    """Samples per trial: ``steps`` default batches, or more where a log interval (one repeat) would
+    be shorter than ``min_interval_s`` at ``rate`` (the warm-up's samples/s) -- the harness's
+    ``min_sample_s`` rule: a repeat of a few milliseconds measures the clock and the neighbours."""
+    per_interval = max(1, math.ceil(min_interval_s * rate / batch)) if rate else 1
+    return max(steps, 1 + INTERVALS * per_interval) * batch
+
+
 def _same(a: dict[str, Any], b: dict[str, Any], *keys: str) -> bool:
     return all(a.get(k) == b.get(k) for k in keys)
 
@@ -114,6 +123,7 @@ class Search:
         budget_s: float,
         tolerance: float = 0.10,
         steps: int = 30,
+        min_interval_s: float = MIN_INTERVAL_S,
         log: Callable[[str], None] = print,
     ) -> None:
         if budget_s <= 0:
@@ -121,7 +131,7 @@ class Search:
         if not 0 <= tolerance < 10:
             raise ConfigError(f"--tolerance is a fraction of the default's loss (e.g. 0.1), got {tolerance}")
         self.user, self.budget_s, self.tolerance, self.steps = user, budget_s, tolerance, steps
-        self.log = log
+        self.log, self.min_interval_s = log, min_interval_s
         self.start = time.monotonic()
         self.deadline = self.start + budget_s
         self.trials: list[Trial] = []
@@ -138,11 +148,11 @@ class Search:
         if knobs["batch_size"] == "auto":  # the search is the default itself: trials run its number
             largest = self._largest(knobs)
             knobs["batch_size"] = largest["batch_size"] if largest else 32
-        self.samples = self.steps * int(knobs["batch_size"])
         # The process's first fit pays one-time start-up (thread pools, lazy kernels, caches) in its timed
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
         self.log("warm-up: a short fit of the default config, not measured ...")
-        run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up")
+        warm = run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up")
+        self.samples = trial_samples(self.steps, int(knobs["batch_size"]), warm.rate, self.min_interval_s)
         default = self._trial("default", knobs, deadline=math.inf)  # the yardstick always runs whole
         if not default.ok:
             raise ConfigError(
