@@ -51,3 +51,17 @@ def test_a_faster_median_inside_the_noise_does_not_win():
     assert not beats(noisy, best) and beats(clear, best) and not beats(marginal, best)
     clear.status = "rejected"
     assert not beats(clear, best)  # a rejected trial never wins, however fast
+
+
+def test_a_compile_win_says_what_compiling_cost_and_when_it_pays_back():
+    from gpulab.bench.results import Figure
+
+    def fig(v):
+        return Figure(v, "samples/s", 5, v * 0.95, v * 1.05, "iqr", "higher")
+
+    eager = Trial("default", {}, samples_per_s=fig(640.0), warmup_s=1.0, batch_size=64)  # 0.1 s/step
+    compiled = Trial(
+        "compile=default", {"compile": True}, samples_per_s=fig(800.0), warmup_s=41.0, batch_size=64
+    )
+    text = Search({"recipe": "mlp"}, budget_s=1)._payback(compiled, eager)
+    assert text == ", compile 40 s, pays back after 2,000 steps"  # 40 s / (0.1 - 0.08) s per step
