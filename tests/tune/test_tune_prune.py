@@ -60,3 +60,6 @@ def test_a_fast_step_gets_longer_trials_so_each_repeat_lasts_long_enough_to_time
     assert trial_samples(30, 64, None) == 30 * 64  # no warm-up figure: the steps asked for
     assert trial_samples(30, 64, 640.0, 0.2) == 30 * 64  # 2 steps fill 0.2 s: 30 steps are plenty
     assert trial_samples(30, 64, 64_000.0, 0.2) == (1 + 6 * 200) * 64  # 200 steps per repeat
+    # ... unless a trial would then outlast its share of the budget: at 1,000 steps/s, 7 intervals of
+    # 100 steps fill 0.7 s
+    assert trial_samples(30, 64, 64_000.0, 0.2, max_s=0.7) == (1 + 6 * 100) * 64

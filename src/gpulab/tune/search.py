@@ -29,6 +29,7 @@ from gpulab.tune.trial import INTERVALS, Trial, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
+TRIAL_SHARE = 8  # a trial lengthened for timing lasts at most budget / TRIAL_SHARE
 COMPILE_GUESS_S = 30.0  # what a compile trial is assumed to add before one has run
 
 
@@ -103,11 +104,23 @@ def pruned(settings: dict[str, Any], trials: list[Trial]) -> str | None:
     return None
 
 
-def trial_samples(steps: int, batch: int, rate: float | None, min_interval_s: float = MIN_INTERVAL_S) -> int:
+def trial_samples(
+    steps: int,
+    batch: int,
+    rate: float | None,
+    min_interval_s: float = MIN_INTERVAL_S,
+    max_s: float = math.inf,
+) -> int:
     """Samples per trial: ``steps`` default batches, or more where a log interval (one repeat) would
     be shorter than ``min_interval_s`` at ``rate`` (the warm-up's samples/s) -- the harness's
-    ``min_sample_s`` rule: a repeat of a few milliseconds measures the clock and the neighbours."""
-    per_interval = max(1, math.ceil(min_interval_s * rate / batch)) if rate else 1
+    ``min_sample_s`` rule: a repeat of a few milliseconds measures the clock and the neighbours --
+    but not so many that a trial would last over ``max_s`` (a share of the budget)."""
+    if not rate:
+        return steps * batch
+    per_interval = math.ceil(min_interval_s * rate / batch)
+    cap = max_s * rate / (batch * (1 + INTERVALS))  # steps per interval that fill max_s
+    per_interval = min(per_interval, int(cap)) if math.isfinite(cap) else per_interval
+    return max(steps, 1 + INTERVALS * max(1, per_interval)) * batch
     return max(steps, 1 + INTERVALS * per_interval) * batch
 
 
@@ -152,7 +165,8 @@ class Search:
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
         self.log("warm-up: a short fit of the default config, not measured ...")
         warm = run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up")
-        self.samples = trial_samples(self.steps, int(knobs["batch_size"]), warm.rate, self.min_interval_s)
+        batch, share = int(knobs["batch_size"]), self.budget_s / TRIAL_SHARE
+        self.samples = trial_samples(self.steps, batch, warm.rate, self.min_interval_s, share)
         default = self._trial("default", knobs, deadline=math.inf)  # the yardstick always runs whole
         if not default.ok:
             raise ConfigError(
