@@ -20,6 +20,7 @@ VERBS = [
     "bench",
     "profile",
     "inspect",
+    "tune",
     "checkpoint",
     "checkpoint inspect",
     "checkpoint export",
@@ -48,6 +49,7 @@ def test_root_help_lists_every_verb_with_its_whole_summary():
         "inspect",
         "export",
         "infer",
+        "tune",
         "checkpoint",
     ]
     assert not any(line.endswith("...") for line in commands), commands

@@ -34,9 +34,9 @@ def _root(debug: bool = typer.Option(False, "--debug", help="Show full traceback
 
 def _register() -> None:
     # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
-    from gpulab.cli import bench, checkpoint, doctor, export, inspect, launch, profile, train
+    from gpulab.cli import bench, checkpoint, doctor, export, inspect, launch, profile, train, tune
 
-    for verb in (doctor, train, checkpoint, launch, bench, profile, inspect, export):
+    for verb in (doctor, train, checkpoint, launch, bench, profile, inspect, tune, export):
         verb.register(app)
 
 

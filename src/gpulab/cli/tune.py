@@ -1,0 +1,66 @@
+"""`gpulab tune RECIPE|--config run.yaml [--budget SECONDS] [--out DIR]`: a measured search over the
+speed knobs (precision, compile, batch size, loader workers, fused optimizer, ...) on this machine."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpulab.cli.console import make_console
+from gpulab.config import layer_settings
+
+
+def tune(
+    recipe: str = typer.Argument(
+        None, help="mlp|digits|chargpt, or package.module:function (or set in --config)"
+    ),
+    config: Path = typer.Option(
+        None, "--config", help="YAML file of the run to tune (as gpulab train takes)"
+    ),
+    budget: float = typer.Option(
+        120.0, "--budget", help="Seconds for the whole search; the best so far stands"
+    ),
+    out: Path = typer.Option(
+        None, "--out", help="Where tuned.yaml and tune.json go [default: runs/tune-RECIPE]"
+    ),
+    device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
+    tolerance: float = typer.Option(
+        0.10, "--tolerance", help="A trial's loss may exceed the default's by this fraction, no more"
+    ),
+    steps: int = typer.Option(
+        30,
+        "--steps",
+        min=2,
+        help="Trial length, in steps of the default batch (every trial sees as many samples)",
+    ),
+    set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
+) -> None:
+    """Find the fastest settings for a run on this machine.
+
+    Short real trials: each trains the recipe for the same number of samples through the Trainer; the
+    first step (compile) is excluded, the rest timed as repeats (median and spread). A trial whose loss is not
+    finite or worse than the default's by more than --tolerance is rejected. Writes OUT/tuned.yaml
+    (use it with gpulab train --config) and OUT/tune.json (every trial, and why values were skipped).
+    """
+    from gpulab.tune.report import print_report, write_outputs
+    from gpulab.tune.search import Search
+
+    user = layer_settings(config, {"recipe": recipe, "device": device}, set_)
+    # Piped to a file or a CI log: wide enough for the table (rich would assume 80 columns).
+    console = make_console() if sys.stdout.isatty() else make_console(width=150)
+    result = Search(
+        user,
+        budget_s=budget,
+        tolerance=tolerance,
+        steps=steps,
+        log=lambda line: console.print(line, markup=False, highlight=False, style="dim"),
+    ).run()
+    out_dir = out or Path(f"runs/tune-{str(user['recipe']).replace(':', '.')}")
+    tuned, json_path = write_outputs(out_dir, user, result)
+    print_report(console, result, tuned, json_path)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(tune)

@@ -1,0 +1,150 @@
+"""What ``gpulab tune`` leaves behind: tuned.yaml (a config ``gpulab train --config`` takes as is),
+tune.json (every trial, every skipped value and why), and the table and sentences in the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpulab.tune.search import TuneResult, ratio
+from gpulab.tune.trial import Trial
+
+TUNED_FILE, JSON_FILE = "tuned.yaml", "tune.json"
+_STYLE = {"ok": "", "rejected": "red", "failed": "red", "stopped": "yellow"}
+
+
+def tuned_settings(user: dict[str, Any], result: TuneResult) -> dict[str, Any]:
+    """The user's config with the knobs the search changed; run-specific keys (out_dir, resume) dropped."""
+    out = {k: v for k, v in user.items() if k not in ("out_dir", "resume", "overwrite")}
+    for decision in result.decisions:
+        if decision.changed:
+            out.update(decision.chosen)
+    if out.get("compile") is True and out.get("compile_mode") is None:
+        out.pop("compile_mode", None)  # the default mode: nothing to say
+    return out
+
+
+def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = tuned_settings(user, result)
+    header = "\n".join(f"# {line}" for line in summary_lines(result)) + "\n"
+    tuned = out_dir / TUNED_FILE
+    tuned.write_text(
+        f"# gpulab tune {result.recipe} on {result.device}: train with gpulab train --config {tuned}\n"
+        + header
+        + yaml.safe_dump(settings, sort_keys=False)
+    )
+    doc = {
+        "recipe": result.recipe,
+        "device": result.device,
+        "budget_s": result.budget_s,
+        "elapsed_s": round(result.elapsed_s, 1),
+        "out_of_budget": result.out_of_budget,
+        "tolerance": result.tolerance,
+        "samples_per_trial": result.samples_per_trial,
+        "speedup": _speedup(result),
+        "tuned": settings,
+        "decisions": [d.__dict__ for d in result.decisions],
+        "largest_batch": result.largest,
+        "trials": [t.to_json() for t in result.trials],
+        "skipped": result.skipped,
+    }
+    path = out_dir / JSON_FILE
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return tuned, path
+
+
+def _speedup(result: TuneResult) -> dict[str, Any] | None:
+    if result.ratio is None:
+        return None
+    r, lo, hi = result.ratio
+    return {"tuned_over_default": r, "low": lo, "high": hi, "from": result.ratio_from}
+
+
+def summary_lines(result: TuneResult) -> list[str]:
+    """The verdict, then one sentence per knob."""
+    b, d = result.compared or (result.best, result.default)
+    r, lo, hi = result.ratio or ratio(b.samples_per_s, d.samples_per_s)
+    speed = f"default {_fig(d)} samples/s"
+    if result.best is result.default:
+        verdict = f"the defaults are already the fastest config found: {speed} (measured this session)"
+        others = [t for t in result.trials[1:] if t.samples_per_s and not t.label.endswith("(again)")]
+        runner_up = max(others, key=lambda t: t.rate, default=None)
+        if runner_up is not None:
+            r = ratio(runner_up.samples_per_s, d.samples_per_s)[0]
+            why = f"{runner_up.status}: {runner_up.reason}" if runner_up.reason else runner_up.status
+            verdict += f"; the fastest other trial: {runner_up.label} at {r:.2f}x ({why})"
+    else:
+        verdict = (
+            f"tuned {_fig(b)} vs {speed}: {r:.2f}x (spread {lo:.2f}-{hi:.2f}; {result.ratio_from}); "
+            f"loss {_num(b.loss)} vs {_num(d.loss)}"
+        )
+    lines = [verdict]
+    lines += [dec.sentence for dec in result.decisions]
+    if result.out_of_budget:
+        lines.append(f"budget: {result.budget_s:.0f} s ran out; the best found so far was kept")
+    return lines
+
+
+def print_report(console: Console, result: TuneResult, tuned: Path, json_path: Path) -> None:
+    table = Table(title=f"gpulab tune {result.recipe} on {result.device}", title_justify="left")
+    for name, justify in [
+        ("#", "right"),
+        ("trial", "left"),
+        ("batch", "right"),
+        ("samples/s", "right"),
+        ("spread", "right"),
+        ("vs default", "right"),
+        ("peak MiB", "right"),
+        ("loss", "right"),
+        ("warm-up s", "right"),
+        ("verdict", "left"),
+    ]:
+        table.add_column(name, justify=justify, overflow="fold")
+    for i, t in enumerate(result.trials, 1):
+        vs = f"{ratio(t.samples_per_s, result.default.samples_per_s)[0]:.2f}x" if t.samples_per_s else "-"
+        verdict = "best" if t is result.best else t.status
+        table.add_row(
+            str(i),
+            Text(t.label),
+            str(t.batch_size or "-"),
+            _fig(t),
+            _spread(t) if t.samples_per_s else "-",
+            vs,
+            _num(t.peak_memory_mib, ".0f"),
+            _num(t.loss),
+            _num(t.warmup_s, ".1f"),
+            Text(verdict, style=_STYLE.get(t.status, "")) + Text(f" {t.reason}" if t.reason else ""),
+        )
+    console.print(table)
+    for line in summary_lines(result):
+        console.print(line, markup=False, highlight=False)
+    busy = [t.cpu_used_by_others for t in result.trials if t.cpu_used_by_others]
+    if busy and max(busy) > 0.25:
+        console.print(
+            f"note: other processes used up to {max(busy):.0%} of the CPU during the trials: "
+            "the figures are noisy",
+            markup=False,
+        )
+    console.print(
+        f"wrote {tuned} and {json_path} ({result.elapsed_s:.0f} s of a {result.budget_s:.0f} s budget)"
+    )
+
+
+def _fig(t: Trial) -> str:
+    return f"{t.samples_per_s.value:,.0f}" if t.samples_per_s else "-"
+
+
+def _spread(t: Trial) -> str:
+    f = t.samples_per_s
+    return f"{f.low:,.0f}-{f.high:,.0f}"
+
+
+def _num(x: float | None, fmt: str = ".4g") -> str:
+    return "-" if x is None else format(x, fmt)

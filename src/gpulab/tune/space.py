@@ -1,0 +1,167 @@
+"""Which values of each speed knob are worth a trial on this device for this recipe, and why the rest
+are not: a knob value that cannot be fast here is never run, it is listed with the reason.
+
+A ``Group`` is one knob: its candidates (settings to lay over the best config so far) or, when there
+is nothing to try, the reason. The knobs are settings of ``TrainerSettings``, so a chosen value goes
+into tuned.yaml as is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from gpulab.config import TrainerSettings
+from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
+
+# The keys tune may change; everything else in the user's config is left as it is.
+KNOBS = (
+    "precision",
+    "fuse_optimizer",
+    "batch_size",
+    "num_workers",
+    "pin_memory",
+    "activation_checkpointing",
+    "channels_last",
+    "compile",
+    "compile_mode",
+)
+
+
+@dataclass
+class Candidate:
+    label: str  # what the table shows, e.g. "batch_size=256"
+    settings: dict[str, Any]
+
+
+@dataclass
+class Group:
+    """One knob: what to try, or why nothing is tried. ``skipped`` names values left out and why."""
+
+    knob: str
+    candidates: list[Candidate] = field(default_factory=list)
+    reason: str = ""  # when there are no candidates
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def precision_group(device: torch.device, resolved: str) -> Group:
+    """fp32 and the mixed precisions this device computes natively (``native_dtypes``); tf32 on CUDA
+    from Ampere. ``resolved`` is what the default config ran in (``auto`` already resolved)."""
+    group = Group("precision")
+    native = native_dtypes(device)
+    fast = {
+        "fp32": True,
+        "tf32": _has_tf32(device),
+        "bf16-mixed": native["bf16"],
+        "fp16-mixed": native["fp16"],
+    }
+    for name, ok in fast.items():
+        if name == resolved:
+            continue
+        if ok:
+            group.candidates.append(Candidate(f"precision={name}", {"precision": name}))
+        elif name == "tf32":
+            group.skipped[name] = "TF32 exists on CUDA GPUs from compute capability 8.0 only"
+        else:
+            group.skipped[name] = slow_dtype_note(name.split("-")[0], device)
+    if not group.candidates:
+        group.reason = f"no precision other than {resolved} is fast on {device}"
+    return group
+
+
+def _has_tf32(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    try:
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    except Exception:  # no driver: unknown, not tried
+        return False
+
+
+def compile_group(device: torch.device) -> Group:
+    """torch.compile's modes where they can run: on a CPU the default only (max-autotune tunes GPU
+    kernels, reduce-overhead replays CUDA graphs)."""
+    group = Group("compile")
+    modes = {"cuda": (None, "max-autotune", "reduce-overhead"), "cpu": (None,)}.get(device.type)
+    if modes is None:
+        group.reason = f"torch.compile is not tried on {device.type}"
+        return group
+    for mode in modes:
+        group.candidates.append(
+            Candidate(f"compile={mode or 'default'}", {"compile": True, "compile_mode": mode})
+        )
+    if device.type == "cpu":
+        group.skipped["max-autotune, reduce-overhead"] = "GPU only (Triton autotuning, CUDA graphs)"
+    return group
+
+
+def batch_group(default: int, largest: int, cap: int | None) -> Group:
+    """The largest batch that fits and a few below it (halvings, and twice/four times the default)."""
+    group = Group("batch_size")
+    sizes = {largest, largest // 2, largest // 4, 2 * default, 4 * default}
+    picks = sorted(b for b in sizes if default < b <= largest)[-4:]  # ascending: a failure prunes the rest
+    group.candidates = [Candidate(f"batch_size={b}", {"batch_size": b}) for b in picks]
+    if not picks:
+        bound = "the data's size" if cap is not None and largest >= cap else "memory"
+        group.reason = f"the default batch {default} is already the largest that fits ({bound} binds)"
+    return group
+
+
+def loader_group(data: Any, device: torch.device) -> Group:
+    """DataLoader workers and pinned memory, for data that goes through a DataLoader the Trainer makes."""
+    from gpulab.data.loaders import _as_tensors, _is_sample_list
+
+    group = Group("num_workers")
+    if isinstance(data, DataLoader):
+        group.reason = "the recipe passes its own DataLoader, which keeps its own workers"
+        return group
+    if not _is_sample_list(data) and _as_tensors(data) is not None:
+        group.reason = "the data are tensors: batches are sliced on the fast path, without a DataLoader"
+        return group
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    for workers in sorted({0, 2, min(8, max(cores - 1, 0))}):
+        group.candidates.append(Candidate(f"num_workers={workers}", {"num_workers": workers}))
+    if device.type == "cuda":
+        group.candidates += [Candidate(f"pin_memory={pin}", {"pin_memory": pin}) for pin in (True, False)]
+    return group
+
+
+def checkpointing_group(model: nn.Module, memory_binds: bool, largest: int) -> Group:
+    """Activation checkpointing of the repeated blocks, only when memory limits the batch."""
+    group = Group("activation_checkpointing")
+    if not memory_binds:
+        group.reason = f"memory does not bind: the largest batch ({largest}) is the data's own size"
+        return group
+    blocks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
+    if not blocks:
+        group.reason = "the model has no nn.ModuleList of blocks to checkpoint"
+        return group
+    name = type(max(blocks, key=len)[0]).__name__
+    group.candidates.append(
+        Candidate(f"activation_checkpointing={name}", {"activation_checkpointing": [name]})
+    )
+    return group
+
+
+def channels_last_group(model: nn.Module) -> Group:
+    """channels_last memory format for conv nets, once the setting exists."""
+    group = Group("channels_last")
+    if "channels_last" not in TrainerSettings.model_fields:
+        group.reason = "this gpulab has no channels_last setting yet"
+    elif not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        group.reason = "the model has no Conv2d"
+    else:
+        group.candidates.append(Candidate("channels_last=true", {"channels_last": True}))
+    return group
+
+
+def fused_group(default: bool) -> Group:
+    """The fused optimizer kernels on or off (on is the default; off only matters if on is slower)."""
+    return Group(
+        "fuse_optimizer", [Candidate(f"fuse_optimizer={not default}", {"fuse_optimizer": not default})]
+    )

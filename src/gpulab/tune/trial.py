@@ -1,0 +1,214 @@
+"""One trial: a short real fit through the Trainer at given settings, measured.
+
+The recipe is built afresh (same seed, so the same initial weights and data order) and trained for a
+fixed number of samples. Speed comes from the Trainer's own clock, which starts after the first step
+(compile and autotuning excluded) and synchronises the device at every log read: each log interval
+is one repeat, the first one is dropped as further warm-up, and the repeats become a ``Timing`` (the
+bench harness's) whose median and spread are the trial's samples/s. The loss is the validation loss
+after those samples (the last training loss when the recipe has no validation data).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from gpulab.bench.harness import Timing
+from gpulab.bench.results import Figure
+from gpulab.config import merge
+from gpulab.errors import GpulabError
+from gpulab.runtime import Runtime
+from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
+from gpulab.runtime.compile import apply_activation_checkpointing
+from gpulab.runtime.memory import memory_limit_bytes
+from gpulab.runtime.memory_estimate import _num_rows
+from gpulab.train.callbacks import Callback
+from gpulab.train.nonfinite import NonFiniteLossError
+from gpulab.train.run import resolve_config
+from gpulab.train.trainer import Trainer
+
+# Settings every trial runs with: no files, no progress display, no MFU count (it costs a second).
+QUIET = {"out_dir": None, "progress": False, "mfu": False, "tensorboard": False, "checkpoints": False}
+INTERVALS = 6  # log reads per trial: the first is warm-up, the rest are the repeats
+
+
+@dataclass
+class Trial:
+    """What one trial measured, or why it has no figures. ``status``: ok | rejected | failed | stopped."""
+
+    label: str
+    settings: dict[str, Any]  # the knobs this trial ran with
+    status: str = "ok"
+    reason: str = ""
+    samples_per_s: Figure | None = None
+    peak_memory_mib: float | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    samples: int = 0
+    steps: int = 0
+    batch_size: int | None = None
+    precision: str | None = None
+    warmup_s: float | None = None  # the first step: compile, autotuning, worker start-up
+    wall_s: float = 0.0
+    cpu_used_by_others: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def rate(self) -> float:
+        return self.samples_per_s.value if self.samples_per_s else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["samples_per_s"] = asdict(self.samples_per_s) if self.samples_per_s else None
+        return out
+
+
+class _Watch(Callback):
+    """Times the first step (warm-up) and ends the fit at the tune's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.started = 0.0
+        self.first_step_s: float | None = None
+        self.stopped = False
+
+    def on_fit_start(self, trainer, state) -> None:
+        self.started = time.perf_counter()
+
+    def on_step_end(self, trainer, state) -> None:
+        if self.first_step_s is None:  # the Trainer's clock synchronised the device just before
+            self.first_step_s = time.perf_counter() - self.started
+        if time.monotonic() > self.deadline:
+            state.should_stop, self.stopped = True, True
+
+
+def plan_steps(samples: int, batch_size: int) -> tuple[int, int]:
+    """(max_steps, log_every) for ``samples`` at ``batch_size``: at least one warm-up step and three
+    timed intervals, so a huge batch still gets a median."""
+    steps = max(math.ceil(samples / batch_size), 4)
+    log_every = max(1, (steps - 1) // INTERVALS)
+    return steps, log_every
+
+
+def run_trial(
+    user: dict[str, Any], knobs: dict[str, Any], *, samples: int, deadline: float, label: str
+) -> Trial:
+    """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it."""
+    trial = Trial(label, dict(knobs))
+    begun = time.monotonic()
+    watch = _Watch(deadline)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = _fit(user, knobs, samples, watch, trial)
+    except NonFiniteLossError as exc:
+        trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
+    except torch.OutOfMemoryError:
+        trial.status, trial.reason = "failed", "does not fit: out of memory"
+    except GpulabError as exc:
+        trial.status, trial.reason = "failed", str(exc)
+    except Exception as exc:  # a knob this model cannot take (a compile error, say): named, not fatal
+        line = (str(exc).strip().splitlines() or [""])[0][:200]
+        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
+        trial.extras["traceback"] = traceback.format_exc(limit=-3)
+    else:
+        _read(trial, result, watch, knobs)
+    finally:
+        trial.wall_s = time.monotonic() - begun
+    notes = [str(w.message) for w in caught if "compile" in str(w.message).lower()]
+    if notes:
+        trial.extras["warnings"] = notes
+    return trial
+
+
+def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
+    config, recipe = resolve_config(merge(user, knobs))  # seeds, then builds the model afresh
+    steps, log_every = plan_steps(samples, int(config.batch_size))
+    trial.steps, trial.batch_size = steps, int(config.batch_size)
+    settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
+    settings.update(QUIET, max_steps=steps, log_every=log_every, epochs=1)
+    trainer = Trainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
+    return trainer.fit(
+        recipe.model,
+        recipe.train_data,
+        loss_fn=recipe.loss_fn,
+        optimizer=recipe.optimizer,
+        val_data=recipe.val_data,
+        scheduler=recipe.scheduler,
+    )
+
+
+def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> None:
+    trial.steps, trial.precision = result.steps, result.precision
+    trial.samples = result.steps * (result.batch_size or 0)
+    trial.warmup_s = watch.first_step_s
+    trial.peak_memory_mib = result.peak_memory_bytes / 2**20 if result.peak_memory_bytes else None
+    trial.loss = result.val_loss if result.val_loss is not None else result.final_loss
+    trial.accuracy = result.accuracy
+    trial.cpu_used_by_others = (result.extras.get("machine_load") or {}).get("cpu_used_by_others")
+    if watch.stopped:
+        trial.status, trial.reason = "stopped", "the budget ran out during this trial"
+        return
+    if knobs.get("compile") and not result.compiled:
+        trial.status, trial.reason = "failed", "torch.compile fell back to eager"
+        return
+    rates = [h["samples_per_s"] for h in result.history if h.get("samples_per_s")]
+    rates = rates[1:] if len(rates) > 2 else rates  # the first interval may still hold warm-up
+    if not rates:
+        trial.status, trial.reason = "failed", "no timed interval (too few steps)"
+        return
+    b = result.batch_size
+    trial.samples_per_s = Timing(tuple(b / r for r in rates)).rate(b, "samples/s")
+    trial.extras["rates"] = rates  # the repeats, so two trials of one config can be pooled
+    if trial.loss is None or not math.isfinite(trial.loss):
+        trial.status, trial.reason = "rejected", f"loss not finite ({trial.loss})"
+
+
+def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The largest batch that fits with ``knobs``: ``find_batch_size`` (``runtime/batch_search.py``: real
+    steps, grown from the config's batch then bisected, under the memory limit; on a CPU without one,
+    half the RAM available) capped at the training data's size.
+
+    The Trainer's ``batch_size: auto`` starts from the memory estimate instead, which on a CPU traces
+    candidate batches up to millions of rows (half of RAM) and took 30 s for the mlp recipe on a busy
+    2-core machine; starting from the config's batch costs a few real steps.
+
+    Returns ({batch_size, cap, memory_binds, search}, "") or (None, why it could not run)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config, recipe = resolve_config(merge(user, knobs))
+            apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
+            with Runtime(config.device, config.precision, fuse_optimizer=config.fuse_optimizer) as rt:
+                model, optimizer = rt.setup(recipe.model, recipe.optimizer)
+                step = TrialStep(
+                    model, optimizer, recipe.loss_fn, recipe.train_data, device=rt.device,
+                    autocast=rt.autocast, backward=rt.backward,
+                )  # fmt: skip
+                limit = config.memory_limit if isinstance(config.memory_limit, int) else None
+                limit = limit or memory_limit_bytes(rt.device)
+                if limit is None and rt.device.type == "cpu":
+                    limit = default_cpu_limit()
+                rows = _num_rows(recipe.train_data)
+                start = int(config.batch_size) if config.batch_size != "auto" else 1
+                search = find_batch_size(step, device=rt.device, limit_bytes=limit, start=start, high=rows)
+    except (GpulabError, TypeError, ValueError, RuntimeError) as exc:  # dict batches, a stream, ...
+        return None, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    binds = any(not t.fits for t in search.trials)  # else the search stopped at the data's size
+    return {
+        "batch_size": search.batch_size,
+        "memory_binds": binds,
+        "cap": rows,
+        "search": search.to_json(),
+    }, ""

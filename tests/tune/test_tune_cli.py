@@ -1,0 +1,58 @@
+"""`gpulab tune` end to end on the mlp recipe with a small budget: tuned.yaml is a config `gpulab train
+--config` runs as is, tune.json holds every trial with its figures, and every skipped value its reason."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from gpulab.cli import main
+from gpulab.config import RunConfig, parse_config
+
+
+def test_tune_writes_a_config_train_takes_and_every_trial(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    budget = 12
+    code = main(
+        [
+            "tune",
+            "mlp",
+            "--budget",
+            str(budget),
+            "--out",
+            "t",
+            "--steps",
+            "8",
+            "--set",
+            "options.samples=1000",
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "gpulab tune mlp on cpu" in printed and "wrote t/tuned.yaml" in printed
+
+    doc = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert doc["elapsed_s"] <= budget + 10  # the budget is checked before and during every trial
+    default = doc["trials"][0]
+    assert default["label"] == "default" and default["status"] == "ok"
+    for trial in doc["trials"]:
+        assert {"settings", "samples_per_s", "peak_memory_mib", "loss", "status", "reason"} <= set(trial)
+        if trial["status"] == "ok":
+            fig = trial["samples_per_s"]
+            assert fig["low"] <= fig["value"] <= fig["high"] and fig["repeats"] >= 2
+        else:
+            assert trial["reason"]
+    reasons = {s["knob"]: s["reason"] for s in doc["skipped"]}
+    assert "fast path" in reasons["num_workers"]  # tensor data: no DataLoader to tune
+    assert all(s["reason"] for s in doc["skipped"])
+    assert doc["speedup"]["low"] <= doc["speedup"]["tuned_over_default"] <= doc["speedup"]["high"]
+    assert len(doc["decisions"]) >= 6 and all(d["sentence"] for d in doc["decisions"])
+
+    tuned = yaml.safe_load((tmp_path / "t" / "tuned.yaml").read_text())
+    assert tuned["recipe"] == "mlp" and tuned["options"] == {"samples": 1000}
+    parse_config(RunConfig, tuned)  # every key valid
+    code = main(
+        ["train", "--config", "t/tuned.yaml", "--out", "run", "--max-steps", "3", "--set", "progress=false"]
+    )
+    assert code == 0 and (tmp_path / "run" / "summary.json").is_file()

@@ -1,0 +1,65 @@
+"""Pruning (no trial where an earlier one already decided it) and the time budget."""
+
+from __future__ import annotations
+
+import time
+
+from gpulab.tune.search import Search, pruned
+from gpulab.tune.trial import Trial
+
+
+def test_a_config_that_did_not_fit_prunes_larger_batches_and_compile_failures_prune_modes():
+    oom = Trial(
+        "batch_size=256", {"batch_size": 256, "precision": "fp32"}, "failed", "does not fit: out of memory"
+    )
+    assert "batch_size=256 did not fit" in pruned({"batch_size": 512, "precision": "fp32"}, [oom])
+    assert "did not fit" in pruned({"batch_size": 256, "precision": "fp32", "compile": True}, [oom])
+    assert pruned({"batch_size": 128, "precision": "fp32"}, [oom]) is None
+    assert pruned({"batch_size": 512, "precision": "bf16-mixed"}, [oom]) is None  # less memory: try it
+    broken = Trial("compile=default", {"compile": True}, "failed", "torch.compile fell back to eager")
+    why = pruned({"compile": True, "compile_mode": "max-autotune"}, [broken])
+    assert why.startswith("pruned: compile failed in compile=default")
+    assert pruned({"compile": False}, [broken]) is None
+
+
+def test_the_search_stops_at_the_budget_with_the_best_so_far():
+    started = time.monotonic()
+    user = {"recipe": "mlp", "options": {"samples": 1000}}
+    result = Search(user, budget_s=1.0, steps=8, min_interval_s=0, log=lambda _: None).run()
+    elapsed = time.monotonic() - started
+    assert result.trials[0].label == "default" and result.best is result.default  # always measured
+    assert result.out_of_budget
+    assert any(s["reason"].startswith("budget:") for s in result.skipped)
+    # Beyond the default trial, which always runs whole, at most the batch search may start in time.
+    assert elapsed < result.default.wall_s + 1.0 + 8.0, elapsed
+
+
+def test_a_trial_past_the_deadline_stops_after_its_first_step_and_is_not_used():
+    from gpulab.tune.trial import run_trial
+
+    trial = run_trial(
+        {"recipe": "mlp", "options": {"samples": 1000}}, {}, samples=640, deadline=0.0, label="x"
+    )
+    assert trial.status == "stopped" and trial.samples_per_s is None
+    assert trial.steps == 1 and "budget" in trial.reason
+
+
+def test_a_bad_budget_or_tolerance_is_one_line(capsys):
+    from gpulab.cli import main
+
+    assert main(["tune", "mlp", "--budget", "0"]) == 2
+    assert main(["tune", "mlp", "--tolerance", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("gpulab: error: --budget must be a positive number of seconds")
+    assert err[1].startswith("gpulab: error: --tolerance is a fraction")
+
+
+def test_a_fast_step_gets_longer_trials_so_each_repeat_lasts_long_enough_to_time():
+    from gpulab.tune.search import trial_samples
+
+    assert trial_samples(30, 64, None) == 30 * 64  # no warm-up figure: the steps asked for
+    assert trial_samples(30, 64, 640.0, 0.2) == 30 * 64  # 2 steps fill 0.2 s: 30 steps are plenty
+    assert trial_samples(30, 64, 64_000.0, 0.2) == (1 + 6 * 200) * 64  # 200 steps per repeat
+    # ... unless a trial would then outlast its share of the budget: at 1,000 steps/s, 7 intervals of
+    # 100 steps fill 0.7 s
+    assert trial_samples(30, 64, 64_000.0, 0.2, max_s=0.7) == (1 + 6 * 100) * 64
