@@ -36,7 +36,7 @@ def _register() -> None:
     # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
     from gpulab.cli import bench, checkpoint, doctor, export, inspect, launch, profile, train, tune
 
-    for verb in (doctor, train, checkpoint, launch, bench, profile, inspect, tune, export):
+    for verb in (doctor, train, checkpoint, launch, bench, profile, inspect, export, tune):
         verb.register(app)
 
 
