@@ -23,10 +23,12 @@ split_cpu(tf, 2)  # before anything initialises TensorFlow's devices
 QUIET = {"progress": False, "log_every": 2}
 
 
-def fit(recipe_options=None, recipe=None, **settings):
+def fit(recipe=None, validate=False, **settings):
+    recipe = recipe or mlp({"samples": 800})
+    if not validate:  # validation traces a second function: only where a check reads it
+        recipe.val_data = None
     trainer = TfTrainer(**QUIET, **settings)
-    result = trainer.fit(recipe or mlp({"samples": 800, **(recipe_options or {})}))
-    return trainer, result
+    return trainer, trainer.fit(recipe)
 
 
 def weights(trainer):
@@ -37,10 +39,16 @@ def max_diff(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b, strict=True))
 
 
+FP32_RUN = {}
+BATCH64_RUN = {}
+
+
 def precisions():
     out = {}
     for name in ("fp32", "tf32", "bf16-mixed", "fp16-mixed"):
-        trainer, result = fit(precision=name, max_steps=4, batch_size=32)
+        trainer, result = fit(precision=name, max_steps=4, batch_size=32)  # fp32's run is xla()'s reference
+        if name == "fp32":
+            FP32_RUN["weights"] = weights(trainer)  # xla() compares with it
         hidden, last = trainer.model.layers[0], trainer.model.layers[-1]
         out[name] = {
             "precision": result.precision,
@@ -69,6 +77,7 @@ def fp16_overflow():
 
 def accumulate():
     a, _ = fit(max_steps=5, batch_size=64, accumulate=1)
+    BATCH64_RUN["weights"] = weights(a)  # mirrored() compares with it
     b, rb = fit(max_steps=5, batch_size=32, accumulate=2)
     c, _ = fit(max_steps=5, batch_size=32, accumulate=1)
     return {
@@ -80,21 +89,20 @@ def accumulate():
 
 def mirrored():
     logical = len(tf.config.get_logical_device_configuration(tf.config.list_physical_devices("CPU")[0]))
-    one, r1 = fit(max_steps=6, batch_size=64, clip_grad_norm=0.05)
-    two, r2 = fit(max_steps=6, batch_size=32, clip_grad_norm=0.05, strategy="mirrored")
-    unclipped, _ = fit(max_steps=6, batch_size=64)
+    one, r1 = fit(max_steps=5, batch_size=64, clip_grad_norm=0.05, validate=True)
+    two, r2 = fit(max_steps=5, batch_size=32, clip_grad_norm=0.05, strategy="mirrored", validate=True)
     return {
         "logical_cpus": logical,
         "replicas": r2.extras["runtime"]["replicas"],
         "strategy": r2.strategy,
         "diff": max_diff(weights(one), weights(two)),
-        "clip_changed": max_diff(weights(one), weights(unclipped)),
+        "clip_changed": max_diff(weights(one), BATCH64_RUN["weights"]),  # accumulate(): unclipped
         "val": [r1.accuracy, r2.accuracy],
     }
 
 
 def xla():
-    plain, rp = fit(max_steps=4, batch_size=32)
+    plain = FP32_RUN["weights"]  # precisions(): the same 4 steps without compile
     jit, rj = fit(max_steps=4, batch_size=32, compile=True)
     recipe = mlp({"samples": 800})
     bce = recipe.loss_fn
@@ -104,9 +112,9 @@ def xla():
         warnings.simplefilter("always")
         fell, rf = fit(recipe=recipe, max_steps=4, batch_size=32, compile=True)
     return {
-        "compiled": [rp.compiled, rj.compiled, rf.compiled],
-        "diff": max_diff(weights(plain), weights(jit)),
-        "fallback_diff": max_diff(weights(plain), weights(fell)),
+        "compiled": [rj.compiled, rf.compiled],
+        "diff": max_diff(plain, weights(jit)),
+        "fallback_diff": max_diff(plain, weights(fell)),
         "warning": [str(w.message) for w in caught if "XLA" in str(w.message)][:1],
     }
 
@@ -124,8 +132,24 @@ def nan_stop():
     return None
 
 
+def cli_digits(out: str):
+    """``gpulab train digits --engine tensorflow`` as the console script runs it (in this process, which
+    has TensorFlow loaded already; the run itself is the CLI's)."""
+    from gpulab.cli import main
+
+    sys.argv = ["gpulab", "train", "digits", "--engine", "tensorflow", "--out", out, "--max-steps", "12",
+                "--set", "log_every=4"]  # fmt: skip
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    return code
+
+
 CHECKS = {f.__name__: f for f in (precisions, fp16_overflow, accumulate, mirrored, xla, nan_stop)}
 
 if __name__ == "__main__":
-    names = sys.argv[1:] or list(CHECKS)
-    print("RESULT " + json.dumps({name: CHECKS[name]() for name in names}))
+    results = {name: check() for name, check in CHECKS.items()}
+    if len(sys.argv) > 1:
+        results["cli_digits"] = cli_digits(sys.argv[1])
+    print("RESULT " + json.dumps(results))

@@ -32,6 +32,7 @@ from gpulab.tfengine.precision import resolve_precision
 from gpulab.tfengine.strategy import make_strategy
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.log_lines import LogLines
+from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.state import FitResult, FitState
 
@@ -81,6 +82,7 @@ class TfTrainer:
         self.memory = configure_memory(tf, self.device, s.memory_limit)
         self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
+        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero)
         self.is_rank_zero = self.dist.is_rank_zero
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
@@ -153,7 +155,8 @@ class TfTrainer:
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         self._flush_log()
         result = self._result(val_metrics)
-        self.callbacks.on_fit_end(self, state, result)
+        self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
+        result.extras["diagnosis"] = self._diagnose(result).to_json()
         return result
 
     # -- steps ----------------------------------------------------------------------------------------
@@ -302,7 +305,7 @@ class TfTrainer:
         s = self.settings
         if not self.is_rank_zero:
             return []
-        out: list[Callback] = []
+        out: list[Callback] = [NvmlSamplerCallback()]  # silent (no thread) without an NVIDIA GPU
         if s.progress if s.progress is not None else sys.stdout.isatty():
             out.append(ProgressBar())
         elif s.progress is None:
@@ -338,7 +341,6 @@ class TfTrainer:
 
     def _result(self, val_metrics: dict[str, float]) -> FitResult:
         from gpulab.hardware.load import load_during
-        from gpulab.profiling.diagnosis import diagnose_run
 
         tf = self._tf
         state = self.state
@@ -384,12 +386,31 @@ class TfTrainer:
                 "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
             },
         )
-        result.extras["diagnosis"] = diagnose_run(
-            train_seconds=seconds,
-            data_wait_seconds=self._data_wait,
-            device_type="cuda" if self.device.startswith("/GPU") else "cpu",
-            memory_peak_fraction=memory.get("peak_fraction"),
+        return result
+
+    def _diagnose(self, result: FitResult) -> Any:
+        """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
+        from gpulab.profiling.diagnosis import diagnose_run
+
+        extras = result.extras
+        return diagnose_run(
+            train_seconds=result.train_seconds,
+            data_wait_seconds=extras["data_wait_s"],
+            device_type=self.runtime.device.type,
+            gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
+            memory_peak_fraction=extras["memory"].get("peak_fraction"),
             precision=result.precision,
             compiled=result.compiled,
-        ).to_json()
-        return result
+        )
+
+
+class _DeviceView:
+    """What the engine-neutral callbacks read of ``trainer.runtime``: the device (as torch names it, for
+    the NVML sampler's GPU index) and whether this process writes the shared files."""
+
+    def __init__(self, tf_device: str, is_rank_zero: bool) -> None:
+        import torch
+
+        index = int(tf_device.rpartition(":")[2])
+        self.device = torch.device("cuda", index) if tf_device.startswith("/GPU") else torch.device("cpu")
+        self.is_rank_zero = is_rank_zero
