@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.slow  # one process, ~25 s idle (TensorFlow import and 17 short fits)
 
 SCENARIOS = Path(__file__).with_name("tf_scenarios.py")
 
