@@ -64,9 +64,6 @@ def _validate_memory_limit(value: Any) -> int | float | None:
 class TrainerSettings(Settings):
     """What ``Trainer(**settings)`` and ``gpulab train`` accept. Later issues add fields here."""
 
-    engine: Engine = Field(
-        "torch", description="torch|tensorflow: the framework that trains (tensorflow: gpulab[tensorflow])"
-    )
     device: str = Field("auto", description="auto|cpu|cuda|cuda:N|mps|xpu")
     precision: Precision = Field("auto", description="numeric policy for forward/backward")
     epochs: int = Field(1, ge=1, description="passes over the training data (max_steps wins if set)")
@@ -160,6 +157,9 @@ class TrainerSettings(Settings):
     )
     fsdp_reshard_after_forward: bool = Field(
         True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
+    )
+    engine: Engine = Field(
+        "torch", description="torch|tensorflow: the framework that trains (tensorflow: gpulab[tensorflow])"
     )
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
