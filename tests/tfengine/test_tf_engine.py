@@ -87,6 +87,13 @@ def test_nan_loss_stops_naming_the_step(checks):
     assert checks["nan_stop"] and "became NaN/inf at step" in checks["nan_stop"]
 
 
+def test_chargpt_on_tensorflow_is_torchs_model(checks):
+    c = checks["chargpt"]
+    assert c["parameters"][0] == c["parameters"][1]  # the same architecture, the output tied to the embedding
+    assert 0.0 <= c["accuracy"] <= 1.0  # per token, as torch counts it
+    assert 2.0 < c["loss"] < 5.0  # near ln(vocab) after 3 steps from GPT-2's small init
+
+
 def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: Path, tmp_path: Path):
     from gpulab.train.run import run
 

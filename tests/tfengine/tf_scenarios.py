@@ -146,7 +146,20 @@ def cli_digits(out: str):
     return code
 
 
-CHECKS = {f.__name__: f for f in (precisions, fp16_overflow, accumulate, mirrored, xla, nan_stop)}
+def chargpt():
+    from gpulab.tfengine.recipes import chargpt as tf_chargpt
+    from gpulab.train.recipes.chargpt import build as torch_chargpt
+
+    options = {"n_layer": 1, "n_embd": 32, "n_head": 4, "block_size": 16, "max_chars": 4000}
+    trainer, result = fit(recipe=tf_chargpt(options), validate=True, max_steps=3, batch_size=16)
+    return {
+        "parameters": [int(trainer.model.count_params()), torch_chargpt(options).info["parameters"]],
+        "accuracy": result.accuracy,
+        "loss": result.final_loss,
+    }
+
+
+CHECKS = {f.__name__: f for f in (precisions, fp16_overflow, accumulate, mirrored, xla, nan_stop, chargpt)}
 
 if __name__ == "__main__":
     results = {name: check() for name, check in CHECKS.items()}

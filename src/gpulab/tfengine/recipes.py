@@ -89,7 +89,43 @@ def digits(options: dict[str, Any]) -> TfRecipe:
     )
 
 
-RECIPES = {"mlp": mlp, "digits": digits}
+def chargpt(options: dict[str, Any]) -> TfRecipe:
+    import keras
+
+    from gpulab.train.recipes.chargpt import CharGptOptions, load_text, make_windows
+
+    o = parse_config(CharGptOptions, options, prefix="options.")
+    if o.n_embd % o.n_head:
+        raise ConfigError(f"chargpt: n_head={o.n_head} must divide n_embd={o.n_embd}")
+    import torch
+
+    text = load_text()[: o.max_chars]
+    vocab = sorted(set(text))
+    lookup = {ch: i for i, ch in enumerate(vocab)}
+    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
+    cut = int(0.9 * len(ids))
+
+    def model() -> Any:
+        from gpulab.tfengine.chargpt_model import CharGPT
+
+        return CharGPT(len(vocab), o)
+
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    return TfRecipe(
+        model=model,
+        train_data=make_windows(ids[:cut], o.block_size),
+        val_data=make_windows(ids[cut:], o.block_size),
+        # Per sequence: the mean over its tokens (compute_average_loss then averages the sequences), so the
+        # loss is torch's cross-entropy over all tokens of equal-length windows.
+        loss_fn=lambda y, out: keras.ops.mean(ce(y, out), axis=-1),
+        optimizer=lambda total_steps: keras.optimizers.AdamW(learning_rate=o.lr, weight_decay=0.1),
+        correct_fn=lambda y, out: keras.ops.equal(keras.ops.argmax(out, axis=-1), keras.ops.cast(y, "int64")),
+        defaults={"epochs": 1, "batch_size": 32},
+        info={"vocab": len(vocab)},
+    )
+
+
+RECIPES = {"mlp": mlp, "digits": digits, "chargpt": chargpt}
 
 
 def load_tf_recipe(name: str, options: dict[str, Any] | None) -> TfRecipe:

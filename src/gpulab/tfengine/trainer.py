@@ -237,12 +237,16 @@ class TfTrainer:
         return total / k
 
     def _replica_val(self, x: Any, y: Any) -> Any:
+        """Sums over this replica's batch: loss, samples, right predictions and predictions (per token for a
+        sequence model, so accuracy counts tokens as torch's does)."""
         tf = self._tf
         out = self.model(x, training=False)
         losses = tf.cast(self.loss_fn(y, out), tf.float32)
         n = tf.cast(tf.shape(losses)[0], tf.float32)
-        correct = tf.reduce_sum(tf.cast(self.correct_fn(y, out), tf.float32)) if self.correct_fn else n * 0
-        return tf.reduce_sum(losses), correct, n
+        if self.correct_fn is None:
+            return tf.reduce_sum(losses), n, n * 0, n * 0
+        right = tf.cast(self.correct_fn(y, out), tf.float32)
+        return tf.reduce_sum(losses), n, tf.reduce_sum(right), tf.cast(tf.size(right), tf.float32)
 
     # -- metrics --------------------------------------------------------------------------------------
     def _flush_log(self) -> None:
@@ -279,16 +283,15 @@ class TfTrainer:
         return float(self._tf.convert_to_tensor(opt.learning_rate))
 
     def _validate(self) -> dict[str, float]:
-        loss_sum = correct = count = 0.0
+        totals = [0.0, 0.0, 0.0, 0.0]  # loss sum, samples, right, predictions
         for batch in self.val_data:
-            sums = self.val_step(*batch)
-            loss_sum, correct, count = (a + b for a, b in zip((loss_sum, correct, count), sums, strict=True))
+            totals = [a + b for a, b in zip(totals, self.val_step(*batch), strict=True)]
+        loss_sum, count, right, predictions = (float(t) for t in totals)
         if not count:
             return {}
-        count = float(count)
-        metrics = {"val_loss": float(loss_sum) / count}
-        if self.correct_fn is not None:
-            metrics["val_accuracy"] = float(correct) / count
+        metrics = {"val_loss": loss_sum / count}
+        if self.correct_fn is not None and predictions:
+            metrics["val_accuracy"] = right / predictions
         self.state.metrics.update(metrics)
         self.history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
         if self.is_rank_zero:
