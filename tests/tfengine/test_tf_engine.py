@@ -5,6 +5,7 @@ import costs seconds, and the CPU must be split into logical devices before Tens
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorflow")
-pytestmark = pytest.mark.slow  # one process, ~25 s idle (TensorFlow import and 17 short fits)
+# find_spec, not importorskip: TensorFlow is loaded in the subprocess only, never in the pytest process.
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
+    pytest.mark.slow,
+]  # one subprocess: TensorFlow's import and 18 short fits (29-77 s measured on the busy 2-core VM)
 
 SCENARIOS = Path(__file__).with_name("tf_scenarios.py")
 
@@ -98,14 +102,14 @@ def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: 
     from gpulab.train.run import run
 
     assert checks["cli_digits"] in (0, None)
-    _, _, torch_out = run(
-        {"recipe": "digits", "max_steps": 2, "out_dir": str(tmp_path / "t"), "progress": False}
-    )
+    # The torch run's own summary, for its field names (no MFU: its peak measurement costs seconds).
+    torch_user = {"recipe": "digits", "max_steps": 2, "out_dir": str(tmp_path / "t"), "progress": False}
+    _, _, torch_out = run({**torch_user, "mfu": False, "checkpoints": False})
     torch_summary = json.loads((torch_out / "summary.json").read_text())
     assert torch_summary["engine"] == "torch"
     summary = json.loads((tf_out / "summary.json").read_text())
-    # mfu is counted by a torch callback (FLOP counter over torch ops): not on this engine.
-    missing = set(torch_summary) - set(summary) - {"mfu"}
+    # (mfu, which a default torch run adds, is a torch callback's FLOP count: not on this engine.)
+    missing = set(torch_summary) - set(summary)
     assert not missing, missing
     assert summary["engine"] == "tensorflow" and summary["config"]["engine"] == "tensorflow"
     assert summary["steps"] == 12 and summary["batch_size"] == 64 and summary["world_size"] == 1
