@@ -103,3 +103,10 @@ def test_engine_tensorflow_without_tensorflow_says_how_to_install_it(tmp_path: P
         "engine 'tensorflow' needs TensorFlow" in lines[0] and "pip install 'gpulab[tensorflow]'" in lines[0]
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_a_command_that_runs_torch_only_refuses_engine_tensorflow_in_one_line():
+    from gpulab.train.run import resolve_config
+
+    with pytest.raises(ConfigError, match="engine 'tensorflow' is available on gpulab train only so far"):
+        resolve_config({"recipe": "mlp", "engine": "tensorflow", "options": {"samples": 100}})

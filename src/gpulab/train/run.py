@@ -44,6 +44,11 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     seed_everything(int(user.get("seed", 0)))
     recipe = load_recipe(user["recipe"], user.get("options"))
     config = parse_config(RunConfig, merge(recipe.defaults, user))
+    if config.engine != "torch":  # run() sends tensorflow to its own engine before this; profile does not
+        raise ConfigError(
+            f"engine {config.engine!r} is available on gpulab train only so far; this command runs the torch "
+            "engine: remove the engine setting"
+        )
     return config, recipe
 
 
