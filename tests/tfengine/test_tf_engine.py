@@ -104,7 +104,7 @@ def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: 
     assert checks["cli_digits"] in (0, None)
     # The torch run's own summary, for its field names (no MFU: its peak measurement costs seconds).
     torch_user = {"recipe": "digits", "max_steps": 2, "out_dir": str(tmp_path / "t"), "progress": False}
-    _, _, torch_out = run({**torch_user, "mfu": False, "checkpoints": False})
+    _, _, torch_out = run({**torch_user, "mfu": False, "checkpoints": False, "tensorboard": False})
     torch_summary = json.loads((torch_out / "summary.json").read_text())
     assert torch_summary["engine"] == "torch"
     summary = json.loads((tf_out / "summary.json").read_text())

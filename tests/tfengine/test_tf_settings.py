@@ -110,3 +110,17 @@ def test_a_command_that_runs_torch_only_refuses_engine_tensorflow_in_one_line():
 
     with pytest.raises(ConfigError, match="engine 'tensorflow' is available on gpulab train only so far"):
         resolve_config({"recipe": "mlp", "engine": "tensorflow", "options": {"samples": 100}})
+
+
+def test_a_torch_run_with_tensorboard_does_not_import_tensorflow(tmp_path: Path):
+    # TensorBoard's writer would import an installed TensorFlow just to write event files (seconds).
+    code = (
+        "import sys; from gpulab.train.run import run; "
+        f"run({{'recipe': 'mlp', 'max_steps': 2, 'out_dir': {str(tmp_path / 'o')!r}, 'progress': False, "
+        "'mfu': False, 'checkpoints': False, 'options': {'samples': 200}}); "
+        "print('TF', 'tensorflow' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "TF False" in proc.stdout
+    assert list((tmp_path / "o" / "tensorboard").glob("events.out.tfevents.*"))
