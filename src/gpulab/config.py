@@ -18,8 +18,10 @@ from gpulab.errors import ConfigError, choices
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
 Precision = Literal["auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"]
-STRATEGIES = ("auto", "single", "ddp", "fsdp2", "dp")
-Strategy = Literal["auto", "single", "ddp", "fsdp2", "dp"]
+STRATEGIES = ("auto", "single", "ddp", "fsdp2", "dp", "mirrored", "multiworker")
+Strategy = Literal["auto", "single", "ddp", "fsdp2", "dp", "mirrored", "multiworker"]
+ENGINES = ("torch", "tensorflow")
+Engine = Literal["torch", "tensorflow"]
 
 
 class Settings(BaseModel):
@@ -129,7 +131,9 @@ class TrainerSettings(Settings):
     )
     force_resume: bool = Field(False, description="resume even when batch size, seed, ... differ")
     strategy: Strategy = Field(
-        "auto", description="single|ddp|fsdp2|dp; auto: ddp when launched as several processes, else single"
+        "auto",
+        description="torch: single|ddp|fsdp2|dp, tensorflow: single|mirrored|multiworker; auto: ddp "
+        "(torch) or multiworker (tensorflow, TF_CONFIG set) when launched as several processes, else single",
     )
     collective_timeout_s: float = Field(
         60.0, gt=0, description="seconds a collective may wait for the other ranks before every rank stops"
@@ -158,6 +162,9 @@ class TrainerSettings(Settings):
     )
     fsdp_reshard_after_forward: bool = Field(
         True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
+    )
+    engine: Engine = Field(
+        "torch", description="torch|tensorflow: the framework that trains (tensorflow: gpulab[tensorflow])"
     )
 
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
@@ -192,6 +199,65 @@ class RunConfig(TrainerSettings):
 
 
 S = TypeVar("S", bound=Settings)
+
+# What one engine lacks: setting -> the values it takes there (None: only its default). A setting the user
+# set to anything else is refused in one line naming the setting and the engine (check_engine), rather
+# than silently ignored.
+_TF_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
+_ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
+    "torch": {"strategy": ("auto", "single", "ddp", "fsdp2", "dp")},
+    "tensorflow": {
+        "strategy": ("auto", "single", "mirrored", "multiworker"),
+        "device": _TF_DEVICES,
+        "mfu": (False,),
+        **dict.fromkeys(
+            [
+                "activation_checkpointing",
+                "micro_batch",
+                "compile_mode",
+                "compile_backend",
+                "checkpoint_every",
+                "keep_best",
+                "force_resume",
+                "resume",
+                "collective_timeout_s",
+                "ddp_bucket_cap_mb",
+                "ddp_static_graph",
+                "ddp_gradient_as_bucket_view",
+                "find_unused_parameters",
+                "fsdp_shard_modules",
+                "fsdp_reshard_after_forward",
+                "num_workers",
+                "pin_memory",
+                "prefetch_factor",
+            ]
+        ),
+    },
+}
+
+
+def check_engine(settings: TrainerSettings) -> None:
+    """Refuse, in one line, a setting the chosen engine does not have (it would be silently ignored)."""
+    engine = settings.engine
+    lacks = _ENGINE_LACKS[engine]
+    other = "tensorflow" if engine == "torch" else "torch"
+    if engine == "tensorflow" and settings.batch_size == "auto":
+        raise ConfigError(
+            "setting 'batch_size' = 'auto' is not available on engine 'tensorflow' (give a number); "
+            "remove it, or use --engine torch"
+        )
+    for name in sorted(settings.model_fields_set & set(lacks)):
+        value = getattr(settings, name)
+        default = type(settings).model_fields[name].get_default(call_default_factory=True)
+        allowed = lacks[name]
+        if value == default if allowed is None else value in allowed:
+            continue
+        shown = "auto|cpu|cuda|cuda:N" if name == "device" else choices(allowed or ())
+        what = f"valid there: {shown}" if allowed else f"leave it unset (default {default!r})"
+        raise ConfigError(
+            f"setting {name!r} = {value!r} is not available on engine {engine!r} ({what}); "
+            f"remove it, or use --engine {other}"
+        )
 
 
 def _closest(word: str, valid: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ def train(
     ),
     out: Path = typer.Option(None, "--out", help="Output directory [default: runs/RECIPE]"),
     config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
+    engine: str = typer.Option(None, help="torch|tensorflow [default: torch]"),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
     precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
     epochs: int = typer.Option(None, help="Passes over the training data"),
@@ -44,6 +45,7 @@ def train(
     flags = {
         "recipe": recipe,
         "out_dir": str(out) if out else None,
+        "engine": engine,
         "device": device,
         "precision": precision,
         "epochs": epochs,

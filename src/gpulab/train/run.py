@@ -44,6 +44,11 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     seed_everything(int(user.get("seed", 0)))
     recipe = load_recipe(user["recipe"], user.get("options"))
     config = parse_config(RunConfig, merge(recipe.defaults, user))
+    if config.engine != "torch":  # run() sends tensorflow to its own engine before this; profile does not
+        raise ConfigError(
+            f"engine {config.engine!r} is available on gpulab train only so far; this command runs the torch "
+            "engine: remove the engine setting"
+        )
     return config, recipe
 
 
@@ -62,6 +67,10 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
     the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
     """
+    if user.get("engine") == "tensorflow":  # its own loop and recipes; TensorFlow imported only there
+        from gpulab.tfengine.run import run as run_tensorflow
+
+        return run_tensorflow(user)
     config, recipe = resolve_config(default_resume(user))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
@@ -110,10 +119,11 @@ def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
 def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:
     summary = {
         "recipe": config.recipe,
+        "engine": config.engine,
         **result.to_json(),  # batch_size as resolved (batch_size: auto gives a number)
         "accumulate": config.accumulate,
         **info,
-        "environment": environment(),
+        "environment": environment(config.engine),
         "config": config.model_dump(),
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -124,11 +134,16 @@ def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[st
     return path
 
 
-def environment() -> dict[str, Any]:
+def environment(engine: str = "torch") -> dict[str, Any]:
     cuda = torch.cuda.is_available()
+    versions = {"torch": torch.__version__}
+    if engine == "tensorflow":
+        import tensorflow as tf
+
+        versions = {"tensorflow": tf.__version__, "keras": tf.keras.__version__}
     return {
         "gpulab": gpulab.__version__,
-        "torch": torch.__version__,
+        **versions,
         "python": platform.python_version(),
         "device_name": torch.cuda.get_device_name() if cuda else cpu_model(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

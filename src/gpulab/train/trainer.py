@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.config import TrainerSettings, parse_config
+from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
@@ -87,6 +87,12 @@ class Trainer:
         **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
+        if self.requested.engine != "torch":
+            raise ConfigError(
+                f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
+                "gpulab.tfengine.TfTrainer (or gpulab train --engine tensorflow)"
+            )
+        check_engine(self.requested)
         self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)

@@ -8,7 +8,9 @@ TensorBoard itself flushes events to disk only every two minutes, so the delay s
 
 from __future__ import annotations
 
+import sys
 import time
+import types
 from pathlib import Path
 
 from gpulab.train.callbacks.base import Callback
@@ -23,6 +25,11 @@ class TensorBoardLogger(Callback):
         self._last = 0.0
 
     def on_fit_start(self, trainer, state):
+        if "tensorflow" not in sys.modules:
+            # TensorBoard's writer imports TensorFlow when it is installed (9 s measured on a busy 2-core VM,
+            # gpulab[tensorflow]) only to write event files, which its stub writes alike: ask for the stub, as
+            # TensorBoard's own no-TensorFlow build does. A process that already runs TensorFlow keeps it.
+            sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
         # Imported late: they take a second to load.
         from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import SummaryWriter

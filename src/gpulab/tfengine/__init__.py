@@ -1,0 +1,11 @@
+"""The TensorFlow engine: the same settings, recipes and outputs as the torch Trainer, on TensorFlow/Keras.
+
+Nothing here imports TensorFlow at import time: ``require_tensorflow`` does, when a fit starts, so torch
+users pay nothing and a machine without TensorFlow gets one line saying how to install it.
+One concern a file, named as on the torch side: ``devices``, ``precision``, ``compile``, ``strategy``,
+``data``, ``trainer`` (the loop), ``recipes``, ``run`` (``gpulab train --engine tensorflow``).
+"""
+
+from gpulab.tfengine.importing import require_tensorflow
+
+__all__ = ["require_tensorflow"]

@@ -1,0 +1,137 @@
+"""The built-in recipes on TensorFlow: the torch recipes' data (their own makers), architecture and
+defaults, so a result on one engine compares with the other. Options are the torch recipes' options.
+
+Built models keep their output layer in float32 (``dtype="float32"``), as mixed precision needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulab.config import parse_config
+from gpulab.errors import ConfigError, choices
+from gpulab.tfengine.trainer import TfRecipe
+
+
+def mlp(options: dict[str, Any]) -> TfRecipe:
+    import keras
+
+    from gpulab.train.recipes.mlp import MlpOptions, make_data
+
+    o = parse_config(MlpOptions, options, prefix="options.")
+    x, y = make_data(o.samples, o.features, o.data_seed)
+    cut = int(0.8 * o.samples)
+
+    def model() -> Any:  # 20-64-32-1, as torch's make_model
+        return keras.Sequential(
+            [
+                keras.Input((o.features,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(32, activation="relu"),
+                keras.layers.Dense(1, dtype="float32"),
+            ]
+        )
+
+    bce = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
+    return TfRecipe(
+        model=model,
+        train_data=(x[:cut], y[:cut]),
+        val_data=(x[cut:], y[cut:]),
+        loss_fn=lambda y, out: bce(y, out),
+        optimizer=lambda total_steps: keras.optimizers.Adam(learning_rate=o.lr),
+        correct_fn=lambda y, out: keras.ops.equal(out[:, 0] > 0, y[:, 0] > 0.5),
+        defaults={"epochs": 5, "batch_size": 64},
+    )
+
+
+def digits(options: dict[str, Any]) -> TfRecipe:
+    import keras
+
+    from gpulab.train.recipes.digits import DigitsOptions, load_data
+
+    o = parse_config(DigitsOptions, options, prefix="options.")
+    (xt, yt), (xv, yv) = load_data(o.val_fraction, o.split_seed)
+    # torch's NCHW -> TensorFlow's NHWC (channels last); the same pixels and labels.
+    train = (xt.permute(0, 2, 3, 1).contiguous(), yt)
+    val = (xv.permute(0, 2, 3, 1).contiguous(), yv)
+
+    def model() -> Any:  # as torch's make_model: conv 32, conv 64, pool, dropout, 128, 10
+        return keras.Sequential(
+            [
+                keras.Input((8, 8, 1)),
+                keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+                keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(2),
+                keras.layers.Flatten(),
+                keras.layers.Dropout(o.dropout),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dense(10, dtype="float32"),
+            ]
+        )
+
+    def optimizer(total_steps: int) -> Any:  # AdamW, cosine-annealed to zero over the fit
+        schedule = keras.optimizers.schedules.CosineDecay(o.lr, decay_steps=max(total_steps, 1))
+        return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=o.weight_decay)
+
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    return TfRecipe(
+        model=model,
+        train_data=train,
+        val_data=val,
+        loss_fn=lambda y, out: ce(y, out),
+        optimizer=optimizer,
+        correct_fn=lambda y, out: keras.ops.equal(keras.ops.argmax(out, axis=-1), keras.ops.cast(y, "int64")),
+        defaults={"epochs": 15, "batch_size": 64},
+        info={
+            "train_samples": len(yt),
+            "val_samples": len(yv),
+        },
+    )
+
+
+def chargpt(options: dict[str, Any]) -> TfRecipe:
+    import keras
+
+    from gpulab.train.recipes.chargpt import CharGptOptions, load_text, make_windows
+
+    o = parse_config(CharGptOptions, options, prefix="options.")
+    if o.n_embd % o.n_head:
+        raise ConfigError(f"chargpt: n_head={o.n_head} must divide n_embd={o.n_embd}")
+    import torch
+
+    text = load_text()[: o.max_chars]
+    vocab = sorted(set(text))
+    lookup = {ch: i for i, ch in enumerate(vocab)}
+    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
+    cut = int(0.9 * len(ids))
+
+    def model() -> Any:
+        from gpulab.tfengine.chargpt_model import CharGPT
+
+        return CharGPT(len(vocab), o)
+
+    ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    return TfRecipe(
+        model=model,
+        train_data=make_windows(ids[:cut], o.block_size),
+        val_data=make_windows(ids[cut:], o.block_size),
+        # Per sequence: the mean over its tokens (compute_average_loss then averages the sequences), so the
+        # loss is torch's cross-entropy over all tokens of equal-length windows.
+        loss_fn=lambda y, out: keras.ops.mean(ce(y, out), axis=-1),
+        optimizer=lambda total_steps: keras.optimizers.AdamW(learning_rate=o.lr, weight_decay=0.1),
+        correct_fn=lambda y, out: keras.ops.equal(keras.ops.argmax(out, axis=-1), keras.ops.cast(y, "int64")),
+        defaults={"epochs": 1, "batch_size": 32},
+        info={"vocab": len(vocab)},
+    )
+
+
+RECIPES = {"mlp": mlp, "digits": digits, "chargpt": chargpt}
+
+
+def load_tf_recipe(name: str, options: dict[str, Any] | None) -> TfRecipe:
+    if name not in RECIPES:
+        raise ConfigError(
+            f"recipe {name!r} is not available on engine 'tensorflow'; valid there: {choices(RECIPES)} "
+            "(or use --engine torch)"
+        )
+    return RECIPES[name](dict(options or {}))

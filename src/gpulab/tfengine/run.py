@@ -1,0 +1,60 @@
+"""``gpulab train --engine tensorflow``: recipe + settings -> TfTrainer -> summary.json and the weights.
+
+The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
+same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
+the end as ``model.weights.h5`` (atomically); checkpoints during the fit and resume are torch-only so far.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.errors import ConfigError
+from gpulab.tfengine.importing import require_tensorflow
+from gpulab.tfengine.strategy import tf_config_task
+from gpulab.train.state import FitResult
+
+WEIGHTS_FILE = "model.weights.h5"
+
+
+def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.tfengine.recipes import load_tf_recipe
+    from gpulab.tfengine.trainer import TfTrainer
+    from gpulab.train.run import write_summary
+    from gpulab.train.run_dir import check_output_dirs, claim, prepare
+
+    if not user.get("recipe"):
+        raise ConfigError("no recipe given: name one (mlp|digits) or set 'recipe' in --config")
+    # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
+    check_engine(parse_config(RunConfig, user))
+    require_tensorflow()
+    recipe = load_tf_recipe(user["recipe"], user.get("options"))
+    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    out = Path(config.out_dir or f"runs/{config.recipe}")
+    check_output_dirs(out, config.checkpoint_dir)
+    rank, _ = tf_config_task()
+    with claim(out, rank=rank):
+        if rank == 0:
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+        settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})
+        trainer = TfTrainer(**settings)
+        result = trainer.fit(recipe)
+        if not trainer.is_rank_zero:
+            return config, result, None
+        info = {"parameters": int(trainer.model.count_params()), **recipe.info}
+        info["weights"] = str(save_weights(trainer.model, out))
+        write_summary(out, config, result, info)
+    return config, result, out
+
+
+def save_weights(model: Any, out: Path) -> Path:
+    """``out/model.weights.h5``, written to a temporary name and renamed: never half a file."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / WEIGHTS_FILE
+    tmp = out / f".tmp-{os.getpid()}.weights.h5"  # Keras wants the .weights.h5 suffix
+    model.save_weights(str(tmp))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,426 @@
+"""``TfTrainer``: the torch Trainer's loop on TensorFlow, owned by gpulab rather than ``model.fit``.
+
+Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy ("unsupported type PerReplica"), so the
+step is written out: ``tf.GradientTape`` inside ``strategy.run``, ``tf.nn.compute_average_loss`` (the sum
+of per-example losses over the *global* batch, so the replicas' gradients add up to the big batch's) and
+``strategy.reduce`` for the loss. The same semantics as torch's Trainer:
+
+- epochs or max_steps; ``accumulate`` micro-batches per optimizer step, each loss divided by the window's
+  length inside one step function, so a window equals one large batch (as torch's ``loss / window``);
+- ``clip_grad_norm`` on the global gradient (after the all-reduce when there are several replicas);
+- metrics stay tensors and are read every ``log_every`` steps (no host sync per step); a NaN/inf loss
+  stops the fit there, naming the step; validation at each epoch end with loss and accuracy;
+- the engine-neutral callbacks (progress, metrics.jsonl, TensorBoard) and a ``FitResult``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.errors import ConfigError
+from gpulab.tfengine import data as tfdata
+from gpulab.tfengine.compile import CompiledStep
+from gpulab.tfengine.devices import configure_memory, device_name
+from gpulab.tfengine.importing import require_tensorflow
+from gpulab.tfengine.precision import resolve_precision
+from gpulab.tfengine.strategy import make_strategy
+from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.train.callbacks.log_lines import LogLines
+from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.train.nonfinite import NonFiniteLossError
+from gpulab.train.state import FitResult, FitState
+
+
+@dataclass
+class TfRecipe:
+    """What ``TfTrainer.fit`` needs; built under the fit's strategy scope and precision policy.
+
+    ``model``: ``() -> keras.Model`` (its output layer in float32); ``loss_fn``: ``(y, output) -> per-example
+    losses``; ``optimizer``: ``(total_steps) -> keras optimizer`` (a schedule needs the length);
+    ``correct_fn``: ``(y, output) -> per-example 0/1`` for accuracy, or None.
+    """
+
+    model: Callable[[], Any]
+    train_data: Any
+    loss_fn: Callable
+    optimizer: Callable[[int], Any]
+    val_data: Any = None
+    correct_fn: Callable | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class TfTrainer:
+    """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
+
+    def __init__(self, *, callbacks: Sequence[Callback] = (), **settings: Any) -> None:
+        settings.setdefault("engine", "tensorflow")
+        self.requested = parse_config(TrainerSettings, settings)
+        if self.requested.engine != "tensorflow":
+            raise ConfigError("TfTrainer is the tensorflow engine; for engine 'torch' use gpulab.Trainer")
+        check_engine(self.requested)
+        self.settings = self.requested
+        self._extra_callbacks = list(callbacks)
+        self.state = FitState()
+        self.history: list[dict[str, Any]] = []
+        self.resumed_from = None  # no resume on this engine yet (callbacks read it)
+        self.is_rank_zero = True
+
+    # -- the story ------------------------------------------------------------------------------------
+    def fit(self, recipe: TfRecipe) -> FitResult:
+        tf = self._tf = require_tensorflow()
+        import keras
+
+        s = self.settings
+        self.device = device_name(tf, s.device)
+        self.memory = configure_memory(tf, self.device, s.memory_limit)
+        self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
+        self.dist = make_strategy(tf, s.strategy, self.device)
+        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero)
+        self.is_rank_zero = self.dist.is_rank_zero
+        keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
+        if s.deterministic:
+            tf.config.experimental.enable_op_determinism()
+        self.callbacks = None
+        with self.precision.applied(tf, keras):
+            try:
+                self._setup(tf, keras, recipe)
+                return self._loop(tf)
+            except BaseException as error:
+                if self.callbacks is not None:
+                    self.callbacks.on_exception(self, self.state, error)
+                raise
+
+    def _setup(self, tf: Any, keras: Any, recipe: TfRecipe) -> None:
+        s, dist = self.settings, self.dist
+        if s.clip_grad_norm is not None and dist.replicas > 1 and self.precision.scales_loss:
+            raise ConfigError(
+                "clip_grad_norm with fp16-mixed over several replicas is not available on engine "
+                "'tensorflow' (the loss scaler unscales after the all-reduce); use bf16-mixed or one replica"
+            )
+        self.global_batch = s.batch_size * dist.replicas
+        self.train_arrays = tfdata.as_arrays(recipe.train_data)
+        self.n_train = len(self.train_arrays[0])
+        self.per_epoch = tfdata.batches_per_epoch(self.n_train, self.global_batch)
+        self.state = self._plan(self.per_epoch)
+        with dist.strategy.scope():
+            self.model = recipe.model()
+            self.optimizer = self.precision.wrap_optimizer(keras, recipe.optimizer(self.state.total_steps))
+            if s.clip_grad_norm is not None and dist.replicas == 1:
+                # Keras clips after unscaling (fp16) and before applying: exact with one replica.
+                inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+                inner.global_clipnorm = s.clip_grad_norm
+            self.optimizer.build(self.model.trainable_variables)
+        train = tfdata.make_dataset(tf, self.train_arrays, self.global_batch, shuffle=True, seed=s.seed)
+        self.train_data = self._distribute(train)
+        self.val_data = None
+        if recipe.val_data is not None:
+            val = tfdata.make_dataset(
+                tf, tfdata.as_arrays(recipe.val_data), self.global_batch, shuffle=False, seed=0
+            )
+            self.val_data = self._distribute(val)
+        self.loss_fn, self.correct_fn = recipe.loss_fn, recipe.correct_fn
+        self.step = CompiledStep(tf, self._distributed(tf, self._replica_step), jit=s.compile)
+        self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
+        self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+
+    def _distribute(self, dataset: Any) -> Any:
+        """Split over the replicas; one device takes the dataset as it is (the distributed iterator cost
+        ~2 ms a batch on this CPU, measured with cProfile: more than the mlp step itself)."""
+        if self.dist.name == "single":
+            return dataset
+        return self.dist.strategy.experimental_distribute_dataset(dataset)
+
+    def _loop(self, tf: Any) -> FitResult:
+        from gpulab.hardware.load import OtherCpuLoad
+
+        state = self.state
+        self._losses: list[Any] = []
+        self._loss_steps: list[int] = []
+        self._t0 = self._last_t = None
+        self._samples0 = self._last_samples = 0
+        self._data_wait = 0.0
+        self._others = OtherCpuLoad()
+        self._reset_peak()
+        val_metrics: dict[str, float] = {}
+        self.callbacks.on_fit_start(self, state)
+        while not self._done():
+            self._train_epoch()
+            complete, finishing = state.batch_in_epoch >= self.per_epoch, self._done()
+            if finishing:
+                self._flush_log()  # before the epoch counter moves, so the record names its own epoch
+            if (complete or finishing) and self.val_data is not None:
+                val_metrics = self._validate()
+            if complete:
+                self.callbacks.on_epoch_end(self, state)
+                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        self._flush_log()
+        result = self._result(val_metrics)
+        self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
+        result.extras["diagnosis"] = self._diagnose(result).to_json()
+        return result
+
+    # -- steps ----------------------------------------------------------------------------------------
+    def _train_epoch(self) -> None:
+        """This epoch's windows of ``accumulate`` micro-batches, one optimizer step each."""
+        s, state = self.settings, self.state
+        per_epoch = self.per_epoch
+        batches = iter(self.train_data)
+        index = 0
+        while index < per_epoch and not self._done():
+            window, t = [], time.perf_counter()
+            for _ in range(min(s.accumulate, per_epoch - index)):
+                window.append(next(batches))
+                state.samples_seen += tfdata.batch_samples(self.n_train, self.global_batch, index)
+                index += 1
+            if self._t0 is not None:
+                self._data_wait += time.perf_counter() - t
+            loss = self.step(*window)
+            state.batch_in_epoch = index
+            self._losses.append(loss)  # a tensor: read only at the next log
+            self._loss_steps.append(state.global_step + 1)
+            self._optimizer_step()
+
+    def _optimizer_step(self) -> None:
+        state = self.state
+        state.global_step += 1
+        if self._t0 is None:  # the first step pays tracing and XLA compilation: not timed
+            state.first_loss = float(self._losses[-1])  # a sync, where the clock starts anyway
+            self._t0 = self._last_t = time.perf_counter()
+            self._samples0 = self._last_samples = state.samples_seen
+        if state.global_step % self.settings.log_every == 0:
+            self._flush_log()
+        self.callbacks.on_step_end(self, state)
+
+    def _distributed(self, tf: Any, replica_fn: Callable) -> Callable:
+        """``replica_fn`` on every replica, its results summed across them (one tensor per result)."""
+        strategy = self.dist.strategy
+
+        def run(*args: Any) -> Any:
+            out = strategy.run(replica_fn, args=args)
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None), out
+            )
+
+        return run
+
+    def _replica_step(self, *window: Any) -> Any:
+        """One optimizer step over a window of micro-batches, on one replica. Returns its share of the
+        window's mean loss (the shares sum to the global mean)."""
+        tf = self._tf
+        model, opt, k = self.model, self.optimizer, len(window)
+        variables = model.trainable_variables
+        total, grads = 0.0, None
+        for x, y in window:
+            with tf.GradientTape() as tape:
+                out = model(x, training=True)
+                loss = tf.nn.compute_average_loss(self.loss_fn(y, out))  # sum / global batch
+                scaled = loss / k if k > 1 else loss
+                if self.precision.scales_loss:
+                    scaled = opt.scale_loss(scaled)
+            g = tape.gradient(scaled, variables)
+            grads = g if grads is None else [a + b for a, b in zip(grads, g, strict=True)]
+            total += loss
+        if self.settings.clip_grad_norm is not None and self.dist.replicas > 1:
+            # The global norm is the all-reduced gradient's; apply_gradients sums again, hence / replicas.
+            ctx = tf.distribute.get_replica_context()
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            grads, _ = tf.clip_by_global_norm(grads, self.settings.clip_grad_norm)
+            grads = [g / self.dist.replicas for g in grads]
+        opt.apply_gradients(zip(grads, variables, strict=True))
+        return total / k
+
+    def _replica_val(self, x: Any, y: Any) -> Any:
+        """Sums over this replica's batch: loss, samples, right predictions and predictions (per token for a
+        sequence model, so accuracy counts tokens as torch's does)."""
+        tf = self._tf
+        out = self.model(x, training=False)
+        losses = tf.cast(self.loss_fn(y, out), tf.float32)
+        n = tf.cast(tf.shape(losses)[0], tf.float32)
+        if self.correct_fn is None:
+            return tf.reduce_sum(losses), n, n * 0, n * 0
+        right = tf.cast(self.correct_fn(y, out), tf.float32)
+        return tf.reduce_sum(losses), n, tf.reduce_sum(right), tf.cast(tf.size(right), tf.float32)
+
+    # -- metrics --------------------------------------------------------------------------------------
+    def _flush_log(self) -> None:
+        """Read the window's losses (one host sync), stop on NaN/inf, and hand the metrics to the loggers."""
+        if not self._losses:
+            return
+        tf = self._tf
+        values = tf.stack(self._losses).numpy()
+        loss = float(values.mean())
+        # fp16-mixed: the loss scaler skips non-finite steps instead (as on torch).
+        if not math.isfinite(loss) and not self.precision.scales_loss:
+            first = next(st for st, v in zip(self._loss_steps, values, strict=True) if not math.isfinite(v))
+            raise NonFiniteLossError(
+                f"the training loss became NaN/inf at step {first}; the fit stopped. Lower the learning "
+                "rate, set clip_grad_norm, or check the data for NaN/inf (fp16-mixed would skip such steps)"
+            )
+        self._losses, self._loss_steps = [], []
+        state = self.state
+        metrics = {"loss": loss, "lr": self._lr()}
+        now = time.perf_counter()
+        if self._last_t is not None and state.samples_seen > self._samples0:
+            metrics["samples_per_s"] = (state.samples_seen - self._last_samples) / max(
+                now - self._last_t, 1e-9
+            )
+            self._last_t, self._last_samples = now, state.samples_seen
+        state.metrics.update(metrics)
+        if self.is_rank_zero:
+            self.callbacks.on_log(self, state, metrics)
+        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
+
+    def _lr(self) -> float:
+        opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        # Keras gives a schedule's value at the current iteration; read outside any replica context.
+        return float(self._tf.convert_to_tensor(opt.learning_rate))
+
+    def _validate(self) -> dict[str, float]:
+        totals = [0.0, 0.0, 0.0, 0.0]  # loss sum, samples, right, predictions
+        for batch in self.val_data:
+            totals = [a + b for a, b in zip(totals, self.val_step(*batch), strict=True)]
+        loss_sum, count, right, predictions = (float(t) for t in totals)
+        if not count:
+            return {}
+        metrics = {"val_loss": loss_sum / count}
+        if self.correct_fn is not None and predictions:
+            metrics["val_accuracy"] = right / predictions
+        self.state.metrics.update(metrics)
+        self.history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
+        if self.is_rank_zero:
+            self.callbacks.on_validation_end(self, self.state, metrics)
+        return metrics
+
+    # -- set-up and results ---------------------------------------------------------------------------
+    def _plan(self, per_epoch: int) -> FitState:
+        if per_epoch == 0:
+            from gpulab.errors import DataError
+
+            raise DataError("training data gives no batch (it is empty)")
+        steps_per_epoch = math.ceil(per_epoch / self.settings.accumulate)
+        total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
+        return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
+
+    def _done(self) -> bool:
+        return self.state.global_step >= self.state.total_steps or self.state.should_stop
+
+    def _default_callbacks(self) -> list[Callback]:
+        s = self.settings
+        if not self.is_rank_zero:
+            return []
+        out: list[Callback] = [NvmlSamplerCallback()]  # silent (no thread) without an NVIDIA GPU
+        if s.progress if s.progress is not None else sys.stdout.isatty():
+            out.append(ProgressBar())
+        elif s.progress is None:
+            out.append(LogLines())
+        if s.out_dir:
+            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
+            if s.tensorboard:
+                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
+        return out
+
+    def _reset_peak(self) -> None:
+        tf = self._tf
+        if self.device.startswith("/GPU"):
+            tf.config.experimental.reset_memory_stats(self.device.lstrip("/"))
+        else:
+            import torch
+
+            from gpulab.runtime.memory import reset_peak_memory
+
+            reset_peak_memory(torch.device("cpu"))
+
+    def _memory(self) -> tuple[int, dict[str, Any]]:
+        tf = self._tf
+        if self.device.startswith("/GPU"):
+            info = tf.config.experimental.get_memory_info(self.device.lstrip("/"))
+            return int(info["peak"]), {"current_bytes": int(info["current"]), "peak_bytes": int(info["peak"])}
+        import torch
+
+        from gpulab.runtime.memory import memory_stats, peak_memory_bytes
+
+        cpu = torch.device("cpu")
+        return peak_memory_bytes(cpu), memory_stats(cpu).to_json()
+
+    def _result(self, val_metrics: dict[str, float]) -> FitResult:
+        from gpulab.hardware.load import load_during
+
+        tf = self._tf
+        state = self.state
+        seconds = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        done = state.samples_seen - self._samples0
+        peak, memory = self._memory()
+        opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        skipped = state.global_step - int(opt.iterations) if self.precision.scales_loss else 0
+        result = FitResult(
+            device=self.device,
+            precision=self.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=done / seconds if done and seconds > 0 else None,
+            peak_memory_bytes=peak,
+            train_seconds=seconds,
+            val_loss=val_metrics.get("val_loss"),
+            accuracy=val_metrics.get("val_accuracy"),
+            skipped_steps=skipped,
+            compiled=self.step.compiled,
+            strategy=self.dist.name,
+            world_size=self.dist.num_workers,
+            batch_size=self.settings.batch_size,
+            history=self.history,
+            extras={
+                "engine": "tensorflow",
+                "runtime": {
+                    "engine": "tensorflow",
+                    "tensorflow": tf.__version__,
+                    "device": self.device,
+                    "precision": self.precision.name,
+                    "keras_policy": self.precision.policy,
+                    "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
+                    "loss_scale": float(self.optimizer.dynamic_scale) if self.precision.scales_loss else None,
+                    "strategy": self.dist.name,
+                    "replicas": self.dist.replicas,
+                    "xla": self.step.compiled,
+                    **self.memory,
+                },
+                "data_wait_s": self._data_wait,
+                "memory": memory,
+                "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
+            },
+        )
+        return result
+
+    def _diagnose(self, result: FitResult) -> Any:
+        """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
+        from gpulab.profiling.diagnosis import diagnose_run
+
+        extras = result.extras
+        return diagnose_run(
+            train_seconds=result.train_seconds,
+            data_wait_seconds=extras["data_wait_s"],
+            device_type=self.runtime.device.type,
+            gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
+            memory_peak_fraction=extras["memory"].get("peak_fraction"),
+            precision=result.precision,
+            compiled=result.compiled,
+        )
+
+
+class _DeviceView:
+    """What the engine-neutral callbacks read of ``trainer.runtime``: the device (as torch names it, for
+    the NVML sampler's GPU index) and whether this process writes the shared files."""
+
+    def __init__(self, tf_device: str, is_rank_zero: bool) -> None:
+        import torch
+
+        index = int(tf_device.rpartition(":")[2])
+        self.device = torch.device("cuda", index) if tf_device.startswith("/GPU") else torch.device("cpu")
+        self.is_rank_zero = is_rank_zero
