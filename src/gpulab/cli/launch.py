@@ -90,7 +90,6 @@ def launch(
     typer.echo(render(print_, spec, nproc, job_name=job_name, image=image), nl=False)
 
 
-ENGINES = ("torch", "tensorflow")
 # Options that only one engine's launcher has: (option, parameter name, its default).
 _TORCH_ONLY = (("--rdzv-endpoint", "rdzv_endpoint", None), ("--rdzv-id", "rdzv_id", None),
                ("--local-addr", "local_addr", None), ("--max-restarts", "max_restarts", 0),
@@ -100,6 +99,7 @@ _TF_ONLY = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
 
 def _check_engine_options(engine: str, given: dict) -> None:
     """An unknown engine, or an option the chosen engine's launcher lacks, is one line (exit 2)."""
+    from gpulab.config import ENGINES
     from gpulab.errors import LaunchError, choices
 
     if engine not in ENGINES:
