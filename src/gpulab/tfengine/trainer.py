@@ -392,6 +392,7 @@ class TfTrainer:
                     **self.memory,
                 },
                 "data_wait_s": self._data_wait,
+                "channels_last": "always: Keras lays images out channels-last (NHWC) on this engine",
                 "memory": memory,
                 "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
             },
