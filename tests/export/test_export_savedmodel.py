@@ -84,6 +84,17 @@ def test_refusals_are_one_line_before_tensorflow_is_imported(checks):
     assert onnx["code"] == 2 and "valid for it: savedmodel|tflite" in onnx["err"]
 
 
+@needs_tf
+def test_a_parity_failure_or_a_truncated_weights_file(checks):
+    bad = checks["off_by_half"]
+    assert bad["code"] == 1 and bad["passed"] is False
+    assert "parity FAILED on 360 samples: max abs error 0.5" in bad["err"]
+    cut = checks["truncated_weights"]
+    assert (
+        cut["code"] == 2 and cut["err"].count("\n") == 0 and "cannot load into the digits model" in cut["err"]
+    )
+
+
 def test_tensorflow_absent_names_the_pip_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tensorflow", None)  # as if not installed: find_spec -> None
     (tmp_path / "summary.json").write_text(json.dumps({"recipe": "digits", "engine": "tensorflow"}))

@@ -63,10 +63,35 @@ def main_() -> None:
     )
     result["fixed"]["parity"] = json.loads((run / "export" / "fixed.savedmodel.parity.json").read_text())
     result["torch_format_from_tf_run"] = cli("export", str(run), "--format", "onnx")
+    result["off_by_half"] = off_by_half(run)
+    result["truncated_weights"] = truncated_weights(run, root / "truncated")
     from gpulab.export.tf_api import keras_recipe
 
     result["labels"] = keras_recipe("digits", {}).val_data[1].tolist()
     print("RESULT " + json.dumps(result))
+
+
+def off_by_half(run: Path) -> dict:
+    """A SavedModel runtime that adds 0.5 to every output: the parity check must fail, exit 1."""
+    from gpulab.export.formats import savedmodel
+
+    real = savedmodel.load
+    savedmodel.load = lambda path: lambda x, run=real(path): run(x) + 0.5
+    try:
+        out = cli(
+            "export", str(run), "--format", "savedmodel", "--out", str(run / "export" / "bad.savedmodel")
+        )
+    finally:
+        savedmodel.load = real
+    out["passed"] = json.loads((run / "export" / "bad.savedmodel.parity.json").read_text())["passed"]
+    return out
+
+
+def truncated_weights(run: Path, copy: Path) -> dict:
+    copy.mkdir()
+    (copy / "summary.json").write_bytes((run / "summary.json").read_bytes())
+    (copy / "model.weights.h5").write_bytes((run / "model.weights.h5").read_bytes()[:5000])
+    return cli("export", str(copy), "--format", "savedmodel")
 
 
 def signatures(export: Path) -> dict:
