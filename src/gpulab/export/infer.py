@@ -95,15 +95,13 @@ def _loaded(module, artifact: Path, cuda: bool):
 
 
 def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
-    from gpulab.train.recipes.base import load_recipe
-
     if not sidecar.get("recipe"):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
     if sidecar.get("engine") == "tensorflow":  # its recipe's data in TensorFlow's layout (NHWC images)
-        from gpulab.export.tf_api import keras_recipe
-
-        load_recipe = keras_recipe  # noqa: F811
-    recipe = load_recipe(sidecar["recipe"], sidecar.get("options") or {})
+        from gpulab.export.tf_api import keras_recipe as build
+    else:
+        from gpulab.train.recipes.base import load_recipe as build
+    recipe = build(sidecar["recipe"], sidecar.get("options") or {})
     return export_data.from_recipe(recipe.val_data, sidecar["recipe"])
