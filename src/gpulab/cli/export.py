@@ -11,7 +11,9 @@ from gpulab.cli.console import make_console
 
 def export(
     path: Path = typer.Argument(..., help="A run directory (gpulab train --out) or a checkpoint directory"),
-    fmt: str = typer.Option(..., "--format", help="exported|onnx|torchscript|aoti (savedmodel: TF runs)"),
+    fmt: str = typer.Option(
+        ..., "--format", help="exported|onnx|torchscript|aoti; TF runs: savedmodel|tflite"
+    ),
     out: Path = typer.Option(None, "--out", help="Artifact path [default: RUN/export/RECIPE.<suffix>]"),
     batch_dim: str = typer.Option("dynamic", "--batch-dim", help="dynamic, or N for a fixed batch of N"),
     precision: str = typer.Option("fp32", "--precision", help="fp32|bf16|fp16 (weights and compute)"),

@@ -74,6 +74,11 @@ def export(
 ) -> ExportResult:
     path = Path(path)
     module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    if fmt in formats.TENSORFLOW_FORMATS:
+        from gpulab.export.tf_api import export_tf
+
+        batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
+        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch)
     source = rebuild(path)
     inputs, target = (
         export_data.from_npz(input_file)
@@ -107,6 +112,10 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     if not path.exists():
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
     check_engine(path, fmt)
+    if fmt in formats.TENSORFLOW_FORMATS and precision != "fp32":
+        raise ConfigError(
+            f"--precision {precision}: format {fmt} exports the float32 Keras model; valid: fp32"
+        )
     module = formats.get(fmt)
     module.available()
     required = getattr(module, "REQUIRED_SUFFIX", None)

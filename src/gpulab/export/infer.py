@@ -28,7 +28,7 @@ class InferResult:
 def artifact_format(artifact: Path, sidecar: dict[str, Any]) -> str:
     fmt = sidecar.get("format") or formats.by_suffix(artifact.name)
     if fmt is None:
-        suffixes = choices(formats.get(n).SUFFIX for n in formats.TORCH_FORMATS)
+        suffixes = choices(formats.get(n).SUFFIX for n in formats.FORMATS)
         raise ConfigError(f"{artifact}: cannot tell its format; gpulab export writes {suffixes}")
     return fmt
 
@@ -43,7 +43,7 @@ def infer(
     runtime: str = "cpu",
 ) -> InferResult:
     artifact = Path(artifact)
-    if not artifact.is_file():
+    if not (artifact.is_file() or (artifact / "saved_model.pb").is_file()):  # a SavedModel is a directory
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
     if (input_file is None) == (not recipe_data):
         raise ConfigError("give exactly one of --input FILE.npz and --recipe-data")
@@ -95,11 +95,13 @@ def _loaded(module, artifact: Path, cuda: bool):
 
 
 def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
-    from gpulab.train.recipes.base import load_recipe
-
     if not sidecar.get("recipe"):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
-    recipe = load_recipe(sidecar["recipe"], sidecar.get("options") or {})
+    if sidecar.get("engine") == "tensorflow":  # its recipe's data in TensorFlow's layout (NHWC images)
+        from gpulab.export.tf_api import keras_recipe as build
+    else:
+        from gpulab.train.recipes.base import load_recipe as build
+    recipe = build(sidecar["recipe"], sidecar.get("options") or {})
     return export_data.from_recipe(recipe.val_data, sidecar["recipe"])

@@ -1,0 +1,74 @@
+"""``savedmodel``: a TensorFlow-engine run's Keras model as a SavedModel directory with a
+``serving_default`` signature (one input ``input``, one output ``output``; batch dimension None unless
+``--batch-dim N``), as TF Serving loads it; run back through ``tf.saved_model.load`` and that signature.
+
+TensorFlow is imported here only inside the functions (``available`` only looks for it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.errors import MissingPackageError
+from gpulab.export.formats.base import Runner, output_path
+
+NAME, SUFFIX, RUNTIME = "savedmodel", ".savedmodel", "TensorFlow SavedModel"
+PIP_TENSORFLOW = "pip install 'gpulab[tensorflow]'"
+SIGNATURE, INPUT, OUTPUT = "serving_default", "input", "output"
+
+
+def available(fmt: str = NAME) -> None:
+    """Looked for, not imported: a refusal that needs no TensorFlow does not pay for its import."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise MissingPackageError(
+            f"format {fmt} needs the Python package 'tensorflow', which is not installed; "
+            f"fix: {PIP_TENSORFLOW}"
+        )
+
+
+def tensorflow() -> Any:
+    from gpulab.tfengine.importing import require_tensorflow
+
+    return require_tensorflow()
+
+
+def spec(example: tuple[torch.Tensor, ...], dynamic: bool) -> Any:
+    tf = tensorflow()
+    x = example[0]
+    batch = None if dynamic else x.shape[0]
+    return tf.TensorSpec([batch, *x.shape[1:]], tf.as_dtype(str(x.dtype).removeprefix("torch.")), name=INPUT)
+
+
+def save(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> None:
+    """The SavedModel, written beside ``out`` and renamed into place: never half a directory."""
+    import keras
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # A dict output names the signature's output tensor (`output`, not Keras's `output_0`).
+    archive.add_endpoint("serve", lambda x: {OUTPUT: model(x, training=False)}, [spec(example, dynamic)])
+    out = output_path(out)
+    tmp = out.with_name(f".tmp-{out.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    archive.write_out(str(tmp), verbose=False)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+
+
+def write(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
+    save(model, example, dynamic, out)
+    return {"signature": SIGNATURE, "tensorflow": tensorflow().__version__}
+
+
+def load(path: Path) -> Runner:
+    tf = tensorflow()
+    serve = tf.saved_model.load(str(path)).signatures[SIGNATURE]
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(serve(**{INPUT: tf.constant(x.numpy())})[OUTPUT].numpy())
+
+    return run

@@ -1,0 +1,67 @@
+"""``tflite``: the SavedModel (``savedmodel.py``) converted by ``tf.lite.TFLiteConverter.from_saved_model``
+with the built-in ops only, run back in ``tf.lite.Interpreter``. A dynamic batch stays dynamic (the
+interpreter is resized to each batch); a model the converter cannot take is one line naming why."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.errors import ConfigError
+from gpulab.export.formats import savedmodel
+from gpulab.export.formats.base import Runner, output_path
+
+NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
+
+
+def available() -> None:
+    savedmodel.available(NAME)
+
+
+def write(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
+    tf = savedmodel.tensorflow()
+    work = Path(tempfile.mkdtemp(prefix="gpulab-tflite-"))
+    try:
+        savedmodel.save(model, example, dynamic, work / "model")
+        try:
+            flat = tf.lite.TFLiteConverter.from_saved_model(str(work / "model")).convert()
+        except Exception as exc:  # ConverterError: an op without a TFLite built-in kernel
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(
+                f"format tflite: TFLiteConverter cannot convert this model ({type(exc).__name__}: {first}); "
+                "use --format savedmodel"
+            ) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    output_path(out).write_bytes(flat)
+    return {"tensorflow": tf.__version__, "bytes": len(flat)}
+
+
+def interpreter(path: Path) -> Any:
+    tf = savedmodel.tensorflow()
+    with warnings.catch_warnings():  # "tf.lite.Interpreter is deprecated": TF's notice, not the user's
+        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
+        return tf.lite.Interpreter(model_path=str(path))
+
+
+def load(path: Path) -> Runner:
+    interp = interpreter(path)
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    shape = [None]  # the input shape allocated last: resize only when a batch differs
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if shape[0] != tuple(x.shape):
+            interp.resize_tensor_input(inp["index"], list(x.shape))
+            interp.allocate_tensors()
+            shape[0] = tuple(x.shape)
+        interp.set_tensor(inp["index"], x.numpy().astype(inp["dtype"], copy=False))
+        interp.invoke()
+        return torch.from_numpy(interp.get_tensor(out["index"]).copy())
+
+    return run

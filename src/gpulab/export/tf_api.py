@@ -1,0 +1,125 @@
+"""``export`` for a TensorFlow-engine run: the Keras model rebuilt from the run's recipe and options
+(summary.json) with its ``model.weights.h5``, written as SavedModel or TFLite, loaded back in that runtime
+and checked against the eager Keras model with the same parity code and report as the torch formats.
+
+TensorFlow is imported only in here (and in the format modules), never by ``gpulab export`` for torch."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpulab.errors import CheckpointError, ConfigError
+from gpulab.export import data as export_data
+from gpulab.export import parity
+from gpulab.export.rebuild import run_summary
+
+WEIGHTS_FILE = "model.weights.h5"  # as tfengine/run.py writes it (not imported: keeps this module light)
+
+
+@dataclass
+class KerasSource:
+    model: Any
+    recipe: str
+    options: dict[str, Any]
+    weights: Path
+    step: int | None
+    run_dir: Path
+    val_data: Any
+
+
+def check_run(path: Path) -> tuple[dict[str, Any], Path]:
+    """(summary, weights file), refused in one line before TensorFlow is imported."""
+    summary = run_summary(path) or {}
+    weights = path / WEIGHTS_FILE
+    if not weights.is_file():
+        raise CheckpointError(
+            f"{path}: no {WEIGHTS_FILE} (the TensorFlow engine writes it when a run ends); "
+            "train it to the end with gpulab train --engine tensorflow --out " + str(path)
+        )
+    if not summary.get("recipe"):
+        raise ConfigError(f"{path}/summary.json does not name the run's recipe; export a gpulab train run")
+    return summary, weights
+
+
+def keras_recipe(name: str, options: dict[str, Any]):
+    from gpulab.tfengine.importing import require_tensorflow
+    from gpulab.tfengine.recipes import load_tf_recipe
+
+    require_tensorflow()
+    return load_tf_recipe(name, options)
+
+
+def rebuild_keras(path: Path) -> KerasSource:
+    summary, weights = check_run(path)
+    name = str(summary["recipe"])
+    options = dict(summary.get("config", {}).get("options") or {})
+    recipe = keras_recipe(name, options)
+    model = recipe.model()
+    inputs, _ = export_data.from_recipe(recipe.val_data, name)
+    model(inputs[0][:1].numpy(), training=False)  # creates the variables (a subclassed model has none yet)
+    try:
+        model.load_weights(str(weights))
+    except Exception as exc:  # a truncated file, or weights of other options than summary.json records
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise CheckpointError(f"{weights}: cannot load into the {name} model ({first})") from None
+    return KerasSource(model, name, options, weights, summary.get("steps"), path, recipe.val_data)
+
+
+def eager_runner(model: Any):
+    """The Keras model called eagerly (inference mode: dropout off): the reference of the parity check."""
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(model(x.numpy(), training=False).numpy())
+
+    return run
+
+
+def export_tf(path: Path, module, fixed: int | None, out, input_file, sidecar: str, batch: dict):
+    from gpulab.export.api import ExportResult
+
+    source = rebuild_keras(path)
+    if input_file:
+        inputs, target = export_data.from_npz(input_file)
+    else:
+        inputs, target = export_data.from_recipe(source.val_data, source.recipe)
+    artifact = Path(out) if out else path / "export" / f"{source.recipe}{module.SUFFIX}"
+    example = export_data.example(inputs, fixed or batch["example"])
+    started = time.perf_counter()
+    facts = module.write(source.model, example, fixed is None, artifact)
+    info = describe(module, source, fixed, inputs, time.perf_counter() - started) | facts
+    artifact.with_name(artifact.name + sidecar).write_text(json.dumps(info, indent=2) + "\n")
+    size = fixed or batch["parity"]
+    eager = export_data.run_batched(eager_runner(source.model), inputs, size, fixed is not None)
+    got = export_data.run_batched(module.load(artifact), inputs, size, fixed is not None)
+    report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": "fp32"}
+    report |= parity.compare(eager, got, target, "fp32")
+    report["reference"] = "eager Keras model"
+    report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
+    return ExportResult(artifact, report, parity.write(report, artifact), info)
+
+
+def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
+    """``PATH.export.json``, as the torch formats write it; ``engine`` tells infer to use the TF recipe."""
+    return {
+        "format": module.NAME,
+        "runtime": module.RUNTIME,
+        "engine": "tensorflow",
+        "recipe": source.recipe,
+        "options": source.options,
+        "checkpoint": str(source.weights),
+        "step": source.step,
+        "precision": "fp32",
+        "batch_dim": "dynamic" if fixed is None else fixed,
+        "inputs": [
+            {"dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]} for x in inputs
+        ],
+        "export_seconds": round(seconds, 3),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
