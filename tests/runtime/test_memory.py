@@ -154,6 +154,27 @@ def test_estimate_predicts_the_measured_step_and_scales_with_the_batch():
     )
 
 
+def test_a_fake_trace_at_a_huge_batch_builds_no_real_batch_of_that_size(monkeypatch):
+    # The batch search asks for estimates at millions of rows: building those rows for real cost the
+    # CPU's `batch_size: auto` 10 s of its 14 s (mlp) before the trace made them fake anyway.
+    import gpulab.runtime.memory_estimate as E
+
+    real_resize = E._resize
+
+    def small_only(batch, b):
+        assert b <= 2, f"a real batch of {b} rows was built"
+        return real_resize(batch, b)
+
+    monkeypatch.setattr(E, "_resize", small_only)
+    model = _mlp()
+    est = estimate_memory(
+        model, None, None, _data(2), loss_fn=nn.functional.cross_entropy, batch_size=1 << 22
+    )
+    small = estimate_memory(model, None, None, _data(2), loss_fn=nn.functional.cross_entropy, batch_size=1024)
+    assert est.method == "fake tensors"
+    assert est.activations_bytes == pytest.approx((1 << 12) * small.activations_bytes, rel=0.01)
+
+
 def test_estimate_leaves_the_model_untouched():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 2))

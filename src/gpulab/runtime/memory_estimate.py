@@ -242,7 +242,7 @@ def estimate_memory(
     try:
         # Fake tensors cost nothing whatever their size: trace at the batch itself (exact there).
         lo, hi = trace_batches or (max(1, batch_size // 2), max(2, batch_size))
-        traces = [_trace_fake(plain, loss_fn, _resize(example, b), autocast) for b in (lo, hi)]
+        traces = [_trace_fake(plain, loss_fn, example, b, autocast) for b in (lo, hi)]
         method = "fake tensors"
     except Exception as exc:  # any op without a fake implementation: trace for real, small, and scale
         notes.append(f"fake-tensor trace failed ({type(exc).__name__}: {_first_line(exc)}); traced for real")
@@ -271,10 +271,14 @@ def _line(a: tuple[int, int], b: tuple[int, int]) -> tuple[float, float]:
     return float(a[1] - slope * a[0]), slope
 
 
-def _trace_fake(model: nn.Module, loss_fn: LossFn, batch: tuple, autocast) -> tuple[int, int]:
-    """(bytes alive after forward, peak bytes during forward + backward) of one step, with fake tensors."""
-    mode, tensors, trainable, fake_batch = fake_step_inputs(model, batch)
-    return _measure_step(model, loss_fn, fake_batch, tensors, trainable, autocast, mode)
+def _trace_fake(model: nn.Module, loss_fn: LossFn, example: tuple, rows: int, autocast) -> tuple[int, int]:
+    """(bytes alive after forward, peak bytes during forward + backward) of one step of ``rows`` samples
+    shaped like ``example``'s, with fake tensors. The batch is made fake at that size directly: a real one
+    of a million rows (the batch search asks for such sizes) would cost seconds and gigabytes to build."""
+    mode, tensors, trainable, _ = fake_step_inputs(model, ())
+    with mode:
+        batch = tuple(torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in example)
+    return _measure_step(model, loss_fn, batch, tensors, trainable, autocast, mode)
 
 
 def fake_step_inputs(model: nn.Module, batch: Any) -> tuple[Any, dict[str, torch.Tensor], list, Any]:
