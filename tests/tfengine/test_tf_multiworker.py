@@ -1,6 +1,6 @@
 """The issue's multi-worker contract through the CLI: ``gpulab launch --engine tensorflow --nproc-per-node 2
 -- gpulab train mlp --engine tensorflow --out DIR`` writes ONE run directory (the chief's files; worker 1
-writes none) whose summary says world_size 2 and whose weights equal a 1-worker run at twice the batch.
+writes none, its checkpoint copy included) whose summary says world_size 2 and whose weights equal a 1-worker run at twice the batch.
 The reference run starts beside the launch, so the three TensorFlow imports overlap."""
 
 from __future__ import annotations
@@ -61,12 +61,15 @@ def test_two_workers_write_one_run_equal_to_one_worker_at_twice_the_batch(tmp_pa
     assert ref.returncode == 0, ref_out[-3000:]
     # The chief's files only: worker 1 wrote nothing (no second summary, metrics or weights file).
     assert sorted(p.name for p in two.iterdir()) == [
+        "checkpoints",
         "metrics.jsonl",
         "model.weights.h5",
         "summary.json",
         "tensorboard",
     ]
     assert launch.stdout.count(f"wrote {two}/summary.json") == 1
+    # Both workers wrote the checkpoint (a collective); the chief's copy was committed, worker 1's removed.
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["latest", "step-00000006"]
     summary = json.loads((two / "summary.json").read_text())
     assert (summary["world_size"], summary["strategy"], summary["engine"]) == (2, "multiworker", "tensorflow")
     reference = json.loads((one / "summary.json").read_text())
