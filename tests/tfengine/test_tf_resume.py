@@ -65,6 +65,13 @@ def test_fp16_resume_carries_the_loss_scale(checks):
     assert 0 < fp16["skipped"][0] < 8  # some steps skipped, some applied
 
 
+def test_digits_resumes_its_dropout_masks_and_keeps_its_lr_schedule(checks):
+    d = checks["digits"]
+    assert d["weights_equal"]  # failed (2e-3 apart) before the seed generators' states were checkpointed
+    assert "max_steps 6 -> 8 (the LR schedule was planned for 6 steps" in d["stretched"]
+    assert "\n" not in d["stretched"]
+
+
 def test_resuming_a_finished_run_does_nothing_and_says_so(checks):
     finished = checks["finished"]
     assert finished["weights_equal"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpulab.errors import CheckpointError
 from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.recipes import mlp
+from gpulab.tfengine.recipes import digits, mlp
 from gpulab.tfengine.trainer import TfTrainer
 
 require_tensorflow()
@@ -21,11 +21,11 @@ ROOT = Path(sys.argv[1])
 BASE = {"progress": False, "tensorboard": False, "batch_size": 32, "log_every": 5, "checkpoint_every": 3}
 
 
-def fit(out, max_steps, resume=None, **settings):
+def fit(out, max_steps, resume=None, recipe="mlp", **settings):
     trainer = TfTrainer(
-        out_dir=str(ROOT / out), max_steps=max_steps, trajectory={"recipe": "mlp"}, **{**BASE, **settings}
+        out_dir=str(ROOT / out), max_steps=max_steps, trajectory={"recipe": recipe}, **{**BASE, **settings}
     )
-    result = trainer.fit(mlp({"samples": 200}), resume=resume)
+    result = trainer.fit(mlp({"samples": 200}) if recipe == "mlp" else digits({}), resume=resume)
     return trainer, result
 
 
@@ -39,9 +39,9 @@ def opt_state(trainer):
     return [v.numpy() for v in trainer.optimizer.variables]
 
 
-def refusal(out, resume, **settings):
+def refusal(out, resume, max_steps=12, **settings):
     try:
-        fit(out, 12, resume=resume, **settings)
+        fit(out, max_steps, resume=resume, **settings)
     except CheckpointError as exc:
         return str(exc)
     return None
@@ -85,6 +85,14 @@ out["fp16"] = {
     "skipped": [f_result.skipped_steps, g_result.skipped_steps],
 }
 
+# digits: dropout (its seed generators' states are in the checkpoint) and a cosine LR schedule (planned for
+# 6 steps, so the resume keeps max_steps: it starts from the straight run's step-3 checkpoint by path).
+d_straight, _ = fit("digits_a", 6, recipe="digits")
+d_resumed, _ = fit("digits_b", 6, resume=str(ROOT / "digits_a/checkpoints/step-00000003"), recipe="digits")
+out["digits"] = {
+    "weights_equal": same(d_straight, d_resumed),
+    "stretched": refusal("digits_a", "latest", recipe="digits", max_steps=8),
+}
 # A tampered file (same size, one byte flipped) is refused, in one line naming it.
 tampered = ROOT / "tampered" / "checkpoints"
 shutil.copytree(ROOT / "straight" / "checkpoints", tampered)

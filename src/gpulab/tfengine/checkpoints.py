@@ -86,6 +86,7 @@ class TfCheckpointer:
             "progress": progress,
             "config": trainer.settings.model_dump(mode="json"),
             "trajectory": trainer.trajectory,
+            "resolved": {"precision": trainer.precision.name},
             "train_loss": trainer.loss_window,
         }
         needed = sum(p.stat().st_size for p in tmp.iterdir())
@@ -114,7 +115,7 @@ class TfCheckpointer:
         if not isinstance(progress, dict) or not isinstance(saved, dict):
             raise CheckpointError(f"{path / META}: lacks progress/config; it was not written by a TfTrainer")
         if not force:
-            _refuse_if_changed(path, saved, meta.get("trajectory"), trainer)
+            _refuse_if_changed(path, meta, trainer)
         # Every saved object must find its variable: a different model is an error, not a partial load.
         tf_checkpoint.read(str(path / TF_PREFIX)).assert_existing_objects_matched()
         state = trainer.state
@@ -132,15 +133,30 @@ class TfCheckpointer:
         return path
 
 
-def _refuse_if_changed(path: Path, saved: dict, trajectory: Any, trainer: Any) -> None:
-    now = trainer.settings.model_dump(mode="json")
+def _refuse_if_changed(path: Path, meta: dict, trainer: Any) -> None:
+    """As torch's ``checkpointing._refuse_if_changed``: the settings that change the trajectory, the recipe,
+    an LR schedule's planned length and the number of workers."""
+    saved, now = dict(meta["config"]), trainer.settings.model_dump(mode="json")
+    if isinstance(meta.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
+        saved.update(meta["resolved"])
+        now["precision"] = trainer.precision.name
     diffs = [
         f"{name} {saved.get(name)!r} -> {now.get(name)!r}"
         for name in TRAJECTORY_SETTINGS
         if saved.get(name) != now.get(name)
     ]
-    if trajectory != trainer.trajectory:
-        diffs.append(f"recipe {trajectory!r} -> {trainer.trajectory!r}")
+    if meta.get("trajectory") != trainer.trajectory:
+        diffs.append(f"recipe {meta.get('trajectory')!r} -> {trainer.trajectory!r}")
+    progress = meta["progress"]
+    planned, total = progress.get("total_steps"), trainer.state.total_steps
+    if trainer.has_schedule and planned is not None and planned != total:
+        diffs.append(
+            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
+            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
+        )
+    world = int(progress.get("world_size", 1))
+    if world != trainer.dist.num_workers:
+        diffs.append(f"world_size {world} -> {trainer.dist.num_workers}")
     if diffs:
         raise CheckpointError(
             f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "

@@ -144,8 +144,13 @@ class TfTrainer:
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
         self.checkpointer = None if root is None else TfCheckpointer(root, s.checkpoint_every, s.keep_last)
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # The layer graph does not reach the dropout layers' seed generators (Keras's SeedGenerator is not
+        # trackable): their states go in by hand, or a resumed run would draw other dropout masks.
         self.tf_checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, step=self._step_var
+            model=self.model,
+            optimizer=self.optimizer,
+            step=self._step_var,
+            model_state=list(self.model.non_trainable_variables),
         )
         if resume and self.checkpointer is None:
             raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
@@ -157,6 +162,16 @@ class TfTrainer:
                 from gpulab.errors import CheckpointError
 
                 raise CheckpointError(f"{self.resumed_from}: its step variable disagrees with meta.json")
+
+    @property
+    def has_schedule(self) -> bool:
+        """The learning rate is a schedule (a function of the planned length, so a resume keeps it)."""
+        import keras
+
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        return isinstance(
+            getattr(inner, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
+        )
 
     def _save_checkpoint(self) -> None:
         if self.checkpointer is None or not self.settings.checkpoints:
