@@ -21,6 +21,7 @@ from gpulab.errors import CheckpointError
 from gpulab.train.checkpoint_io import (
     LATEST,
     META,
+    TF_LAYOUT,
     TF_PREFIX,
     TMP_PREFIX,
     fsync_file,
@@ -33,7 +34,7 @@ from gpulab.train.checkpoint_read import load_meta, step_dirs
 from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
 from gpulab.train.resume_locate import locate_for_resume
 
-LAYOUT = "tensorflow"
+LAYOUT = TF_LAYOUT
 AUTO = "auto"
 # As torch's TRAJECTORY_SETTINGS (micro_batch does not exist here): a resume that changes one is refused.
 TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
