@@ -213,13 +213,11 @@ _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
         **dict.fromkeys(
             [
                 "activation_checkpointing",
+                "channels_last",
                 "micro_batch",
                 "compile_mode",
                 "compile_backend",
-                "checkpoint_every",
                 "keep_best",
-                "force_resume",
-                "resume",
                 "collective_timeout_s",
                 "ddp_bucket_cap_mb",
                 "ddp_static_graph",

@@ -22,12 +22,30 @@ def as_arrays(data: Any) -> tuple[np.ndarray, ...]:
 def make_dataset(
     tf: Any, arrays: tuple[np.ndarray, ...], global_batch: int, *, shuffle: bool, seed: int
 ) -> Any:
+    """Validation's pipeline (and any pass in a fixed order); training takes ``epoch_dataset``."""
+    return finish(tf, source(tf, arrays), global_batch, shuffle=shuffle, seed=seed, samples=len(arrays[0]))
+
+
+def source(tf: Any, arrays: tuple[np.ndarray, ...]) -> Any:
     ds = tf.data.Dataset.from_tensor_slices(arrays)
     if sum(a.nbytes for a in arrays) <= CACHE_LIMIT_BYTES:
         ds = ds.cache()  # later epochs read the materialised elements instead of slicing again
+    return ds
+
+
+def epoch_dataset(
+    tf: Any, base: Any, samples: int, global_batch: int, *, seed: int, epoch: int, skip: int
+) -> Any:
+    """Epoch ``epoch``'s batches from batch ``skip`` on. The order is a function of (seed, epoch) alone, as
+    torch's sampler's ``seed + epoch``: the same on every run and worker, and a resumed run continues at
+    the next batch of the same order (exact resume) without replaying the epochs before it."""
+    ds = finish(tf, base, global_batch, shuffle=True, seed=seed + epoch, samples=samples)
+    return ds.skip(skip) if skip else ds
+
+
+def finish(tf: Any, ds: Any, global_batch: int, *, shuffle: bool, seed: int, samples: int) -> Any:
     if shuffle:
-        # A fixed seed with a reshuffle per epoch: epoch e's order is the same on every run and worker.
-        ds = ds.shuffle(len(arrays[0]), seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(samples, seed=seed, reshuffle_each_iteration=False)
     ds = ds.batch(global_batch)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -2,7 +2,7 @@
 
 The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
 same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
-the end as ``model.weights.h5`` (atomically); checkpoints during the fit and resume are torch-only so far.
+the end as ``model.weights.h5`` (atomically); checkpoints and resume: ``tfengine/checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         if rank == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
         settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})
-        trainer = TfTrainer(**settings)
-        result = trainer.fit(recipe)
+        trainer = TfTrainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
+        result = trainer.fit(recipe, resume=config.resume)
         if not trainer.is_rank_zero:
             return config, result, None
+        if "nothing_to_do" in result.extras:  # a finished run resumed: its files stay as they were
+            return config, result, out
         info = {"parameters": int(trainer.model.count_params()), **recipe.info}
         info["weights"] = str(save_weights(trainer.model, out))
         write_summary(out, config, result, info)

@@ -59,7 +59,9 @@ class TfRecipe:
 class TfTrainer:
     """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
 
-    def __init__(self, *, callbacks: Sequence[Callback] = (), **settings: Any) -> None:
+    def __init__(
+        self, *, callbacks: Sequence[Callback] = (), trajectory: dict[str, Any] | None = None, **settings: Any
+    ) -> None:
         settings.setdefault("engine", "tensorflow")
         self.requested = parse_config(TrainerSettings, settings)
         if self.requested.engine != "tensorflow":
@@ -69,11 +71,14 @@ class TfTrainer:
         self._extra_callbacks = list(callbacks)
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
-        self.resumed_from = None  # no resume on this engine yet (callbacks read it)
+        self.trajectory = dict(trajectory or {})  # as torch's: stored in checkpoints, checked on resume
+        self.resumed_from = None  # the checkpoint a fit resumed from (callbacks read it)
+        self.extras: dict[str, Any] = {}
         self.is_rank_zero = True
 
     # -- the story ------------------------------------------------------------------------------------
-    def fit(self, recipe: TfRecipe) -> FitResult:
+    def fit(self, recipe: TfRecipe, resume: str | None = None) -> FitResult:
+        """Train; ``resume``: ``latest`` (under the checkpoint root), a checkpoint's path, or ``auto``."""
         tf = self._tf = require_tensorflow()
         import keras
 
@@ -90,14 +95,14 @@ class TfTrainer:
         self.callbacks = None
         with self.precision.applied(tf, keras):
             try:
-                self._setup(tf, keras, recipe)
+                self._setup(tf, keras, recipe, resume)
                 return self._loop(tf)
             except BaseException as error:
                 if self.callbacks is not None:
                     self.callbacks.on_exception(self, self.state, error)
                 raise
 
-    def _setup(self, tf: Any, keras: Any, recipe: TfRecipe) -> None:
+    def _setup(self, tf: Any, keras: Any, recipe: TfRecipe, resume: str | None) -> None:
         s, dist = self.settings, self.dist
         if s.clip_grad_norm is not None and dist.replicas > 1 and self.precision.scales_loss:
             raise ConfigError(
@@ -117,8 +122,8 @@ class TfTrainer:
                 inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
                 inner.global_clipnorm = s.clip_grad_norm
             self.optimizer.build(self.model.trainable_variables)
-        train = tfdata.make_dataset(tf, self.train_arrays, self.global_batch, shuffle=True, seed=s.seed)
-        self.train_data = self._distribute(train)
+        self._resume(tf, resume)
+        self.train_source = tfdata.source(tf, self.train_arrays)
         self.val_data = None
         if recipe.val_data is not None:
             val = tfdata.make_dataset(
@@ -129,6 +134,65 @@ class TfTrainer:
         self.step = CompiledStep(tf, self._distributed(tf, self._replica_step), jit=s.compile)
         self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+
+    def _resume(self, tf: Any, resume: str | None) -> None:
+        """Checkpoints: the model, the optimizer (slots, iterations, loss scale) and the step in a
+        ``tf.train.Checkpoint``; the storage, manifest and ``latest`` are torch's (``checkpoints.py``)."""
+        from gpulab.tfengine.checkpoints import TfCheckpointer
+
+        s = self.settings
+        root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
+        self.checkpointer = None if root is None else TfCheckpointer(root, s.checkpoint_every, s.keep_last)
+        self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # The layer graph does not reach the dropout layers' seed generators (Keras's SeedGenerator is not
+        # trackable): their states go in by hand, or a resumed run would draw other dropout masks.
+        self.tf_checkpoint = tf.train.Checkpoint(
+            model=self.model,
+            optimizer=self.optimizer,
+            step=self._step_var,
+            model_state=list(self.model.non_trainable_variables),
+        )
+        if resume and self.checkpointer is None:
+            raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
+        resume = self.checkpointer.choose(resume) if resume else None  # auto: latest if any, else start
+        if resume:
+            self.resumed_from = self.checkpointer.resume(self, resume, self.tf_checkpoint, s.force_resume)
+            self.extras["resumed_from"] = str(self.resumed_from)
+            if int(self._step_var.numpy()) != self.state.global_step:
+                from gpulab.errors import CheckpointError
+
+                raise CheckpointError(f"{self.resumed_from}: its step variable disagrees with meta.json")
+
+    @property
+    def has_schedule(self) -> bool:
+        """The learning rate is a schedule (a function of the planned length, so a resume keeps it)."""
+        import keras
+
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        return isinstance(
+            getattr(inner, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
+        )
+
+    def _save_checkpoint(self) -> None:
+        if self.checkpointer is None or not self.settings.checkpoints:
+            return
+        values = self._read_losses()  # never checkpoint NaN (raises, as the next log would)
+        # The unread loss window, so a resumed run logs the numbers this one would have.
+        self.loss_window = [
+            [int(st), float(v)]
+            for st, v in zip(self._loss_steps, values if values is not None else [], strict=True)
+        ]
+        self._step_var.assign(self.state.global_step)
+        self.last_checkpoint = self.checkpointer.save(self, self.tf_checkpoint)
+
+    def _epoch_data(self) -> Any:
+        """This epoch's batches, from the next one not yet taken (a resumed run starts mid-epoch)."""
+        state = self.state
+        ds = tfdata.epoch_dataset(
+            self._tf, self.train_source, self.n_train, self.global_batch,
+            seed=self.settings.seed, epoch=state.epoch, skip=state.batch_in_epoch,
+        )  # fmt: skip
+        return self._distribute(ds)
 
     def _distribute(self, dataset: Any) -> Any:
         """Split over the replicas; one device takes the dataset as it is (the distributed iterator cost
@@ -141,8 +205,9 @@ class TfTrainer:
         from gpulab.hardware.load import OtherCpuLoad
 
         state = self.state
-        self._losses: list[Any] = []
-        self._loss_steps: list[int] = []
+        window = getattr(self, "loss_window", None) if self.resumed_from is not None else None
+        self._losses = [tf.constant(v, tf.float32) for _, v in window or []]
+        self._loss_steps: list[int] = [st for st, _ in window or []]
         self._t0 = self._last_t = None
         self._samples0 = self._last_samples = 0
         self._data_wait = 0.0
@@ -150,6 +215,7 @@ class TfTrainer:
         self._reset_peak()
         val_metrics: dict[str, float] = {}
         self.callbacks.on_fit_start(self, state)
+        finished = self.resumed_from is not None and self._done()
         while not self._done():
             self._train_epoch()
             complete, finishing = state.batch_in_epoch >= self.per_epoch, self._done()
@@ -160,10 +226,18 @@ class TfTrainer:
             if complete:
                 self.callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+                self._save_checkpoint()
         self._flush_log()
+        if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
+            self._save_checkpoint()
         result = self._result(val_metrics)
         self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
         result.extras["diagnosis"] = self._diagnose(result).to_json()
+        if finished:  # as torch's: no step, no save; gpulab train leaves the finished run's files as they are
+            result.extras["nothing_to_do"] = (
+                f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
+                "raise max_steps (or epochs) to train further"
+            )
         return result
 
     # -- steps ----------------------------------------------------------------------------------------
@@ -171,8 +245,8 @@ class TfTrainer:
         """This epoch's windows of ``accumulate`` micro-batches, one optimizer step each."""
         s, state = self.settings, self.state
         per_epoch = self.per_epoch
-        batches = iter(self.train_data)
-        index = 0
+        batches = iter(self._epoch_data())
+        index = state.batch_in_epoch
         while index < per_epoch and not self._done():
             window, t = [], time.perf_counter()
             for _ in range(min(s.accumulate, per_epoch - index)):
@@ -186,6 +260,8 @@ class TfTrainer:
             self._losses.append(loss)  # a tensor: read only at the next log
             self._loss_steps.append(state.global_step + 1)
             self._optimizer_step()
+            if self.checkpointer is not None and self.checkpointer.due(state.global_step):
+                self._save_checkpoint()
 
     def _optimizer_step(self) -> None:
         state = self.state
@@ -251,18 +327,10 @@ class TfTrainer:
     # -- metrics --------------------------------------------------------------------------------------
     def _flush_log(self) -> None:
         """Read the window's losses (one host sync), stop on NaN/inf, and hand the metrics to the loggers."""
-        if not self._losses:
+        values = self._read_losses()
+        if values is None:
             return
-        tf = self._tf
-        values = tf.stack(self._losses).numpy()
         loss = float(values.mean())
-        # fp16-mixed: the loss scaler skips non-finite steps instead (as on torch).
-        if not math.isfinite(loss) and not self.precision.scales_loss:
-            first = next(st for st, v in zip(self._loss_steps, values, strict=True) if not math.isfinite(v))
-            raise NonFiniteLossError(
-                f"the training loss became NaN/inf at step {first}; the fit stopped. Lower the learning "
-                "rate, set clip_grad_norm, or check the data for NaN/inf (fp16-mixed would skip such steps)"
-            )
         self._losses, self._loss_steps = [], []
         state = self.state
         metrics = {"loss": loss, "lr": self._lr()}
@@ -276,6 +344,20 @@ class TfTrainer:
         if self.is_rank_zero:
             self.callbacks.on_log(self, state, metrics)
         self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
+
+    def _read_losses(self) -> Any:
+        """The unread losses (one host sync; None if none), kept for the next log; NaN/inf stops the fit."""
+        if not self._losses:
+            return None
+        values = self._tf.stack(self._losses).numpy()
+        # fp16-mixed: the loss scaler skips non-finite steps instead (as on torch).
+        if not math.isfinite(float(values.mean())) and not self.precision.scales_loss:
+            first = next(st for st, v in zip(self._loss_steps, values, strict=True) if not math.isfinite(v))
+            raise NonFiniteLossError(
+                f"the training loss became NaN/inf at step {first}; the fit stopped. Lower the learning "
+                "rate, set clip_grad_norm, or check the data for NaN/inf (fp16-mixed would skip such steps)"
+            )
+        return values
 
     def _lr(self) -> float:
         opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
@@ -377,7 +459,9 @@ class TfTrainer:
             batch_size=self.settings.batch_size,
             history=self.history,
             extras={
+                **self.extras,
                 "engine": "tensorflow",
+                "channels_last": "on (TensorFlow's own layout: its images are NHWC)",  # torch's summary field
                 "runtime": {
                     "engine": "tensorflow",
                     "tensorflow": tf.__version__,

@@ -27,6 +27,7 @@ from gpulab.train.checkpoint_io import (
     LATEST,
     META,
     STATE,
+    TF_LAYOUT,
     TMP_PREFIX,
     WEIGHTS,
     fsync_dir,
@@ -149,6 +150,11 @@ def read_verified_checkpoint(directory: Path) -> LoadedCheckpoint:
     """Deserialise a checkpoint directory whose MANIFEST the caller has just verified (several ranks may
     share that hashing); only safe formats are read either way."""
     layout = manifest_layout(directory)
+    if layout == TF_LAYOUT:
+        raise CheckpointError(
+            f"{directory} was written by the TensorFlow engine; resume it with --engine tensorflow (its "
+            "weights are also in the run's model.weights.h5)"
+        )
     return LoadedCheckpoint(
         model_state=load_weights(directory / WEIGHTS) if layout == "full" else {},
         state=load_state(directory / STATE),
@@ -221,7 +227,9 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
                 report["problems"].append(f"meta.json: {key!r} is {value!r:.40}, expected {kind.__name__}")
     except CheckpointError as exc:
         report["problems"].append(str(exc))
-    if not report["problems"]:  # deserialise only what the manifest vouched for
+    if not report["problems"] and manifest_layout(directory) == TF_LAYOUT:
+        pass  # TensorFlow's own files: read only by TensorFlow (the TF engine's resume), not here
+    elif not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
         if manifest_layout(directory) != "full":  # sharded: DCP's index through the restricted unpickler
             from gpulab.train.dcp_safe import read_metadata
@@ -241,6 +249,8 @@ def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
+    if manifest_layout(directory) == TF_LAYOUT:
+        read_verified_checkpoint(directory)  # raises: a TensorFlow checkpoint, one line saying where to look
     if manifest_layout(directory) != "full":
         raise CheckpointError(
             f"{directory} holds sharded (fsdp2) weights; convert them to one file with "

@@ -28,7 +28,14 @@ REQUIRED = (WEIGHTS, STATE, META)
 DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard files
 # What each layout must hold: "full" is the whole model in safetensors (written by rank 0); "sharded" is
 # every rank's shard through torch.distributed.checkpoint (FSDP2), next to the same state.pt and meta.
-LAYOUTS = {"full": REQUIRED, "sharded": (DCP_METADATA, STATE, META)}
+TF_LAYOUT = "tensorflow"
+TF_PREFIX = "ckpt"  # tf.train.Checkpoint.write(DIR/ckpt) -> ckpt.index + ckpt.data-* (the TensorFlow engine)
+# "tensorflow": variables, optimizer and step in a tf.train.Checkpoint; the host-side progress in meta.json.
+LAYOUTS = {
+    "full": REQUIRED,
+    "sharded": (DCP_METADATA, STATE, META),
+    TF_LAYOUT: (f"{TF_PREFIX}.index", META),
+}
 TMP_PREFIX = ".tmp-"
 REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never deleted)
 STEP_DIR = re.compile(r"^step-(\d{8,})$")

@@ -229,7 +229,7 @@ def commit_checkpoint(
     tmp: Path,
     root: Path,
     name: str,
-    state: dict[str, Any],
+    state: dict[str, Any] | None,
     meta_json: bytes,
     *,
     layout: str | None = None,
@@ -251,10 +251,11 @@ def commit_checkpoint(
 def _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best) -> Path:
     try:
         pause_point("after-weights")
-        with open(tmp / STATE, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
+        if state is not None:  # None: an engine whose state lives in its own files (TensorFlow's)
+            with open(tmp / STATE, "wb") as handle:
+                torch.save(state, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
         write_bytes_durably(tmp / META, meta_json)
         write_manifest(tmp, **({"layout": layout} if layout else {}))
         fsync_dir(tmp)

@@ -1,0 +1,176 @@
+"""Checkpoints and exact resume on the TensorFlow engine, on the torch side's storage layer.
+
+The same run-directory layout (``ROOT/step-NNNNNNNN/``, ``ROOT/latest``), the same atomic commit (a
+``.tmp-`` directory, fsync'd, MANIFEST last, renamed, then ``latest``, then ``keep_last`` pruning:
+``checkpoint_save.commit_checkpoint``) and the same verified resume (``resume_locate``: a tampered file is
+refused in one line, ``latest`` falls back past a damaged checkpoint naming it). What differs is what is
+inside: a ``tf.train.Checkpoint`` (``ckpt.index``/``ckpt.data-*``: the model's variables, the optimizer's
+slots, iterations and loss scale, and the step) instead of safetensors + state.pt, and the host-side
+progress (epoch, batch in epoch, samples) in meta.json. The data order continues at the next batch
+because each epoch's order is a function of (seed, epoch) (``data.epoch_dataset``) and the resumed epoch
+skips the batches already taken.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gpulab.errors import CheckpointError
+from gpulab.train.checkpoint_io import (
+    LATEST,
+    META,
+    TF_LAYOUT,
+    TF_PREFIX,
+    TMP_PREFIX,
+    fsync_file,
+    manifest_layout,
+    remove_path,
+    remove_stale_tmp,
+    step_dir_name,
+)
+from gpulab.train.checkpoint_read import load_meta, step_dirs
+from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
+from gpulab.train.resume_locate import locate_for_resume
+
+LAYOUT = TF_LAYOUT
+AUTO = "auto"
+# As torch's TRAJECTORY_SETTINGS (micro_batch does not exist here): a resume that changes one is refused.
+TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
+
+
+class TfCheckpointer:
+    def __init__(self, root: str | Path, every: int | None, keep_last: int | None) -> None:
+        self.root = Path(root)
+        self.every = every
+        self.keep_last = keep_last
+        self.last_saved_step: int | None = None
+
+    def due(self, step: int) -> bool:
+        return self.every is not None and step % self.every == 0
+
+    def save(self, trainer: Any, tf_checkpoint: Any) -> Path:
+        """Every worker writes (a MultiWorkerMirroredStrategy variable may need them all); the chief's copy
+        is committed, the others' go to a temporary directory that is removed (TensorFlow's own pattern)."""
+        state, chief = trainer.state, trainer.is_rank_zero
+        name = step_dir_name(state.global_step)
+        self.root.mkdir(parents=True, exist_ok=True)
+        if chief:
+            remove_stale_tmp(self.root)
+        tmp = self.root / f"{TMP_PREFIX}{name}-{os.getpid()}"
+        try:
+            tmp.mkdir()
+            tf_checkpoint.write(str(tmp / TF_PREFIX))
+            for path in tmp.iterdir():
+                fsync_file(path)
+        except BaseException:
+            remove_path(tmp)
+            raise
+        if not chief:
+            remove_path(tmp)
+            self.last_saved_step = state.global_step
+            return self.root / name
+        progress = {
+            "epoch": state.epoch,
+            "global_step": state.global_step,
+            "batch_in_epoch": state.batch_in_epoch,
+            "samples_seen": state.samples_seen,
+            "world_size": trainer.dist.num_workers,
+            "total_steps": state.total_steps,
+        }
+        metrics = {k: v for k, v in state.metrics.items() if isinstance(v, (int, float))}
+        meta = {
+            "engine": "tensorflow",
+            "epoch": state.epoch,
+            "metrics": metrics,
+            "progress": progress,
+            "config": trainer.settings.model_dump(mode="json"),
+            "trajectory": trainer.trajectory,
+            "resolved": {"precision": trainer.precision.name},
+            "train_loss": trainer.loss_window,
+        }
+        needed = sum(p.stat().st_size for p in tmp.iterdir())
+        path = commit_checkpoint(
+            tmp, self.root, name, None, meta_bytes(state.global_step, {}, meta), layout=LAYOUT,
+            keep_last=self.keep_last, needed=needed,
+        )  # fmt: skip
+        self.last_saved_step = state.global_step
+        return path
+
+    def choose(self, which: str) -> str | None:
+        """``auto``: ``latest`` when this root holds any ``step-*`` directory, else None (start fresh)."""
+        if which != AUTO:
+            return which
+        return LATEST if step_dirs(self.root) else None
+
+    def resume(self, trainer: Any, which: str, tf_checkpoint: Any, force: bool) -> Path:
+        """Verify (MANIFEST), check the settings, then restore variables and progress."""
+        path = locate_for_resume(self.root, which, _Workers(trainer), trainer.extras)
+        if manifest_layout(path) != LAYOUT:
+            raise CheckpointError(
+                f"{path} was written by the torch engine; resume it with --engine torch (or start afresh)"
+            )
+        meta = load_meta(path / META)
+        progress, saved = meta.get("progress"), meta.get("config")
+        if not isinstance(progress, dict) or not isinstance(saved, dict):
+            raise CheckpointError(f"{path / META}: lacks progress/config; it was not written by a TfTrainer")
+        if not force:
+            _refuse_if_changed(path, meta, trainer)
+        # Every saved object must find its variable: a different model is an error, not a partial load.
+        tf_checkpoint.read(str(path / TF_PREFIX)).assert_existing_objects_matched()
+        state = trainer.state
+        state.epoch, state.global_step = int(progress["epoch"]), int(progress["global_step"])
+        state.batch_in_epoch, state.samples_seen = (
+            int(progress["batch_in_epoch"]),
+            int(progress["samples_seen"]),
+        )
+        metrics = meta.get("metrics")
+        if isinstance(metrics, dict):
+            state.metrics.update({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        window = meta.get("train_loss")
+        trainer.loss_window = window if isinstance(window, list) else []
+        self.last_saved_step = state.global_step
+        return path
+
+
+def _refuse_if_changed(path: Path, meta: dict, trainer: Any) -> None:
+    """As torch's ``checkpointing._refuse_if_changed``: the settings that change the trajectory, the recipe,
+    an LR schedule's planned length and the number of workers."""
+    saved, now = dict(meta["config"]), trainer.settings.model_dump(mode="json")
+    if isinstance(meta.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
+        saved.update(meta["resolved"])
+        now["precision"] = trainer.precision.name
+    diffs = [
+        f"{name} {saved.get(name)!r} -> {now.get(name)!r}"
+        for name in TRAJECTORY_SETTINGS
+        if saved.get(name) != now.get(name)
+    ]
+    if meta.get("trajectory") != trainer.trajectory:
+        diffs.append(f"recipe {meta.get('trajectory')!r} -> {trainer.trajectory!r}")
+    progress = meta["progress"]
+    planned, total = progress.get("total_steps"), trainer.state.total_steps
+    if trainer.has_schedule and planned is not None and planned != total:
+        diffs.append(
+            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
+            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
+        )
+    world = int(progress.get("world_size", 1))
+    if world != trainer.dist.num_workers:
+        diffs.append(f"world_size {world} -> {trainer.dist.num_workers}")
+    if diffs:
+        raise CheckpointError(
+            f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
+            "(set force_resume=True / --set force_resume=true to resume anyway)"
+        )
+
+
+class _Workers:
+    """What ``locate_for_resume`` reads of a runtime. Each worker verifies the whole checkpoint itself
+    (there is no object gather here); only the chief sets a refused one aside."""
+
+    world_size = 1
+    rank = 0
+
+    def __init__(self, trainer: Any) -> None:
+        self.is_rank_zero = trainer.is_rank_zero
