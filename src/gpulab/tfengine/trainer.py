@@ -77,6 +77,19 @@ class TfTrainer:
         tf = self._tf = require_tensorflow()
         import keras
 
+        self._configure(tf, keras)
+        self.callbacks = None
+        with self.precision.applied(tf, keras):
+            try:
+                self._setup(tf, keras, recipe)
+                return self._loop(tf)
+            except BaseException as error:
+                if self.callbacks is not None:
+                    self.callbacks.on_exception(self, self.state, error)
+                raise
+
+    def _configure(self, tf: Any, keras: Any) -> None:
+        """Device, memory, precision, strategy and seed (``gpulab profile`` starts from here too)."""
         s = self.settings
         self.device = device_name(tf, s.device)
         self.memory = configure_memory(tf, self.device, s.memory_limit)
@@ -87,15 +100,6 @@ class TfTrainer:
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
             tf.config.experimental.enable_op_determinism()
-        self.callbacks = None
-        with self.precision.applied(tf, keras):
-            try:
-                self._setup(tf, keras, recipe)
-                return self._loop(tf)
-            except BaseException as error:
-                if self.callbacks is not None:
-                    self.callbacks.on_exception(self, self.state, error)
-                raise
 
     def _setup(self, tf: Any, keras: Any, recipe: TfRecipe) -> None:
         s, dist = self.settings, self.dist
