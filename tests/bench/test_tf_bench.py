@@ -80,7 +80,8 @@ def test_the_comparison_pairs_the_same_workloads_with_compile_speedups(both):
     assert (
         compiled and compiled[0]["torch"]["compile_speedup"] and compiled[0]["tensorflow"]["compile_speedup"]
     )
-    assert (out / "versus.png").stat().st_size > 1000
+    for name in TF_SUITES:  # one side-by-side plot per suite
+        assert (out / f"versus-{name}.png").stat().st_size > 1000
     for name in TF_SUITES:  # the TensorFlow plots do not overwrite torch's
         assert (out / f"tf-{name}.png").is_file() and (out / f"{name}.png").is_file()
 

@@ -20,7 +20,6 @@ ENGINES = ("torch", "tensorflow")
 COMPILE_PAIRS = {"eager": "graph", "default": "xla"}
 TIME, THROUGHPUT = ("step_time", "time"), ("samples_per_s", "tflops")
 SPEEDUP = {"torch": "speedup_vs_eager", "tensorflow": "speedup_vs_graph"}
-PLOT_FILE = "versus.png"
 
 
 def comparison_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,27 +74,26 @@ def _side(row: dict[str, Any], engine: str) -> dict[str, Any]:
 def add_comparison(doc: dict[str, Any], out: Path) -> None:
     """``doc["comparison"]``: the paired rows and the side-by-side plot (drawn when matplotlib is here)."""
     rows = comparison_rows(doc)
-    plot = _plot(rows)
     doc["comparison"] = {"rows": rows, "plots": []}
-    if rows and not matplotlib_missing():
+    if matplotlib_missing():
+        return
+    for suite in dict.fromkeys(r["suite"] for r in rows):  # one plot a suite: 20+ bars in one are unreadable
+        plot = _plot([r for r in rows if r["suite"] == suite], suite)
         render(plot, out)
         doc["comparison"]["plots"].append({"file": plot.file, "title": plot.title})
 
 
-def _plot(rows: list[dict[str, Any]]) -> Plot:
-    time = Panel("Time per step (matmul: per product)", "workload", "ms", kind="bar", yscale="log")
+def _plot(rows: list[dict[str, Any]], suite: str) -> Plot:
+    unit = "ms per product" if suite == "matmul" else "ms per step"
+    time = Panel("Time", "workload", unit, kind="bar", yscale="log")
     for engine in ENGINES:
         time.series.append(_series(rows, engine, lambda r, e=engine: r[e]["time"]))
-    ratio = Panel(
-        "TensorFlow speed relative to PyTorch (>1: TensorFlow faster)",
-        "workload",
-        "x",
-        kind="bar",
-        yscale="log",
-    )
-    ratio.series.append(_series(rows, "torch time / TensorFlow time", _speed_ratio))
+    ratio = Panel("TensorFlow speed relative to PyTorch (>1: TensorFlow faster)", "workload", "x", kind="bar")
+    ratio.yscale = "log"
+    ratio.series.append(_series(rows, "PyTorch time / TensorFlow time", _speed_ratio))
     ratio.hlines.append({"y": 1.0, "label": "same speed"})
-    return Plot(PLOT_FILE, "PyTorch vs TensorFlow, same workloads (median, spread of repeats)", [time, ratio])
+    title = f"{suite}: PyTorch vs TensorFlow, same workloads (median, spread of repeats)"
+    return Plot(f"versus-{suite}.png", title, [time, ratio])
 
 
 def _speed_ratio(row: dict[str, Any]) -> dict[str, float] | None:
@@ -106,7 +104,7 @@ def _speed_ratio(row: dict[str, Any]) -> dict[str, float] | None:
 
 
 def _series(rows: list[dict[str, Any]], label: str, pick: Any) -> Series:
-    points = [(r["workload"], pick(r)) for r in rows]
+    points = [(r["workload"].split(": ", 1)[1], pick(r)) for r in rows]  # the suite is in the title
     points = [(x, f) for x, f in points if f and f.get("value") is not None]
     return Series(
         label,
