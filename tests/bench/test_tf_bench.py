@@ -16,7 +16,6 @@ import pytest
 from gpulab.bench import BenchConfig, run_bench
 from gpulab.bench.results import RESULTS_FILE, load_results
 from gpulab.bench.tf import TF_SUITES
-from gpulab.errors import ConfigError
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
@@ -94,8 +93,3 @@ def test_the_report_has_the_pytorch_vs_tensorflow_table(both):
     assert "PyTorch time (ms)" in table and "TensorFlow peak memory (MiB)" in table
     assert "precision: digits fp32" in table and 'title="n/a on CPU' in table
     assert "suite &#x27;transfer&#x27; skipped on engine tensorflow" in html
-
-
-def test_an_unknown_engine_is_one_line():
-    with pytest.raises(ConfigError, match=r"unknown bench engine 'jax'; valid choices: torch\|tensorflow"):
-        BenchConfig(engines=["torch", "jax"]).engine_names()
