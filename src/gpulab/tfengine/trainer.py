@@ -396,6 +396,8 @@ class TfTrainer:
                     **self.memory,
                 },
                 "data_wait_s": self._data_wait,
+                # torch's summary says whether it converted to NHWC; TensorFlow's layers are NHWC already.
+                "channels_last": "on: TensorFlow's image layers are channels-last (NHWC) natively",
                 "memory": memory,
                 "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
             },
