@@ -91,5 +91,6 @@ def test_the_report_has_the_pytorch_vs_tensorflow_table(both):
     assert '<section id="comparison"><h2>PyTorch vs TensorFlow</h2>' in html
     table = html.split('<table class="results versus">')[1].split("</table>")[0]
     assert "PyTorch time (ms)" in table and "TensorFlow peak memory (MiB)" in table
+    assert "<td>TFLOP/s</td>" in table and "<td>samples/s</td>" in table  # matmul's and the steps' units
     assert "precision: digits fp32" in table and 'title="n/a on CPU' in table
     assert "suite &#x27;transfer&#x27; skipped on engine tensorflow" in html

@@ -97,13 +97,14 @@ def _comparison(doc: dict[str, Any], out_dir: Path) -> str:
 def _comparison_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "<p>No workload was measured on both engines.</p>"
-    head = "<th>workload</th>"
+    head = "<th>workload</th><th>throughput unit</th>"
     for _, title in (*_SIDES, ("compile_speedup", "compile speed-up (x)")):
         head += f"<th>PyTorch {escape(title)}</th><th>TensorFlow {escape(title)}</th>"
     head += "<th>TensorFlow speed vs PyTorch (x)</th>"
     body = []
     for row in rows:
-        cells = [f"<td>{escape(row['workload'])}</td>"]
+        unit = (row["torch"].get("throughput") or row["tensorflow"].get("throughput") or {}).get("unit", "")
+        cells = [f"<td>{escape(row['workload'])}</td>", f"<td>{escape(unit)}</td>"]
         for field, _ in (*_SIDES, ("compile_speedup", "")):
             for engine in ("torch", "tensorflow"):
                 side = row[engine]
