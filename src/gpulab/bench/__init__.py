@@ -52,6 +52,18 @@ class BenchConfig:
     warmup: int | None = None
     memory_limit_mib: int | None = None
     threads: int | None = None  # torch's CPU threads; None leaves torch's default
+    engines: list[str] = field(default_factory=lambda: ["torch"])  # torch, tensorflow, or both in order
+
+    def engine_names(self) -> list[str]:
+        from gpulab.config import ENGINES
+
+        unknown = [e for e in self.engines if e not in ENGINES]
+        if unknown or not self.engines:
+            raise ConfigError(
+                f"unknown bench engine {(unknown or [''])[0]!r}; valid choices: {choices(ENGINES)} "
+                "(comma-separated for both, e.g. --engine torch,tensorflow)"
+            )
+        return list(dict.fromkeys(self.engines))
 
     def suite_names(self) -> list[str]:
         known = _suites()
@@ -72,6 +84,10 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[s
     from gpulab.hardware.devices import select_device
 
     names = config.suite_names()
+    if "tensorflow" in config.engine_names():
+        from gpulab.bench.tf.launch import require_tensorflow_installed
+
+        require_tensorflow_installed()
     device = torch.device(select_device(config.device).device)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or threads)
@@ -93,27 +109,61 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
         memory_limit_bytes=None if config.memory_limit_mib is None else config.memory_limit_mib * MIB,
         log=log,
     )
+    engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
-    settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats}
+    settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
     doc = new_document(settings, environment(device))
     out = Path(config.out_dir)
-    for name in names:
-        log(f"[{name}] running on {device} ({config.profile})")
-        doc["suites"][name] = _run_suite(name, ctx, out)
-        suite = doc["suites"][name]
-        log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
-        write_results(doc, out)
+    if "torch" in engines:
+        for name in names:
+            log(f"[{name}] running on {device} ({config.profile})")
+            doc["suites"][name] = _run_suite(name, ctx, out)
+            suite = doc["suites"][name]
+            log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
+            write_results(doc, out)
+    if "tensorflow" in engines:
+        _run_tensorflow(names, ctx, config, doc, out, log)
+    if len(engines) > 1:
+        from gpulab.bench.versus import add_comparison
+
+        add_comparison(doc, out)
+    write_results(doc, out)
     write_report(doc, out)
     return doc
 
 
-def _run_suite(name: str, ctx: Any, out: Path) -> dict[str, Any]:
+def _run_tensorflow(
+    names: list[str], ctx: Any, config: BenchConfig, doc: dict, out: Path, log: Callable
+) -> None:
+    from gpulab.bench.tf import TF_SUITES
+    from gpulab.bench.tf.launch import run_tensorflow_suites, skip_reason
+
+    doc["skipped"] = [
+        {"suite": n, "engine": "tensorflow", "reason": skip_reason(n)} for n in names if n not in TF_SUITES
+    ]
+    for skipped in doc["skipped"]:
+        log(skipped["reason"])
+    tf_names = [n for n in names if n in TF_SUITES]
+    if tf_names:
+        spec = {"profile": config.profile, "device": str(ctx.device), "warmup": ctx.warmup}
+        spec |= {
+            "repeats": ctx.repeats,
+            "memory_limit_bytes": ctx.memory_limit_bytes,
+            "threads": config.threads,
+        }
+        run_tensorflow_suites(tf_names, spec, doc, out, log)
+
+
+def _run_suite(
+    name: str, ctx: Any, out: Path, suite_run: Callable | None = None, engine: str = "torch"
+) -> dict:
+    """One suite, its failure kept to itself; every row and the suite say which ``engine`` ran them."""
     from gpulab.hardware.load import OtherCpuLoad
 
     others = OtherCpuLoad()
     start = time.perf_counter()
     try:
-        result = _suites()[name](ctx)
+        result = (suite_run or _suites()[name])(ctx)
         status = "ok"
     except GpulabError:
         raise  # a user's mistake (a device that is not there...): one line from the CLI
@@ -135,7 +185,10 @@ def _run_suite(name: str, ctx: Any, out: Path) -> dict[str, Any]:
     else:
         for plot in result.plots:
             render(plot, out)
-    suite = {**result.to_json(), "status": status, "seconds": round(time.perf_counter() - start, 3)}
+    for row in result.rows:
+        row.info["engine"] = engine
+    suite = {**result.to_json(), "engine": engine, "status": status}
+    suite["seconds"] = round(time.perf_counter() - start, 3)
     suite["cpu_used_by_others"] = None if busy is None else round(busy, 3)
     if ctx.on_gpu:
         suite["gpu_readings"] = gpu_readings()  # clocks and power just after the load

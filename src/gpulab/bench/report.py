@@ -51,6 +51,7 @@ def render_html(doc: dict[str, Any], out_dir: Path) -> str:
         "<p>Every figure is the median of its repeats; the small print under it is the spread "
         "(interquartile range from 4 repeats up, min..max below that) and the number of repeats.</p>",
         _contents(doc),
+        _comparison(doc, out_dir),
         '<h2 id="environment">Environment</h2>',
         _key_values({**{f"config.{k}": v for k, v in config.items()}, **env}),
     ]
@@ -69,6 +70,59 @@ def _contents(doc: dict[str, Any]) -> str:
     return "<ul>" + "".join(items) + "</ul>"
 
 
+_SIDES = (("time", "time (ms)"), ("throughput", "throughput"), ("peak_memory", "peak memory (MiB)"))
+
+
+def _comparison(doc: dict[str, Any], out_dir: Path) -> str:
+    """PyTorch against TensorFlow (``doc["comparison"]``, from ``bench.versus``) and the suites skipped."""
+    skipped = doc.get("skipped") or []
+    comparison = doc.get("comparison")
+    if comparison is None and not skipped:
+        return ""
+    parts = ['<section id="comparison"><h2>PyTorch vs TensorFlow</h2>']
+    if comparison is not None:
+        parts.append(
+            "<p>The same workloads on both engines. Throughput is samples/s for training steps, TFLOP/s for "
+            "matmul; compile speed-up is torch.compile over eager (PyTorch) and XLA over tf.function "
+            "(TensorFlow); n/a: the engine does not give the figure here (the row's reason on hover).</p>"
+        )
+        parts.append(_comparison_table(comparison["rows"]))
+        for plot in comparison.get("plots") or []:
+            parts.append(_image(plot, out_dir))
+    parts += [f"<p>{escape(s['reason'])}</p>" for s in skipped]
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _comparison_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>No workload was measured on both engines.</p>"
+    head = "<th>workload</th><th>throughput unit</th>"
+    for _, title in (*_SIDES, ("compile_speedup", "compile speed-up (x)")):
+        head += f"<th>PyTorch {escape(title)}</th><th>TensorFlow {escape(title)}</th>"
+    head += "<th>TensorFlow speed vs PyTorch (x)</th>"
+    body = []
+    for row in rows:
+        unit = (row["torch"].get("throughput") or row["tensorflow"].get("throughput") or {}).get("unit", "")
+        cells = [f"<td>{escape(row['workload'])}</td>", f"<td>{escape(unit)}</td>"]
+        for field, _ in (*_SIDES, ("compile_speedup", "")):
+            for engine in ("torch", "tensorflow"):
+                side = row[engine]
+                fig = side.get(field)
+                if fig is None:
+                    why = side.get("no_peak_memory", "") if field == "peak_memory" else "not in this suite"
+                    cells.append(f'<td class="num" title="{escape(why)}">n/a</td>')
+                else:
+                    cells.append(_figure_cell(fig))
+        a, b = row["torch"].get("time"), row["tensorflow"].get("time")
+        ratio = a["value"] / b["value"] if a and b and b["value"] else None
+        cells.append(f'<td class="num">{format_number(ratio)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (
+        f'<table class="results versus"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
 def _key_values(values: dict[str, Any]) -> str:
     rows = [f"<tr><th>{escape(str(k))}</th><td>{escape(_text(v))}</td></tr>" for k, v in values.items()]
     return '<table class="environment">' + "".join(rows) + "</table>"
@@ -82,7 +136,8 @@ def _suite(name: str, suite: dict[str, Any], out_dir: Path) -> str:
     status = suite.get("status", "?")
     parts = [
         f'<section id="suite-{escape(name)}" data-suite="{escape(name)}">',
-        f"<h2>{escape(suite.get('title', name))} <small>({escape(name)})</small></h2>",
+        f"<h2>{escape(suite.get('title', name))} <small>({escape(name)}, "
+        f"{escape(suite.get('engine', 'torch'))})</small></h2>",
         f"<p>{escape(suite.get('description', ''))}</p>",
         f'<p class="meta{" error" if status != "ok" else ""}">status {escape(status)}, '
         f"{suite.get('seconds', 0):.1f} s</p>",

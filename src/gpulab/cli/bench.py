@@ -42,6 +42,12 @@ def bench(
         0.05, "--tolerance", min=0.0, help="compare: relative change never flagged, even outside the spread"
     ),
     threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch (default: torch's)"),
+    engine: str = typer.Option(
+        "torch",
+        "--engine",
+        help="torch|tensorflow|torch,tensorflow: both adds a PyTorch-vs-TensorFlow table to the report "
+        "(TensorFlow: matmul precision memory accumulate compile; other suites are skipped)",
+    ),
     smoke: bool = typer.Option(False, "--smoke", hidden=True, help="Tiny sizes, for tests."),
 ) -> None:
     """Benchmark this machine, one suite after another.
@@ -66,6 +72,7 @@ def bench(
         repeats=repeats,
         memory_limit_mib=memory_limit,
         threads=threads,
+        engines=[e.strip() for e in engine.split(",") if e.strip()],
     )
     doc = run_bench(config, log=lambda line: console.print(line, highlight=False, markup=False))
     for name, suite in doc["suites"].items():

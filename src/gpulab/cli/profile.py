@@ -46,6 +46,11 @@ def profile(
         "--memory-snapshot",
         help="CUDA: also write DIR/memory_snapshot.pickle for pytorch.org/memory_viz",
     ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="torch|tensorflow (TensorFlow: a profiler trace for TensorBoard in DIR/tf_trace)",
+    ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
     """Time and profile training steps: where a step's time goes.
@@ -61,6 +66,7 @@ def profile(
         "batch_size": batch_size,
         "compile": compile,
         "seed": seed,
+        "engine": engine,
     }
     user = layer_settings(config, flags, set_)
     out_dir = out or Path(f"runs/profile-{str(user.get('recipe', 'run')).replace(':', '.')}")
@@ -68,6 +74,14 @@ def profile(
     options = ProfileOptions(
         warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
     )
+    if user.get("engine") == "tensorflow":
+        from gpulab.tfengine.profile import profile_tf
+
+        result = profile_tf(user, out_dir, options)
+        render_tf(result.report, make_console())
+        for name, path in result.files.items():
+            make_console().print(f"wrote {name}: {path}", highlight=False)
+        return
     result = profile_recipe(user, out_dir, options)
     if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
         return  # not rank zero: rank 0 prints
@@ -134,6 +148,36 @@ def render(report: dict, console: Console) -> None:
     d = report["diagnosis"]
     console.print(f"[bold]{d['bound']}[/]: {d['reason']}")
     console.print(f"fix: {d['fix']}", highlight=False)
+
+
+def render_tf(report: dict, console: Console) -> None:
+    """TensorFlow's profile: data and compute per step, the summary, and what TensorFlow does not give."""
+    b = report["breakdown_s"]
+    console.print(
+        f"{report.get('recipe', '')} on {report['device']} ({report['precision']}, engine tensorflow"
+        f"{', XLA' if report['compiled'] else ''}), batch {report['batch_size']}: mean of {_kept(report)}",
+        highlight=False,
+    )
+    table = Table()
+    for col in ("phase", "ms / step", "share"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for key, label in (("data", "data wait"), ("compute", "forward+backward+optimizer (one graph)")):
+        table.add_row(label, f"{b[key] * 1e3:.2f}", f"{report['breakdown_fraction'][key]:.1%}")
+    table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
+    console.print(table)
+    console.print(
+        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s']:,.0f} samples/s; "
+        f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
+        f"achieved {_flops(report['achieved_flops_per_s'])}/s",
+        highlight=False,
+    )
+    mem = report["memory"]
+    console.print(
+        f"memory ({mem.get('kind', '?')}): peak {mem['peak_bytes'] / 2**20:,.1f} MiB", highlight=False
+    )
+    missing = ", ".join(report["not_available"])
+    console.print(f"n/a on TensorFlow: {missing} (profile.json says why for each)", highlight=False)
+    console.print(f"trace: tensorboard --logdir {report['trace_dir']} (Profile tab)", highlight=False)
 
 
 def _kept(report: dict) -> str:

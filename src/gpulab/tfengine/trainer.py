@@ -82,6 +82,19 @@ class TfTrainer:
         tf = self._tf = require_tensorflow()
         import keras
 
+        self._configure(tf, keras)
+        self.callbacks = None
+        with self.precision.applied(tf, keras):
+            try:
+                self._setup(tf, keras, recipe, resume)
+                return self._loop(tf)
+            except BaseException as error:
+                if self.callbacks is not None:
+                    self.callbacks.on_exception(self, self.state, error)
+                raise
+
+    def _configure(self, tf: Any, keras: Any) -> None:
+        """Device, memory, precision, strategy and seed (``gpulab profile`` starts from here too)."""
         s = self.settings
         self.device = device_name(tf, s.device)
         self.memory = configure_memory(tf, self.device, s.memory_limit)
@@ -92,15 +105,6 @@ class TfTrainer:
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
             tf.config.experimental.enable_op_determinism()
-        self.callbacks = None
-        with self.precision.applied(tf, keras):
-            try:
-                self._setup(tf, keras, recipe, resume)
-                return self._loop(tf)
-            except BaseException as error:
-                if self.callbacks is not None:
-                    self.callbacks.on_exception(self, self.state, error)
-                raise
 
     def _setup(self, tf: Any, keras: Any, recipe: TfRecipe, resume: str | None) -> None:
         s, dist = self.settings, self.dist
@@ -476,7 +480,6 @@ class TfTrainer:
                     **self.memory,
                 },
                 "data_wait_s": self._data_wait,
-                "channels_last": "always: Keras lays images out channels-last (NHWC) on this engine",
                 "memory": memory,
                 "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
             },

@@ -25,7 +25,9 @@ DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, 
 MIN_SAMPLE_S = 0.01  # batch products shorter than this into one clock read
 
 
-def run(ctx: BenchContext) -> SuiteResult:
+def run(ctx: BenchContext, timer=None, oom: tuple = ()) -> SuiteResult:
+    """``timer(ctx, device, dtype, n) -> Timing`` and ``oom`` (its out-of-memory errors) let the
+    TensorFlow side (``bench/tf/matmul.py``) reuse the sweep, budget and plot."""
     cfg = ctx.pick(PROFILES)
     devices = [torch.device("cpu")] + ([ctx.device] if ctx.device.type != "cpu" else [])
     result = SuiteResult(
@@ -35,14 +37,16 @@ def run(ctx: BenchContext) -> SuiteResult:
     )
     for device in devices:
         for dtype in DTYPES:
-            result.rows += _sweep(ctx, device, dtype, cfg, result.notes)
+            result.rows += _sweep(ctx, device, dtype, cfg, result.notes, timer, oom)
     _add_speedups(result.rows)
     result.notes += _notes(devices)
     result.plots.append(_plot(result.rows, gpu=len(devices) > 1))
     return result
 
 
-def _sweep(ctx: BenchContext, device: torch.device, dtype: str, cfg: dict, notes: list[str]) -> list[Row]:
+def _sweep(
+    ctx: BenchContext, device: torch.device, dtype: str, cfg: dict, notes: list[str], timer, oom
+) -> list[Row]:
     name = _device_name(device)
     peak = datasheet_peak(name, dtype) if device.type == "cuda" else None
     rows: list[Row] = []
@@ -57,8 +61,8 @@ def _sweep(ctx: BenchContext, device: torch.device, dtype: str, cfg: dict, notes
                 )
                 break
         try:
-            timing = _time_product(ctx, device, dtype, n)
-        except torch.cuda.OutOfMemoryError:
+            timing = (timer or _time_product)(ctx, device, dtype, n)
+        except (torch.cuda.OutOfMemoryError, *oom):
             notes.append(f"{device} {dtype}: n = {n} does not fit in memory; larger sizes skipped")
             break
         previous = (n, timing.median_s)
