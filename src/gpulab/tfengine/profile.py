@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,16 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     return result
 
 
+def _batches(trainer: Any) -> Iterator[Any]:
+    """The trainer's batches, epoch after epoch, in the order its training loop takes them."""
+    for epoch in itertools.count():
+        trainer.state.epoch, trainer.state.batch_in_epoch = epoch, 0
+        yield from trainer._epoch_data()
+
+
 def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
     s = trainer.settings
-    batches = itertools.chain.from_iterable(itertools.repeat(trainer.train_data))  # epoch after epoch
+    batches = _batches(trainer)
 
     def window() -> list[Any]:
         return [next(batches) for _ in range(s.accumulate)]
