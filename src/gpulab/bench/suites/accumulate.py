@@ -27,6 +27,31 @@ def _sgd(params):
     return torch.optim.SGD(params, lr=0.1)
 
 
+def add_row(result: SuiteResult, cfg: dict, k: int, timing, base_time, diff: float, equivalent: bool):
+    """k's row (step time, samples/s, time against k = 1); returns k = 1's step time. Both engines' suites."""
+    step_time = timing.seconds("ms")
+    base_time = base_time or step_time
+    figures = {
+        "step_time": step_time,
+        "samples_per_s": timing.rate(cfg["global_batch"], "samples/s"),
+        "time_vs_k1": Figure.ratio(step_time, base_time, better="lower"),
+    }
+    info = {"micro_batch": cfg["global_batch"] // k, "max_abs_param_diff": diff, "equivalent": equivalent}
+    result.rows.append(Row({"model": cfg["model"], "k": k}, figures, info))
+    if not equivalent:
+        result.notes.append(f"k = {k} is NOT equivalent to k = 1: largest parameter difference {diff:.3g}")
+    return base_time
+
+
+def note_equivalence(result: SuiteResult) -> None:
+    if all(r.info["equivalent"] for r in result.rows):
+        worst = max(r.info["max_abs_param_diff"] for r in result.rows)
+        result.notes.append(
+            f"Every k gives the parameters of k = 1 after one step (largest difference {worst:.2g}, "
+            f"tolerance rtol={RTOL:g}, atol={ATOL:g})."
+        )
+
+
 def run(ctx: BenchContext) -> SuiteResult:
     cfg = ctx.pick(PROFILES)
     result = SuiteResult(
@@ -41,25 +66,8 @@ def run(ctx: BenchContext) -> SuiteResult:
         reference = params if reference is None else reference
         diff = float((params - reference).abs().max())
         equivalent = bool(torch.allclose(params, reference, rtol=RTOL, atol=ATOL))
-        step_time = timing.seconds("ms")
-        base_time = base_time or step_time
-        figures = {
-            "step_time": step_time,
-            "samples_per_s": timing.rate(cfg["global_batch"], "samples/s"),
-            "time_vs_k1": Figure.ratio(step_time, base_time, better="lower"),
-        }
-        info = {"micro_batch": cfg["global_batch"] // k, "max_abs_param_diff": diff, "equivalent": equivalent}
-        result.rows.append(Row({"model": cfg["model"], "k": k}, figures, info))
-        if not equivalent:
-            result.notes.append(
-                f"k = {k} is NOT equivalent to k = 1: largest parameter difference {diff:.3g}"
-            )
-    if all(r.info["equivalent"] for r in result.rows):
-        worst = max(r.info["max_abs_param_diff"] for r in result.rows)
-        result.notes.append(
-            f"Every k gives the parameters of k = 1 after one step (largest difference {worst:.2g}, "
-            f"tolerance rtol={RTOL:g}, atol={ATOL:g})."
-        )
+        base_time = add_row(result, cfg, k, timing, base_time, diff, equivalent)
+    note_equivalence(result)
     result.notes.append(
         "Equivalence holds for equal micro-batches and models without batch statistics "
         "(BatchNorm sees k smaller batches)."

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.bench.results import SuiteResult
 from gpulab.bench.suites import accumulate
 from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
 from gpulab.bench.tf.stepper import tf_stepper
@@ -32,24 +32,7 @@ def run(ctx: TfBenchContext) -> SuiteResult:
         reference = params if reference is None else reference
         diff = float(np.abs(params - reference).max())
         equivalent = bool(np.allclose(params, reference, rtol=accumulate.RTOL, atol=accumulate.ATOL))
-        step_time = timing.seconds("ms")
-        base = base or step_time
-        figures = {
-            "step_time": step_time,
-            "samples_per_s": timing.rate(cfg["global_batch"], "samples/s"),
-            "time_vs_k1": Figure.ratio(step_time, base, better="lower"),
-        }
-        info = {"micro_batch": cfg["global_batch"] // k, "max_abs_param_diff": diff, "equivalent": equivalent}
-        result.rows.append(Row({"model": cfg["model"], "k": k}, figures, info))
-        if not equivalent:
-            result.notes.append(
-                f"k = {k} is NOT equivalent to k = 1: largest parameter difference {diff:.3g}"
-            )
-    if all(r.info["equivalent"] for r in result.rows):
-        worst = max(r.info["max_abs_param_diff"] for r in result.rows)
-        result.notes.append(
-            f"Every k gives the parameters of k = 1 after one step (largest difference {worst:.2g}, "
-            f"tolerance rtol={accumulate.RTOL:g}, atol={accumulate.ATOL:g})."
-        )
+        base = accumulate.add_row(result, cfg, k, timing, base, diff, equivalent)
+    accumulate.note_equivalence(result)
     result.plots.append(accumulate._plot(result.rows))
     return tensorflow_side(result, "accumulate")
