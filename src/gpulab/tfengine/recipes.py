@@ -92,18 +92,9 @@ def digits(options: dict[str, Any]) -> TfRecipe:
 def chargpt(options: dict[str, Any]) -> TfRecipe:
     import keras
 
-    from gpulab.train.recipes.chargpt import CharGptOptions, load_text, make_windows
+    from gpulab.train.recipes.chargpt import make_windows, prepare
 
-    o = parse_config(CharGptOptions, options, prefix="options.")
-    if o.n_embd % o.n_head:
-        raise ConfigError(f"chargpt: n_head={o.n_head} must divide n_embd={o.n_embd}")
-    import torch
-
-    text = load_text()[: o.max_chars]
-    vocab = sorted(set(text))
-    lookup = {ch: i for i, ch in enumerate(vocab)}
-    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
-    cut = int(0.9 * len(ids))
+    o, vocab, ids, cut = prepare(options)
 
     def model() -> Any:
         from gpulab.tfengine.chargpt_model import CharGPT

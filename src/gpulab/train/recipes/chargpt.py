@@ -92,7 +92,9 @@ def make_windows(ids: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Ten
     return x, y
 
 
-def build(options: dict) -> Recipe:
+def prepare(options: dict) -> tuple[CharGptOptions, list[str], torch.Tensor, int]:
+    """The options checked, the vocabulary, the text as ids and where validation starts: the same for
+    both engines' chargpt."""
     o = parse_config(CharGptOptions, options, prefix="options.")
     if o.n_embd % o.n_head:
         from gpulab.errors import ConfigError
@@ -102,7 +104,11 @@ def build(options: dict) -> Recipe:
     vocab = sorted(set(text))
     lookup = {ch: i for i, ch in enumerate(vocab)}
     ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
-    cut = int(0.9 * len(ids))
+    return o, vocab, ids, int(0.9 * len(ids))
+
+
+def build(options: dict) -> Recipe:
+    o, vocab, ids, cut = prepare(options)
     model = CharGPT(len(vocab), o)
     n_params = param_count(model)
     return Recipe(
