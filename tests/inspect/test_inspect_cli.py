@@ -1,5 +1,5 @@
 """``gpulab inspect`` on a user's ``module:function``: the failing layer named in one line after the partial
-table, nesting by --depth, the --json rows, and the TensorFlow engine refused in one line."""
+table, nesting by --depth, the --json rows (the TensorFlow engine: test_inspect_tf.py)."""
 
 from __future__ import annotations
 
@@ -85,15 +85,3 @@ def test_the_table_and_totals_print(recipe_dir, capsys):
     out = capsys.readouterr().out
     assert "body" in out and "3×8 f32" in out and "FLOPs per sample" in out
     assert "predicted peak memory of a training step at batch 3 (SGD)" in out and "fits under" in out
-
-
-def test_the_tensorflow_engine_is_refused_in_one_line(recipe_dir, capsys):
-    assert main(["inspect", "inspect_user_recipe:good", "--engine", "tensorflow"]) == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert "--engine tensorflow is not built yet" in line
-
-
-def test_the_engine_can_come_from_the_config_file(recipe_dir, capsys):
-    (recipe_dir / "run.yaml").write_text("recipe: inspect_user_recipe:good\nengine: tensorflow\n")
-    assert main(["inspect", "--config", "run.yaml"]) == 2
-    assert "--engine tensorflow is not built yet" in capsys.readouterr().err

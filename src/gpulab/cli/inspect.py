@@ -101,14 +101,14 @@ def render(report, depth: int, console: Console) -> None:
             output = "(not reached)"
         out_cell = Text(output)
         if row.cast_dtype:
-            out_cell = Text(f"{output} (autocast)", style="yellow")
+            out_cell = Text(f"{output} {_cast_mark(report)}", style="yellow")
         table.add_row(
             Text(name),
             Text(row.type),
             Text(", ".join(map(str, row.inputs))),
             out_cell,
             params,
-            _flops(row.flops_forward) if row.status == "ok" else "",
+            _flops(row.flops_forward or None) if row.status == "ok" else "",
             _mib(row.activation_bytes) if row.status == "ok" else "",
             style=style,
         )
@@ -124,15 +124,19 @@ def render(report, depth: int, console: Console) -> None:
         f"parameters: {report.params_trainable:,} trainable{frozen} ({_mib(report.params_bytes)})",
         highlight=False,
     )
+    counter = "the FLOP counter's figure"
+    if report.engine != "torch":
+        counter = "TensorFlow's graph profiler's count"
     console.print(
-        f"FLOPs per sample: {_flops(i.flops_per_sample)} per training step (forward + backward; forward "
-        f"{_flops(i.flops_forward / max(i.batch_size, 1))}), the FLOP counter's figure",
+        f"FLOPs per sample: {_per_sample(i.flops_total, i)} per training step (forward + backward; forward "
+        f"{_per_sample(i.flops_forward, i)}), {counter}",
         highlight=False,
     )
     casts = sorted({r.type for r in i.rows if r.cast_dtype})
     if casts:
         console.print(
-            f"[yellow](autocast)[/] marks the layers autocast runs in another dtype than the run's "
+            f"[yellow]{_cast_mark(report)}[/] marks the layers "
+            f"{'autocast runs' if report.engine == 'torch' else 'that run'} in another dtype than the run's "
             f"{i.run_dtype}: {', '.join(casts)}",
             highlight=False,
         )
@@ -152,6 +156,14 @@ def render(report, depth: int, console: Console) -> None:
         f"batch {_mib(m.batch_bytes)} + peak of forward/backward {_mib(during)}; {verdict}",
         highlight=False,
     )
+
+
+def _cast_mark(report) -> str:
+    return "(autocast)" if report.engine == "torch" else "(layer dtype policy)"
+
+
+def _per_sample(flops: int | None, i) -> str:
+    return _flops(flops / max(i.batch_size, 1) if flops else None)
 
 
 def _relative(name: str, parent: str) -> str:

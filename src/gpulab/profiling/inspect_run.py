@@ -39,6 +39,7 @@ class InspectReport:
     limit_bytes: int | None = None
     limit_source: str = ""
     notes: list[str] = field(default_factory=list)
+    engine: str = "torch"
 
     @property
     def fits(self) -> bool | None:
@@ -51,6 +52,7 @@ class InspectReport:
         rows = [r.to_json() for r in i.rows if depth is None or r.depth <= depth or r.status == "failed"]
         return {
             "recipe": self.recipe,
+            "engine": self.engine,
             "device": self.device,
             "precision": self.precision,
             "run_dtype": i.run_dtype,
@@ -63,7 +65,7 @@ class InspectReport:
                 "params_bytes": self.params_bytes,
                 "flops_per_step": i.flops_total if i.failure is None else None,
                 "flops_forward_per_step": i.flops_forward if i.failure is None else None,
-                "flops_per_sample": i.flops_per_sample if i.failure is None else None,
+                "flops_per_sample": i.flops_per_sample if i.failure is None and i.flops_total else None,
                 "predicted_peak_bytes": self.memory.predicted_peak_bytes if self.memory else None,
                 "memory": self.memory.to_json() if self.memory else None,
                 "memory_note": self.memory_note,
@@ -91,9 +93,11 @@ def inspect_recipe(user: dict[str, Any]) -> InspectReport:
     from gpulab.train.run import resolve_config
 
     engine = user.pop("engine", "torch") or "torch"
+    if engine == "tensorflow":  # TensorFlow is imported there only
+        from gpulab.tfengine.inspect import inspect_tf
+
+        return inspect_tf(user)
     if engine != "torch":
-        if engine == "tensorflow":
-            raise ConfigError("inspect --engine tensorflow is not built yet; use --engine torch")
         raise ConfigError(f"unknown engine {engine!r}; valid: torch|tensorflow")
     config, recipe = resolve_config(user)
     if not isinstance(config.batch_size, int):
