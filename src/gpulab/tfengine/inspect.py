@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
-from gpulab.errors import ConfigError
+from gpulab.errors import ConfigError, GpulabError
 from gpulab.profiling.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
 from gpulab.tfengine.importing import require_tensorflow
 
@@ -61,7 +61,8 @@ def inspect_tf(user: dict[str, Any]) -> Any:
             except Exception as exc:  # a keras.Input model runs its layers symbolically while it is built
                 failed = rec.failed(exc, config.batch_size, building=True)
                 return _report(InspectReport, config, precision, failed)
-            rec.rows.clear()
+            rec.rows.clear()  # the build's symbolic calls: the eager call below is the table
+            rec.calls.clear()
             try:
                 out = model(x, training=False)
             except Exception as exc:
@@ -242,7 +243,7 @@ def _load(name: str, options: dict[str, Any] | None) -> Any:
     """A built-in TF recipe, or the user's ``package.module:function`` returning a TfRecipe."""
     from gpulab.tfengine.recipes import RECIPES, load_tf_recipe
     from gpulab.tfengine.trainer import TfRecipe
-    from gpulab.train.recipes.base import _put_cwd_on_path
+    from gpulab.train.recipes.base import _failed, _put_cwd_on_path
 
     if ":" not in name or name in RECIPES:
         return load_tf_recipe(name, options)
@@ -252,7 +253,12 @@ def _load(name: str, options: dict[str, Any] | None) -> Any:
         func = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"recipe {name!r}: cannot load {func_name!r} from {module_name!r}: {exc}") from None
-    recipe = func(dict(options or {}))
+    try:
+        recipe = func(dict(options or {}))
+    except GpulabError:
+        raise
+    except Exception as exc:  # the user's function failed: named in one line, as load_recipe does
+        raise ConfigError(f"recipe {name!r}: {func_name}(options) {_failed(exc)}") from exc
     if not isinstance(recipe, TfRecipe):
         raise ConfigError(
             f"recipe {name!r} returned a {type(recipe).__name__}, not a TfRecipe (gpulab.tfengine.trainer); "
