@@ -104,7 +104,8 @@ class SlowSamples(Dataset):
 
 
 def test_slow_dataset_is_diagnosed_input_bound():
-    trainer, result = _fit(SlowSamples(), batch_size=16, epochs=3)
+    # 10 ms a sample, 160 ms a batch: loading dominates even when another test process slows the step.
+    trainer, result = _fit(SlowSamples(seconds=0.01), batch_size=16, epochs=3)
     report = result.to_json()
     assert report["data_wait_s"] > 0.5 * result.train_seconds > 0
     diagnosis = report["diagnosis"]
