@@ -31,7 +31,8 @@ def _tensors(n: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class SlowDataset(Dataset):
-    """A sample costs 2 ms to "decode": with a tiny model the step waits for data most of the time."""
+    """A sample costs 5 ms to "decode": with a tiny model the step waits for data most of the time, even
+    beside another test process."""
 
     def __init__(self, n: int = 256) -> None:
         self.x, self.y = _tensors(n)
@@ -40,7 +41,7 @@ class SlowDataset(Dataset):
         return len(self.y)
 
     def __getitem__(self, i: int):
-        time.sleep(0.002)
+        time.sleep(0.005)
         return self.x[i], self.y[i]
 
 
