@@ -108,7 +108,7 @@ def test_engine_tensorflow_without_tensorflow_says_how_to_install_it(tmp_path: P
 def test_a_command_that_runs_torch_only_refuses_engine_tensorflow_in_one_line():
     from gpulab.train.run import resolve_config
 
-    with pytest.raises(ConfigError, match="engine 'tensorflow' is available on gpulab train only so far"):
+    with pytest.raises(ConfigError, match="engine 'tensorflow' is not available on this command yet"):
         resolve_config({"recipe": "mlp", "engine": "tensorflow", "options": {"samples": 100}})
 
 
