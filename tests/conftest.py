@@ -10,6 +10,9 @@ import torch
 # Every process a test starts (gloo ranks, CLI runs) prints each thread's Python stack if it dies by a
 # signal: a rank aborted by a native library then says where it was, not only "terminate called".
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+# transformers loads an installed TensorFlow (seconds) when a Hugging Face model is saved or loaded; the
+# tests that prove gpulab's torch paths never import TensorFlow share worker processes with those tests.
+os.environ.setdefault("USE_TF", "0")
 
 
 @pytest.fixture
