@@ -80,10 +80,12 @@ def test_settings_tensorflow_lacks_are_refused_in_one_line_before_its_import(tmp
     from gpulab.tfengine.profile import profile_tf
 
     user = {"recipe": "mlp", "engine": "tensorflow"}
+    before = set(sys.modules)  # another test in this worker may have loaded TensorFlow already
     with pytest.raises(ConfigError, match="--memory-snapshot is not available on engine 'tensorflow'"):
         profile_tf(user, tmp_path, ProfileOptions(memory_snapshot=True))
     with pytest.raises(
         ConfigError, match="setting 'strategy' = 'fsdp2' is not available on engine 'tensorflow'"
     ):
         profile_tf({**user, "strategy": "fsdp2"}, tmp_path, ProfileOptions())
-    assert "tensorflow" not in sys.modules
+    imported = {m for m in set(sys.modules) - before if m.split(".")[0] in ("tensorflow", "keras")}
+    assert not imported, sorted(imported)[:5]
