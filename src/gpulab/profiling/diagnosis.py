@@ -208,3 +208,20 @@ def diagnose_run(
         compiled=compiled,
         native=native,
     )
+
+
+def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] | None = None) -> Diagnosis:
+    """``diagnose_run`` from a trainer's ``FitResult`` (either engine): its totals and the callbacks'
+    reports in ``extras`` (absent ones are None)."""
+    extras = result.extras
+    return diagnose_run(
+        train_seconds=result.train_seconds,
+        data_wait_seconds=extras["data_wait_s"],
+        device_type=device_type,
+        gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
+        memory_peak_fraction=extras["memory"].get("peak_fraction"),
+        mfu=(extras.get("mfu") or {}).get("mfu_measured"),
+        precision=result.precision,
+        compiled=result.compiled,
+        native=native,
+    )

@@ -488,18 +488,9 @@ class TfTrainer:
 
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
-        from gpulab.profiling.diagnosis import diagnose_run
+        from gpulab.profiling.diagnosis import diagnose_fit
 
-        extras = result.extras
-        return diagnose_run(
-            train_seconds=result.train_seconds,
-            data_wait_seconds=extras["data_wait_s"],
-            device_type=self.runtime.device.type,
-            gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
-            memory_peak_fraction=extras["memory"].get("peak_fraction"),
-            precision=result.precision,
-            compiled=result.compiled,
-        )
+        return diagnose_fit(result, self.runtime.device.type)
 
 
 class _DeviceView:

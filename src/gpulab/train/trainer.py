@@ -33,7 +33,7 @@ from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.profiling.diagnosis import Diagnosis, diagnose_run
+from gpulab.profiling.diagnosis import Diagnosis, diagnose_fit
 from gpulab.profiling.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
@@ -544,19 +544,8 @@ class Trainer:
         }
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
-        """What bounds this run, from its totals and the callbacks' reports (absent ones are None)."""
-        extras = result.extras
-        return diagnose_run(
-            train_seconds=result.train_seconds,
-            data_wait_seconds=extras["data_wait_s"],
-            device_type=self.runtime.device.type,
-            gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
-            memory_peak_fraction=extras["memory"]["peak_fraction"],
-            mfu=(extras.get("mfu") or {}).get("mfu_measured"),
-            precision=result.precision,
-            compiled=result.compiled,
-            native=native_dtypes(self.runtime.device),
-        )
+        """What bounds this run, from its totals and the callbacks' reports."""
+        return diagnose_fit(result, self.runtime.device.type, native_dtypes(self.runtime.device))
 
 
 @contextlib.contextmanager
