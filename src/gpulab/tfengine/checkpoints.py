@@ -135,34 +135,16 @@ class TfCheckpointer:
 
 
 def _refuse_if_changed(path: Path, meta: dict, trainer: Any) -> None:
-    """As torch's ``checkpointing._refuse_if_changed``: the settings that change the trajectory, the recipe,
-    an LR schedule's planned length and the number of workers."""
-    saved, now = dict(meta["config"]), trainer.settings.model_dump(mode="json")
-    if isinstance(meta.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
-        saved.update(meta["resolved"])
-        now["precision"] = trainer.precision.name
-    diffs = [
-        f"{name} {saved.get(name)!r} -> {now.get(name)!r}"
-        for name in TRAJECTORY_SETTINGS
-        if saved.get(name) != now.get(name)
-    ]
-    if meta.get("trajectory") != trainer.trajectory:
-        diffs.append(f"recipe {meta.get('trajectory')!r} -> {trainer.trajectory!r}")
-    progress = meta["progress"]
-    planned, total = progress.get("total_steps"), trainer.state.total_steps
-    if trainer.has_schedule and planned is not None and planned != total:
-        diffs.append(
-            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
-            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
-        )
-    world = int(progress.get("world_size", 1))
-    if world != trainer.dist.num_workers:
-        diffs.append(f"world_size {world} -> {trainer.dist.num_workers}")
-    if diffs:
-        raise CheckpointError(
-            f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
-            "(set force_resume=True / --set force_resume=true to resume anyway)"
-        )
+    """As torch's: the settings that change the trajectory, the recipe, an LR schedule's planned length
+    and the number of workers."""
+    from gpulab.train.checkpointing import refuse_if_changed
+
+    refuse_if_changed(
+        path, meta, trainer.settings.model_dump(mode="json"),
+        precision=trainer.precision.name, trajectory=trainer.trajectory,
+        has_schedule=trainer.has_schedule, total_steps=trainer.state.total_steps,
+        world_size=trainer.dist.num_workers, compared=TRAJECTORY_SETTINGS,
+    )  # fmt: skip
 
 
 class _Workers:

@@ -228,24 +228,38 @@ _LAYOUTS = {"full": _FullLayout, "sharded": _ShardedLayout}
 
 
 def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None:
-    saved, now = dict(st["config"]), trainer.settings.model_dump()
+    refuse_if_changed(
+        path, st, trainer.settings.model_dump(),
+        precision=trainer.runtime.precision.name, trajectory=trainer.trajectory,
+        has_schedule=trainer.scheduler is not None, total_steps=trainer.state.total_steps,
+        world_size=trainer.runtime.world_size,
+    )  # fmt: skip
+
+
+def refuse_if_changed(
+    path: Path, st: dict[str, Any], now: dict[str, Any], *, precision: str, trajectory: Any,
+    has_schedule: bool, total_steps: int, world_size: int, compared: tuple[str, ...] = TRAJECTORY_SETTINGS,
+) -> None:  # fmt: skip
+    """Refuse a resume whose run would differ from the checkpoint's (either engine): the settings that
+    change the trajectory (``compared``, read from ``now``: the run's settings), the recipe, an LR
+    schedule's planned length, the number of ranks or workers."""
+    saved, now = dict(st["config"]), dict(now)
     if isinstance(st.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
         saved.update(st["resolved"])
-        now["precision"] = trainer.runtime.precision.name
-    diffs = [
-        f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in TRAJECTORY_SETTINGS if saved.get(k) != now.get(k)
-    ]
-    diffs += _changed("", st.get("trajectory"), trainer.trajectory)
-    planned, total = st["progress"].get("total_steps"), trainer.state.total_steps
-    if trainer.scheduler is not None and planned is not None and planned != total:
+        now["precision"] = precision
+    diffs = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in compared if saved.get(k) != now.get(k)]
+    diffs += _changed("", st.get("trajectory"), trajectory)
+    planned = st["progress"].get("total_steps")
+    if has_schedule and planned is not None and planned != total_steps:
         # A schedule is a function of the planned length: run past its end, cosine climbs back up.
         diffs.append(
-            f"max_steps {planned} -> {total} (the LR schedule was planned for {planned} steps and cannot "
-            "be stretched mid-run; keep max_steps/epochs, or start a new run from the exported weights)"
+            f"max_steps {planned} -> {total_steps} (the LR schedule was planned for {planned} steps and "
+            "cannot be stretched mid-run; keep max_steps/epochs, or start a new run from the exported "
+            "weights)"
         )
     world = int(st["progress"].get("world_size", 1))
-    if world != trainer.runtime.world_size:
-        diffs.append(f"world_size {world} -> {trainer.runtime.world_size}")
+    if world != world_size:
+        diffs.append(f"world_size {world} -> {world_size}")
     if diffs:
         raise CheckpointError(
             f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
