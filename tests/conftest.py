@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -37,3 +42,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def scenario():
+    """``scenario(script, *args, env=None)``: run a test's scenario script in its own Python process (one
+    TensorFlow import for many checks) and return the JSON it printed on its last ``RESULT `` line."""
+
+    def run(script: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 400) -> Any:
+        proc = subprocess.run(
+            [sys.executable, str(script), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(os.environ) if env is None else env,
+        )
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return json.loads(lines[-1].removeprefix("RESULT "))
+
+    return run

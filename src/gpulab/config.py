@@ -158,7 +158,15 @@ class TrainerSettings(Settings):
     )
     pin_memory: bool | None = Field(None, description="pinned host batches; None: on CUDA only")
     prefetch_factor: int | None = Field(
-        None, ge=1, description="batches each worker loads ahead; None: 2 when there are workers"
+        None,
+        ge=1,
+        description="batches loaded ahead: torch: by each DataLoader worker (None: 2 when there are "
+        "workers); tensorflow: by the tf.data pipeline (None: tf.data.AUTOTUNE)",
+    )
+    data_cache: bool | Literal["auto"] = Field(
+        "auto",
+        description="tensorflow: keep the tf.data source's elements in memory after the first pass; auto: "
+        "when the arrays take at most 1 GiB",
     )
     fsdp_reshard_after_forward: bool = Field(
         True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
@@ -205,7 +213,7 @@ S = TypeVar("S", bound=Settings)
 # than silently ignored.
 _TF_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
 _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
-    "torch": {"strategy": ("auto", "single", "ddp", "fsdp2", "dp")},
+    "torch": {"strategy": ("auto", "single", "ddp", "fsdp2", "dp"), "data_cache": None},
     "tensorflow": {
         "strategy": ("auto", "single", "mirrored", "multiworker"),
         "device": _TF_DEVICES,
@@ -227,7 +235,7 @@ _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
                 "fsdp_reshard_after_forward",
                 "num_workers",
                 "pin_memory",
-                "prefetch_factor",
+                "fuse_optimizer",
             ]
         ),
     },

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,17 +20,8 @@ needs_tf = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def checks(tmp_path_factory) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(SCENARIOS), str(tmp_path_factory.mktemp("tfexport"))],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=dict(os.environ),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+def checks(tmp_path_factory, scenario) -> dict:
+    return scenario(SCENARIOS, tmp_path_factory.mktemp("tfexport"))
 
 
 @needs_tf

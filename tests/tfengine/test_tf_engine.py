@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,17 +26,8 @@ def tf_out(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def checks(tf_out: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(SCENARIOS), str(tf_out)],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=dict(os.environ),
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+def checks(tf_out: Path, scenario) -> dict:
+    return scenario(SCENARIOS, tf_out)
 
 
 def test_each_precision_sets_its_policy_and_keeps_the_output_in_float32(checks):

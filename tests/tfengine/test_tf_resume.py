@@ -7,10 +7,7 @@ loss scale carried over, a tampered file and a changed setting refused in one li
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,16 +21,10 @@ SCENARIOS = Path(__file__).with_name("tf_resume_scenarios.py")
 
 
 @pytest.fixture(scope="module")
-def checks(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("tfresume")
+def checks(tmp_path_factory, scenario) -> dict:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run(
-        [sys.executable, str(SCENARIOS), str(root)], capture_output=True, text=True, timeout=400, env=env
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return scenario(SCENARIOS, tmp_path_factory.mktemp("tfresume"), env=env)
 
 
 def test_checkpoints_use_the_torch_runs_layout(checks):

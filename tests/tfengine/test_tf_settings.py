@@ -36,6 +36,7 @@ def test_engine_defaults_to_torch_and_comes_from_yaml_and_set(tmp_path: Path):
         ({"device": "mps"}, "device"),
         ({"num_workers": 2}, "num_workers"),
         ({"mfu": True}, "mfu"),
+        ({"fuse_optimizer": False}, "fuse_optimizer"),  # Keras optimizers have no such switch
     ],
 )
 def test_a_setting_tensorflow_lacks_is_refused_in_one_line(settings, name):
@@ -54,6 +55,8 @@ def test_tensorflow_accepts_what_it_has():
         "precision": "fp16-mixed",
         "compile": True,
         "mfu": False,
+        "prefetch_factor": 4,  # the tf.data pipeline's depth
+        "data_cache": False,
     }
     check_engine(parse_config(TrainerSettings, {"engine": "tensorflow", **ok}))
     check_engine(parse_config(RunConfig, {"engine": "tensorflow", "recipe": "mlp"}))  # mfu True by default
@@ -61,6 +64,9 @@ def test_tensorflow_accepts_what_it_has():
 
 def test_torch_refuses_tensorflow_strategies_and_the_torch_trainer_refuses_the_tensorflow_engine():
     from gpulab.train.trainer import Trainer
+
+    with pytest.raises(ConfigError, match=r"setting 'data_cache' = True is not available on engine 'torch'"):
+        Trainer(data_cache=True)
 
     with pytest.raises(
         ConfigError, match=r"setting 'strategy' = 'mirrored' is not available on engine 'torch'"

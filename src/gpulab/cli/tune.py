@@ -1,5 +1,6 @@
-"""`gpulab tune RECIPE|--config run.yaml [--budget SECONDS] [--out DIR]`: a measured search over the
-speed knobs (precision, compile, batch size, loader workers, fused optimizer, ...) on this machine."""
+"""`gpulab tune RECIPE|--config run.yaml [--budget SECONDS] [--out DIR] [--engine]`: a measured search
+over the speed knobs (precision, compile, batch size, loader workers, fused optimizer, ...; on TensorFlow
+precision, batch size, the tf.data cache and prefetch, XLA) on this machine."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def tune(
         None, "--out", help="Where tuned.yaml and tune.json go [default: runs/tune-RECIPE]"
     ),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
+    engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
     tolerance: float = typer.Option(
         0.10, "--tolerance", help="A trial's loss may exceed the default's by this fraction, no more"
     ),
@@ -47,7 +49,7 @@ def tune(
     from gpulab.tune.report import print_report, write_outputs
     from gpulab.tune.search import Search
 
-    user = layer_settings(config, {"recipe": recipe, "device": device}, set_)
+    user = layer_settings(config, {"recipe": recipe, "device": device, "engine": engine}, set_)
     # Piped to a file or a CI log: wide enough for the table (rich would assume 80 columns).
     console = make_console() if sys.stdout.isatty() else make_console(width=150)
     result = Search(

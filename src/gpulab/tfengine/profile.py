@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpulab.config import RunConfig, check_engine, merge, parse_config
 from gpulab.errors import ConfigError
 from gpulab.tfengine.importing import require_tensorflow
 
@@ -48,22 +47,18 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     """Profile the TensorFlow run ``user`` describes; write ``out_dir/profile.json`` and the trace."""
     from gpulab.profiling.profiler import ProfileResult, _write_json
 
-    if not user.get("recipe"):
-        raise ConfigError("no recipe given: name one (mlp|digits|chargpt) or set 'recipe' in --config")
     if options.memory_snapshot:
         raise ConfigError(
             "--memory-snapshot is not available on engine 'tensorflow' (it is CUDA's torch allocator "
             "history); remove it, or use --engine torch"
         )
-    check_engine(parse_config(RunConfig, user))  # refused settings before TensorFlow's import
+    from gpulab.tfengine.run import resolve_tf_config
+    from gpulab.tfengine.trainer import TfTrainer
+
+    config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()
     import keras
 
-    from gpulab.tfengine.recipes import load_tf_recipe
-    from gpulab.tfengine.trainer import TfTrainer
-
-    recipe = load_tf_recipe(user["recipe"], user.get("options"))
-    config = parse_config(RunConfig, merge(recipe.defaults, user))
     exclude = {"recipe", "options", "resume", "overwrite", "out_dir"}
     trainer = TfTrainer(**config.model_dump(exclude_unset=True, exclude=exclude))
     trainer._tf = tf

@@ -21,18 +21,11 @@ WEIGHTS_FILE = "model.weights.h5"
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    from gpulab.tfengine.recipes import load_tf_recipe
     from gpulab.tfengine.trainer import TfTrainer
     from gpulab.train.run import write_summary
     from gpulab.train.run_dir import check_output_dirs, claim, prepare
 
-    if not user.get("recipe"):
-        raise ConfigError("no recipe given: name one (mlp|digits) or set 'recipe' in --config")
-    # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
-    check_engine(parse_config(RunConfig, user))
-    require_tensorflow()
-    recipe = load_tf_recipe(user["recipe"], user.get("options"))
-    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    config, recipe = resolve_tf_config(user)
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     rank, _ = tf_config_task()
@@ -50,6 +43,19 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         info["weights"] = str(save_weights(trainer.model, out))
         write_summary(out, config, result, info)
     return config, result, out
+
+
+def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
+    """The TensorFlow recipe named in ``user`` and the merged, validated settings (TensorFlow imported)."""
+    from gpulab.tfengine.recipes import RECIPES, load_tf_recipe
+
+    if not user.get("recipe"):
+        raise ConfigError(f"no recipe given: name one ({'|'.join(RECIPES)}) or set 'recipe' in --config")
+    # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
+    check_engine(parse_config(RunConfig, user))
+    require_tensorflow()
+    recipe = load_tf_recipe(user["recipe"], user.get("options"))
+    return parse_config(RunConfig, merge(recipe.defaults, user)), recipe
 
 
 def save_weights(model: Any, out: Path) -> Path:

@@ -127,12 +127,17 @@ class TfTrainer:
                 inner.global_clipnorm = s.clip_grad_norm
             self.optimizer.build(self.model.trainable_variables)
         self._resume(tf, resume)
-        self.train_source = tfdata.source(tf, self.train_arrays)
+        self.train_source = tfdata.source(tf, self.train_arrays, s.data_cache)
+        self.extras["data"] = {
+            "cache": tfdata.caches(self.train_arrays, s.data_cache),
+            "prefetch": s.prefetch_factor or "AUTOTUNE",
+        }
         self.val_data = None
         if recipe.val_data is not None:
             val = tfdata.make_dataset(
-                tf, tfdata.as_arrays(recipe.val_data), self.global_batch, shuffle=False, seed=0
-            )
+                tf, tfdata.as_arrays(recipe.val_data), self.global_batch, shuffle=False, seed=0,
+                cache=s.data_cache, prefetch=s.prefetch_factor,
+            )  # fmt: skip
             self.val_data = self._distribute(val)
         self.loss_fn, self.correct_fn = recipe.loss_fn, recipe.correct_fn
         self.step = CompiledStep(tf, self._distributed(tf, self._replica_step), jit=s.compile)
@@ -195,6 +200,7 @@ class TfTrainer:
         ds = tfdata.epoch_dataset(
             self._tf, self.train_source, self.n_train, self.global_batch,
             seed=self.settings.seed, epoch=state.epoch, skip=state.batch_in_epoch,
+            prefetch=self.settings.prefetch_factor,
         )  # fmt: skip
         return self._distribute(ds)
 

@@ -47,7 +47,7 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     if config.engine != "torch":  # run() sends tensorflow to its own engine before this; profile does not
         raise ConfigError(
             f"engine {config.engine!r} is not available on this command yet (train, launch, profile, bench, "
-            "inspect and export have it); this command runs the torch engine: remove the engine setting"
+            "inspect, export and tune have it); this command runs the torch engine: remove the engine setting"
         )
     return config, recipe
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,14 +23,17 @@ from gpulab.bench.results import Figure
 from gpulab.errors import ConfigError
 from gpulab.hardware.devices import select_device
 from gpulab.train.run import resolve_config
-from gpulab.tune import space
+from gpulab.tune import space, tf_space
 from gpulab.tune.space import Candidate, Group
 from gpulab.tune.trial import INTERVALS, Trial, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
 TRIAL_SHARE = 8  # a trial lengthened for timing lasts at most budget / TRIAL_SHARE
-COMPILE_GUESS_S = 30.0  # what a compile trial is assumed to add before one has run
+# What a compile trial is assumed to add before one has run: inductor's first compile of a step takes tens
+# of seconds on a CPU; XLA's, seconds.
+COMPILE_GUESS_S = {"torch": 30.0, "tensorflow": 10.0}
+UNSET = {"prefetch_factor": "AUTOTUNE", "num_workers": "auto"}  # what a knob left unset means
 
 
 @dataclass
@@ -59,6 +62,7 @@ class TuneResult:
     elapsed_s: float = 0.0
     out_of_budget: bool = False
     largest: dict[str, Any] | None = None  # the batch search's outcome
+    engine: str = "torch"
 
 
 def ratio(a: Figure, b: Figure) -> tuple[float, float, float]:
@@ -121,7 +125,6 @@ def trial_samples(
     cap = max_s * rate / (batch * (1 + INTERVALS))  # steps per interval that fill max_s
     per_interval = min(per_interval, int(cap)) if math.isfinite(cap) else per_interval
     return max(steps, 1 + INTERVALS * max(1, per_interval)) * batch
-    return max(steps, 1 + INTERVALS * per_interval) * batch
 
 
 def _same(a: dict[str, Any], b: dict[str, Any], *keys: str) -> bool:
@@ -145,6 +148,7 @@ class Search:
             raise ConfigError(f"--tolerance is a fraction of the default's loss (e.g. 0.1), got {tolerance}")
         self.user, self.budget_s, self.tolerance, self.steps = user, budget_s, tolerance, steps
         self.log, self.min_interval_s = log, min_interval_s
+        self.engine = "tensorflow" if user.get("engine") == "tensorflow" else "torch"
         self.start = time.monotonic()
         self.deadline = self.start + budget_s
         self.trials: list[Trial] = []
@@ -153,14 +157,15 @@ class Search:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def run(self) -> TuneResult:
-        config, recipe = resolve_config(self.user)
-        device = torch.device(select_device(config.device).device)
+        tf = self.engine == "tensorflow"
+        config, recipe, device = self._resolve_tf() if tf else self._resolve_torch()
         self.where = "this GPU" if device.type == "cuda" else f"this {device.type.upper()}"
-        knobs = {k: getattr(config, k) for k in space.KNOBS if k in type(config).model_fields}
-        largest = None
+        names = tf_space.KNOBS if tf else space.KNOBS
+        knobs = {k: getattr(config, k) for k in names}
+        self.largest = None
         if knobs["batch_size"] == "auto":  # the search is the default itself: trials run its number
-            largest = self._largest(knobs)
-            knobs["batch_size"] = largest["batch_size"] if largest else 32
+            self.largest = self._largest(knobs)
+            knobs["batch_size"] = self.largest["batch_size"] if self.largest else 32
         # The process's first fit pays one-time start-up (thread pools, lazy kernels, caches) in its timed
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
         self.log("warm-up: a short fit of the default config, not measured ...")
@@ -173,26 +178,13 @@ class Search:
                 f"the default config does not train, so there is nothing to compare: {default.reason}"
             )
         self.default = self.best = default
-        self._walk(space.precision_group(device, default.precision or str(knobs["precision"])))
-        self._walk(space.fused_group(bool(knobs.get("fuse_optimizer", True))))
-        if config.batch_size == "auto":
-            self._skip_group(
-                Group("batch_size", reason="batch_size: auto already picks the largest that fits")
-            )
+        resolved = default.precision or str(knobs["precision"])
+        if tf:
+            walk = iter(tf_space.groups(config, recipe, device, resolved))
         else:
-            largest = self._largest(self.best.settings)
-            if largest is None:
-                self._skip_group(Group("batch_size", reason=self._largest_failed))
-            else:
-                self._walk(space.batch_group(int(knobs["batch_size"]), largest["batch_size"], largest["cap"]))
-        self._walk(space.loader_group(recipe.train_data, device))
-        if largest is None:
-            self._skip_group(Group("activation_checkpointing", reason="the batch search did not run"))
-        else:
-            binds, largest_b = largest["memory_binds"], largest["batch_size"]
-            self._walk(space.checkpointing_group(recipe.model, binds, largest_b))
-        self._walk(space.channels_last_group(recipe.model))
-        self._walk(space.compile_group(device))
+            walk = self._torch_groups(config, recipe, device, knobs, resolved)
+        for group in walk:
+            self._walk(group)
         result = TuneResult(
             recipe=config.recipe,
             device=str(device),
@@ -204,7 +196,8 @@ class Search:
             trials=self.trials,
             skipped=self.skipped,
             decisions=self.decisions,
-            largest=largest,
+            largest=self.largest,
+            engine=self.engine,
         )
         self._confirm(result)
         result.elapsed_s = time.monotonic() - self.start
@@ -212,6 +205,43 @@ class Search:
             t.status == "stopped" for t in self.trials
         )
         return result
+
+    def _resolve_torch(self) -> tuple[Any, Any, torch.device]:
+        config, recipe = resolve_config(self.user)
+        return config, recipe, torch.device(select_device(config.device).device)
+
+    def _resolve_tf(self) -> tuple[Any, Any, torch.device]:
+        from gpulab.tfengine.devices import device_name
+        from gpulab.tfengine.importing import require_tensorflow
+        from gpulab.tfengine.run import resolve_tf_config
+
+        config, recipe = resolve_tf_config(self.user)  # refuses torch-only settings in one line
+        return config, recipe, tf_space.torch_device(device_name(require_tensorflow(), config.device))
+
+    def _torch_groups(
+        self, config: Any, recipe: Any, device: torch.device, knobs: dict[str, Any], resolved: str
+    ) -> Iterator[Group]:
+        """The torch engine's knobs in walking order. A generator: the batch search runs on the best
+        settings found by the knobs before it (precision, fused optimizer)."""
+        yield space.precision_group(device, resolved)
+        yield space.fused_group(bool(knobs.get("fuse_optimizer", True)))
+        if config.batch_size == "auto":
+            yield Group("batch_size", reason="batch_size: auto already picks the largest that fits")
+        else:
+            self.largest = self._largest(self.best.settings)
+            if self.largest is None:
+                yield Group("batch_size", reason=self._largest_failed)
+            else:
+                largest = self.largest
+                yield space.batch_group(int(knobs["batch_size"]), largest["batch_size"], largest["cap"])
+        yield space.loader_group(recipe.train_data, device)
+        if self.largest is None:
+            yield Group("activation_checkpointing", reason="the batch search did not run")
+        else:
+            binds, largest_b = self.largest["memory_binds"], self.largest["batch_size"]
+            yield space.checkpointing_group(recipe.model, binds, largest_b)
+        yield space.channels_last_group(recipe.model)
+        yield space.compile_group(device)
 
     def _walk(self, group: Group) -> None:
         """Try each candidate of one knob on top of the best so far; keep the fastest accepted one."""
@@ -285,7 +315,7 @@ class Search:
         need = min(plain) if plain else 0.0
         if cand is not None and cand.settings.get("compile"):
             done = [t.warmup_s for t in self.trials if t.settings.get("compile") and t.warmup_s]
-            need += max(done) if done else COMPILE_GUESS_S
+            need += max(done) if done else COMPILE_GUESS_S[self.engine]
         if left < need:
             return f"budget: {left:.0f} s left, a trial needs about {need:.0f} s"
         return None
@@ -298,6 +328,8 @@ class Search:
     def _decide(self, group: Group, incumbent: Trial, tried: list) -> Decision:
         winner = next((t for c, t, _ in tried if t is self.best), None)
         old = incumbent.settings.get(group.knob)
+        if old is None:
+            old = UNSET.get(group.knob, "unset")
         if group.knob == "compile":
             old = incumbent.settings.get("compile_mode") or "default" if old else "off"
         elif group.knob == "precision" and old != incumbent.precision:

@@ -121,6 +121,8 @@ def run_trial(
     except Exception as exc:  # a knob this model cannot take (a compile error, say): named, not fatal
         line = (str(exc).strip().splitlines() or [""])[0][:200]
         trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
+        if type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
+            trial.reason = f"does not fit: out of memory ({line})"
         trial.extras["traceback"] = traceback.format_exc(limit=-3)
     else:
         _read(trial, result, watch, knobs)
@@ -133,12 +135,15 @@ def run_trial(
 
 
 def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
-    config, recipe = resolve_config(merge(user, knobs))  # seeds, then builds the model afresh
-    steps, log_every = plan_steps(samples, int(config.batch_size))
-    trial.steps, trial.batch_size = steps, int(config.batch_size)
-    settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
-    settings.update(QUIET, max_steps=steps, log_every=log_every, epochs=1)
-    trainer = Trainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
+    merged = merge(user, knobs)
+    if merged.get("engine") == "tensorflow":
+        return _fit_tf(merged, samples, watch, trial)
+    config, recipe = resolve_config(merged)  # seeds, then builds the model afresh
+    trainer = Trainer(
+        trajectory={"recipe": config.recipe},
+        callbacks=[watch],
+        **_trial_settings(config, samples, trial, exclude_unset=False),
+    )
     return trainer.fit(
         recipe.model,
         recipe.train_data,
@@ -147,6 +152,27 @@ def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watc
         val_data=recipe.val_data,
         scheduler=recipe.scheduler,
     )
+
+
+def _fit_tf(merged: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
+    """The same trial on the TensorFlow engine: its recipe and ``TfTrainer`` (which seeds the model)."""
+    from gpulab.tfengine.run import resolve_tf_config
+    from gpulab.tfengine.trainer import TfTrainer
+
+    config, recipe = resolve_tf_config(merged)
+    # Only what was set: the engine refuses a torch-only setting the dump would otherwise carry.
+    settings = _trial_settings(config, samples, trial, exclude_unset=True)
+    return TfTrainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings).fit(recipe)
+
+
+def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: bool) -> dict[str, Any]:
+    """The run's settings for a trial: quiet, no files, ``samples`` samples in timed intervals."""
+    steps, log_every = plan_steps(samples, int(config.batch_size))
+    trial.steps, trial.batch_size = steps, int(config.batch_size)
+    exclude = {"recipe", "options", "resume", "overwrite"}
+    settings = config.model_dump(exclude_unset=exclude_unset, exclude=exclude)
+    settings.update(QUIET, max_steps=steps, log_every=log_every, epochs=1)
+    return settings
 
 
 def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> None:
@@ -161,7 +187,9 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
         trial.status, trial.reason = "stopped", "the budget ran out during this trial"
         return
     if knobs.get("compile") and not result.compiled:
-        trial.status, trial.reason = "failed", "torch.compile fell back to eager"
+        tf = result.extras.get("engine") == "tensorflow"
+        trial.status = "failed"
+        trial.reason = "XLA could not compile the step" if tf else "torch.compile fell back to eager"
         return
     rates = [h["samples_per_s"] for h in result.history if h.get("samples_per_s")]
     rates = rates[1:] if len(rates) > 2 else rates  # the first interval may still hold warm-up
