@@ -50,6 +50,8 @@ def test_tune_writes_a_config_train_takes_and_every_trial(tmp_path, monkeypatch,
     assert all(s["reason"] for s in doc["skipped"])
     assert doc["speedup"]["low"] <= doc["speedup"]["tuned_over_default"] <= doc["speedup"]["high"]
     assert len(doc["decisions"]) >= 6 and all(d["sentence"] for d in doc["decisions"])
+    png = tmp_path / "t" / "tune.png"  # the trials' samples/s as bars (tests/tune/test_tune_plot.py)
+    assert doc["plot"] == "t/tune.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     tuned = yaml.safe_load((tmp_path / "t" / "tuned.yaml").read_text())
     assert tuned["recipe"] == "mlp" and tuned["options"] == {"samples": 1000}

@@ -22,6 +22,7 @@ class Series:
     y: list[float]
     low: list[float]
     high: list[float]
+    color: str | None = None  # None: matplotlib's next colour
 
 
 @dataclass
@@ -29,12 +30,16 @@ class Panel:
     title: str
     xlabel: str
     ylabel: str
-    kind: str = "line"  # line | bar
+    kind: str = "line"  # line | bar | barh (bars along y: room for long category names)
     series: list[Series] = field(default_factory=list)
     xscale: str = "linear"  # linear | log2
     yscale: str = "linear"  # linear | log
     hlines: list[dict[str, Any]] = field(default_factory=list)  # {"y": float, "label": str}
     marks: list[dict[str, Any]] = field(default_factory=list)  # {"x": value, "label": str}
+    # Bar panels: the category order, names without a bar included (None: as the series list them), and
+    # grouped=False when the series hold disjoint categories (each bar then takes its whole slot).
+    categories: list[Any] | None = None
+    grouped: bool = True
 
 
 @dataclass
@@ -42,6 +47,7 @@ class Plot:
     file: str  # a file name inside the output directory
     title: str
     panels: list[Panel] = field(default_factory=list)
+    size: tuple[float, float] | None = None  # inches; None: 6.4 wide per panel, 4.4 high
 
 
 def series_from_rows(
@@ -70,12 +76,13 @@ def render(plot: Plot, out_dir: Path) -> Path:
     from matplotlib.figure import Figure
 
     panels = [p for p in plot.panels if any(s.y for s in p.series)] or plot.panels[:1]
-    fig = Figure(figsize=(6.4 * len(panels), 4.4), dpi=100, layout="constrained")
+    fig = Figure(figsize=plot.size or (6.4 * len(panels), 4.4), dpi=100, layout="constrained")
     fig.suptitle(plot.title)
     for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         _DRAW[panel.kind](ax, panel)
-        for line in panel.hlines:
-            ax.axhline(line["y"], color="grey", linestyle="--", linewidth=1, label=line.get("label"))
+        for line in panel.hlines:  # on a barh panel the value axis is x: the line stands upright
+            draw = ax.axvline if panel.kind == "barh" else ax.axhline
+            draw(line["y"], color="grey", linestyle="--", linewidth=1, label=line.get("label"))
         ax.set_title(panel.title)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
@@ -100,7 +107,9 @@ def _errors(s: Series) -> list[list[float]]:
 def _draw_line(ax: Any, panel: Panel) -> None:
     for s in panel.series:
         if s.y:
-            ax.errorbar(s.x, s.y, yerr=_errors(s), marker="o", markersize=4, capsize=3, label=s.label)
+            ax.errorbar(
+                s.x, s.y, yerr=_errors(s), marker="o", markersize=4, capsize=3, label=s.label, color=s.color
+            )
     if panel.xscale == "log2":
         ax.set_xscale("log", base=2)
     for mark in panel.marks:
@@ -108,28 +117,41 @@ def _draw_line(ax: Any, panel: Panel) -> None:
 
 
 def _draw_bar(ax: Any, panel: Panel) -> None:
-    categories: list[Any] = []
+    categories: list[Any] = list(panel.categories or [])
     for s in panel.series:
         categories += [x for x in s.x if x not in categories]
-    n = max(1, len(panel.series))
+    n = max(1, len(panel.series)) if panel.grouped else 1
     width = 0.8 / n
+    labelled = len(panel.series) > 1
     for i, s in enumerate(panel.series):
-        xs = [categories.index(x) - 0.4 + width * (i + 0.5) for x in s.x]
-        ax.bar(xs, s.y, width=width, yerr=_errors(s), capsize=3, label=s.label if n > 1 else None)
+        slot = i if panel.grouped else 0
+        xs = [categories.index(x) - 0.4 + width * (slot + 0.5) for x in s.x]
+        style = {"capsize": 3, "label": s.label if labelled else None, "color": s.color}
+        if panel.kind == "barh":
+            ax.barh(xs, s.y, height=width, xerr=_errors(s), **style)
+        else:
+            ax.bar(xs, s.y, width=width, yerr=_errors(s), **style)
+    names = [str(c) for c in categories]
+    if panel.kind == "barh":
+        ax.set_yticks(range(len(categories)), names)
+        ax.invert_yaxis()  # the first category on top, as a table reads
+        return
     ax.set_xticks(range(len(categories)))
     tilt = len(categories) > 4
-    ax.set_xticklabels(
-        [str(c) for c in categories], rotation=20 if tilt else 0, ha="right" if tilt else "center"
-    )
+    ax.set_xticklabels(names, rotation=20 if tilt else 0, ha="right" if tilt else "center")
 
 
-_DRAW: dict[str, Callable[[Any, Panel], None]] = {"line": _draw_line, "bar": _draw_bar}
+_DRAW: dict[str, Callable[[Any, Panel], None]] = {
+    "line": _draw_line,
+    "bar": _draw_bar,
+    "barh": _draw_bar,
+}
 
 
-def matplotlib_missing() -> str | None:
-    """Why plots cannot be drawn here, or None when they can."""
+def matplotlib_missing(without: str = "results and report have no plots") -> str | None:
+    """Why plots cannot be drawn here (``without``: what goes without them), or None when they can."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return "matplotlib is not installed (pip install matplotlib): results and report have no plots"
+        return f"matplotlib is not installed (pip install matplotlib): {without}"
     return None

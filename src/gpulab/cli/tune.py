@@ -24,7 +24,7 @@ def tune(
         120.0, "--budget", help="Seconds for the whole search; the best so far stands"
     ),
     out: Path = typer.Option(
-        None, "--out", help="Where tuned.yaml and tune.json go [default: runs/tune-RECIPE]"
+        None, "--out", help="Where tuned.yaml, tune.json and tune.png go [default: runs/tune-RECIPE]"
     ),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
     engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
@@ -44,7 +44,8 @@ def tune(
     Short real trials: each trains the recipe for the same number of samples through the Trainer; the
     first step (compile) is excluded, the rest timed as repeats (median and spread). A trial whose loss is not
     finite or worse than the default's by more than --tolerance is rejected. Writes OUT/tuned.yaml
-    (use it with gpulab train --config) and OUT/tune.json (every trial, and why values were skipped).
+    (use it with gpulab train --config), OUT/tune.json (every trial, and why values were skipped) and
+    OUT/tune.png (samples/s per trial, with its spread, against the default's).
     """
     from gpulab.tune.report import print_report, write_outputs
     from gpulab.tune.search import Search
@@ -60,8 +61,8 @@ def tune(
         log=lambda line: console.print(line, markup=False, highlight=False, style="dim"),
     ).run()
     out_dir = out or Path(f"runs/tune-{str(user['recipe']).replace(':', '.')}")
-    tuned, json_path = write_outputs(out_dir, user, result)
-    print_report(console, result, tuned, json_path)
+    tuned, json_path, png = write_outputs(out_dir, user, result)
+    print_report(console, result, tuned, json_path, png)
 
 
 def register(app: typer.Typer) -> None:

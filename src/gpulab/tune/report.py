@@ -1,5 +1,6 @@
 """What ``gpulab tune`` leaves behind: tuned.yaml (a config ``gpulab train --config`` takes as is),
-tune.json (every trial, every skipped value and why), and the table and sentences in the terminal."""
+tune.json (every trial, every skipped value and why), tune.png (``tune/plot.py``), and the table (with a
+bar per trial) and sentences in the terminal."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpulab.tune import plot
 from gpulab.tune.search import TuneResult, ratio
 from gpulab.tune.trial import Trial
 
@@ -30,8 +32,10 @@ def tuned_settings(user: dict[str, Any], result: TuneResult) -> dict[str, Any]:
     return out
 
 
-def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tuple[Path, Path]:
+def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tuple[Path, Path, Path | None]:
+    """tuned.yaml, tune.json and tune.png (None when matplotlib is missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    png = plot.draw(result, out_dir)
     settings = tuned_settings(user, result)
     header = "\n".join(f"# {line}" for line in summary_lines(result)) + "\n"
     tuned = out_dir / TUNED_FILE
@@ -54,10 +58,11 @@ def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tu
         "largest_batch": result.largest,
         "trials": [t.to_json() for t in result.trials],
         "skipped": result.skipped,
+        "plot": str(png) if png else None,
     }
     path = out_dir / JSON_FILE
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    return tuned, path
+    return tuned, path, png
 
 
 def _speedup(result: TuneResult) -> dict[str, Any] | None:
@@ -92,8 +97,15 @@ def summary_lines(result: TuneResult) -> list[str]:
     return lines
 
 
-def print_report(console: Console, result: TuneResult, tuned: Path, json_path: Path) -> None:
-    table = Table(title=f"gpulab tune {result.recipe} on {result.device}", title_justify="left")
+def print_report(
+    console: Console, result: TuneResult, tuned: Path, json_path: Path, png: Path | None = None
+) -> None:
+    table = Table(
+        title=f"gpulab tune {result.recipe} on {result.device}",
+        title_justify="left",
+        caption=f"speed: samples/s as a share of the fastest trial's; {plot.DEFAULT_MARK}: the default's",
+        caption_justify="left",
+    )
     for name, justify in [
         ("#", "right"),
         ("trial", "left"),
@@ -101,12 +113,18 @@ def print_report(console: Console, result: TuneResult, tuned: Path, json_path: P
         ("samples/s", "right"),
         ("spread", "right"),
         ("vs default", "right"),
+        ("speed", "left"),
         ("peak MiB", "right"),
         ("loss", "right"),
         ("warm-up s", "right"),
         ("verdict", "left"),
     ]:
-        table.add_column(name, justify=justify, overflow="fold")
+        # the bars never wrap: rich narrows the other columns (the verdict folds) instead
+        bars = name == "speed"
+        table.add_column(
+            name, justify=justify, overflow="fold", no_wrap=bars, min_width=plot.BAR_CELLS if bars else None
+        )
+    fastest = max(t.rate for t in result.trials)
     for i, t in enumerate(result.trials, 1):
         vs = f"{ratio(t.samples_per_s, result.default.samples_per_s)[0]:.2f}x" if t.samples_per_s else "-"
         verdict = "best" if t is result.best else t.status
@@ -117,6 +135,7 @@ def print_report(console: Console, result: TuneResult, tuned: Path, json_path: P
             _fig(t),
             _spread(t) if t.samples_per_s else "-",
             vs,
+            plot.speed_bar(t, fastest, result.default.rate, _bar_style(t, result)),
             _num(t.peak_memory_mib, ".0f"),
             _num(t.loss),
             _num(t.warmup_s, ".1f"),
@@ -132,9 +151,14 @@ def print_report(console: Console, result: TuneResult, tuned: Path, json_path: P
             "the figures are noisy",
             markup=False,
         )
-    console.print(
-        f"wrote {tuned} and {json_path} ({result.elapsed_s:.0f} s of a {result.budget_s:.0f} s budget)"
-    )
+    if png is None:
+        console.print(plot.missing() or f"no {plot.PLOT_FILE}", markup=False, highlight=False)
+    files = f"{tuned}, {json_path} and {png}" if png else f"{tuned} and {json_path}"
+    console.print(f"wrote {files} ({result.elapsed_s:.0f} s of a {result.budget_s:.0f} s budget)")
+
+
+def _bar_style(t: Trial, result: TuneResult) -> str:
+    return "green" if t is result.best else _STYLE.get(t.status, "")
 
 
 def _fig(t: Trial) -> str:
