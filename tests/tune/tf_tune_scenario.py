@@ -16,7 +16,7 @@ out = Path(sys.argv[1])
 user = {"recipe": "mlp", "engine": "tensorflow", "options": {"samples": 400}}
 # min_interval_s=0: trials of a few steps (the CLI lengthens them to time each repeat for >= 0.2 s).
 result = Search(user, budget_s=90, steps=6, min_interval_s=0, log=lambda line: print(line)).run()
-tuned, tune_json = write_outputs(out / "tune", user, result)
+tuned, tune_json, _ = write_outputs(out / "tune", user, result)
 code = main(["train", "--config", str(tuned), "--out", str(out / "run"), "--set", "max_steps=3",
              "--set", "progress=false"])  # fmt: skip
 summary = json.loads((out / "run" / "summary.json").read_text()) if code == 0 else None

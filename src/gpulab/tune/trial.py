@@ -10,6 +10,7 @@ after those samples (the last training loss when the recipe has no validation da
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import traceback
@@ -162,7 +163,16 @@ def _fit_tf(merged: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
     config, recipe = resolve_tf_config(merged)
     # Only what was set: the engine refuses a torch-only setting the dump would otherwise carry.
     settings = _trial_settings(config, samples, trial, exclude_unset=True)
-    return TfTrainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings).fit(recipe)
+    trainer = TfTrainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
+    # Every trial builds its own step functions from the same code, which TensorFlow's logger reports as
+    # "excessive retracing" after a few trials: true of the search, not of the user's run.
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return trainer.fit(recipe)
+    finally:
+        logger.setLevel(level)
 
 
 def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: bool) -> dict[str, Any]:
