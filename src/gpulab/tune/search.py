@@ -240,7 +240,7 @@ class Search:
         else:
             binds, largest_b = self.largest["memory_binds"], self.largest["batch_size"]
             yield space.checkpointing_group(recipe.model, binds, largest_b)
-        yield space.channels_last_group(recipe.model)
+        yield space.channels_last_group(recipe.model, device, knobs["channels_last"])
         yield space.compile_group(device)
 
     def _walk(self, group: Group) -> None:

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.config import TrainerSettings
 from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
 
 # The keys tune may change; everything else in the user's config is left as it is.
@@ -148,15 +147,17 @@ def checkpointing_group(model: nn.Module, memory_binds: bool, largest: int) -> G
     return group
 
 
-def channels_last_group(model: nn.Module) -> Group:
-    """channels_last memory format for conv nets, once the setting exists."""
+def channels_last_group(model: nn.Module, device: torch.device, current: bool | str) -> Group:
+    """The channels_last memory format for conv nets: the other of what ``current`` does on this device
+    (``auto``: on for conv nets on CUDA, off elsewhere)."""
     group = Group("channels_last")
-    if "channels_last" not in TrainerSettings.model_fields:
-        group.reason = "this gpulab has no channels_last setting yet"
-    elif not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+    if not any(isinstance(m, nn.Conv2d) for m in model.modules()):
         group.reason = "the model has no Conv2d"
     else:
-        group.candidates.append(Candidate("channels_last=true", {"channels_last": True}))
+        now = device.type == "cuda" if current == "auto" else bool(current)
+        group.candidates.append(
+            Candidate(f"channels_last={str(not now).lower()}", {"channels_last": not now})
+        )
     return group
 
 
