@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,3 +153,29 @@ def test_profile_runs_a_model_called_with_dict_batches_that_returns_its_own_loss
     backward = forward + 2 * 64 * 1
     assert result.report["flops_per_step"] == 32 * (forward + backward)
     assert (tmp_path / "trace.json").is_file()
+
+
+def test_profile_runs_the_step_train_would_run_channels_last_checkpointing_and_fused_optimizer(
+    tmp_path, monkeypatch
+):
+    """The profiled step is the trained one: the model and inputs in channels_last, the named blocks
+    recomputed in backward and the optimizer's fused setting as the Trainer's Runtime would set them."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import spy_recipe
+
+    from gpulab.profiling.profiler import ProfileOptions, profile_recipe
+
+    seen = spy_recipe.SEEN
+    user = {"recipe": "spy_recipe:build", "channels_last": True, "activation_checkpointing": "Block",
+            "fuse_optimizer": False}  # fmt: skip
+    options = ProfileOptions(warmup=1, steps=2, active=1, measure_peak=False)
+    result = profile_recipe(user, tmp_path, options)
+    forwards = [v for v in seen["input_nhwc"] if v is not None]
+    assert forwards and all(seen["input_nhwc"]) and all(seen["weight_nhwc"])
+    # Each training forward ran the block twice (once more in backward); the FLOP count's fake forward
+    # and backward run it too, so compare with the forward count.
+    assert seen["block_calls"][0] >= 2 * len(forwards) - 2
+    assert seen["fused"][-1].defaults["fused"] is None  # fuse_optimizer: false reached the Runtime
+    report = json.loads((tmp_path / "profile.json").read_text())
+    assert report["channels_last"].startswith("on") and report["activation_checkpointing"] == ["Block"]
+    assert result.report["recipe"] == "spy_recipe:build"

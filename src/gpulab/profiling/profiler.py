@@ -44,6 +44,7 @@ from gpulab.profiling.flops import device_peaks, training_step_flops
 from gpulab.profiling.sampler import NvmlSampler
 from gpulab.profiling.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
+from gpulab.runtime.memory_format import channels_last_batch
 from gpulab.runtime.oom import sync_gradients
 from gpulab.train.step_call import LossCall, check_batch, step_loss
 
@@ -83,26 +84,22 @@ class ProfileResult:
 def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOptions | None = None):
     """Profile the run ``user`` describes (the same settings as ``gpulab train``); write ``out_dir``."""
     from gpulab.runtime import Runtime
+    from gpulab.runtime.compile import apply_activation_checkpointing
+    from gpulab.runtime.memory_format import resolve_channels_last, to_channels_last
     from gpulab.train.run import resolve_config
 
     config, recipe = resolve_config(user)
-    runtime = Runtime(
-        config.device,
-        config.precision,
-        config.strategy,
-        precision_options={"init_scale": config.init_scale, "growth_interval": config.growth_interval},
-        strategy_options={
-            "collective_timeout_s": config.collective_timeout_s,
-            "ddp_bucket_cap_mb": config.ddp_bucket_cap_mb,
-            "ddp_static_graph": config.ddp_static_graph,
-            "ddp_gradient_as_bucket_view": config.ddp_gradient_as_bucket_view,
-            "find_unused_parameters": config.find_unused_parameters,
-            "fsdp_shard_modules": config.fsdp_shard_modules,
-            "fsdp_reshard_after_forward": config.fsdp_reshard_after_forward,
-        },
-    )
+    runtime = Runtime.from_settings(config)  # the Trainer's: fused optimizer, strategy options, ...
     try:
         runtime.seed_everything(config.seed, config.deterministic)
+        # The model as the Trainer prepares it, so the profiled step is the trained one.
+        apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
+        channels_last, why = resolve_channels_last(config.channels_last, recipe.model, runtime.device)
+        if channels_last:
+            to_channels_last(recipe.model)
+        extra = {"recipe": config.recipe, **recipe.info, "channels_last": why}
+        if config.activation_checkpointing:
+            extra["activation_checkpointing"] = config.activation_checkpointing
         result = profile_loop(
             runtime,
             recipe.model,
@@ -116,7 +113,8 @@ def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOp
             compile=config.compile,
             compile_mode=config.compile_mode,
             compile_backend=config.compile_backend,
-            extra={"recipe": config.recipe, **recipe.info},
+            channels_last=channels_last,
+            extra=extra,
         )
     finally:
         runtime.teardown()
@@ -137,6 +135,7 @@ def profile_loop(
     compile: bool = False,
     compile_mode: str | None = None,
     compile_backend: str = "inductor",
+    channels_last: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> ProfileResult:
     """Warm up, time, then profile training steps of ``model`` on ``data``; write the results."""
@@ -156,6 +155,8 @@ def profile_loop(
         world_size=rt.world_size,
     )  # fmt: skip
     batches = _cycle(source)
+    if channels_last:  # the model was converted by the caller; its 4-D inputs follow, as in the Trainer
+        batches = map(channels_last_batch, batches)
     step = _Step(rt, model, forward, opt, loss_fn, batches)
 
     first = next(batches)

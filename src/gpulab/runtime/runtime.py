@@ -80,6 +80,27 @@ class Runtime:
         self.strategy.setup_precision(self.precision)
 
     # -- who and where --------------------------------------------------------------------------------
+    @classmethod
+    def from_settings(cls, s: Any) -> Runtime:
+        """The Runtime a run's ``TrainerSettings`` describe: the one the Trainer, ``gpulab profile`` and
+        ``gpulab tune`` build, so a profiled or tuned step is the trained one."""
+        return cls(
+            s.device,
+            s.precision,
+            s.strategy,
+            precision_options={"init_scale": s.init_scale, "growth_interval": s.growth_interval},
+            strategy_options={
+                "collective_timeout_s": s.collective_timeout_s,
+                "ddp_bucket_cap_mb": s.ddp_bucket_cap_mb,
+                "ddp_static_graph": s.ddp_static_graph,
+                "ddp_gradient_as_bucket_view": s.ddp_gradient_as_bucket_view,
+                "find_unused_parameters": s.find_unused_parameters,
+                "fsdp_shard_modules": s.fsdp_shard_modules,
+                "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
+            },
+            fuse_optimizer=s.fuse_optimizer,
+        )
+
     @property
     def device(self) -> torch.device:
         return self.strategy.root_device

@@ -355,26 +355,9 @@ class Trainer:
     # -- set-up and results ---------------------------------------------------------------------------
     def _make_runtime(self) -> Runtime:
         s = self.settings
-        options = {"init_scale": s.init_scale, "growth_interval": s.growth_interval}
-        strategy_options = {
-            "collective_timeout_s": s.collective_timeout_s,
-            "ddp_bucket_cap_mb": s.ddp_bucket_cap_mb,
-            "ddp_static_graph": s.ddp_static_graph,
-            "ddp_gradient_as_bucket_view": s.ddp_gradient_as_bucket_view,
-            "find_unused_parameters": s.find_unused_parameters,
-            "fsdp_shard_modules": s.fsdp_shard_modules,
-            "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
-        }
         if s.out_dir and launched_world_size() > 1:  # NCCL's flight-recorder dumps go with the run
             direct_dumps_to(s.out_dir)
-        return Runtime(
-            s.device,
-            s.precision,
-            s.strategy,
-            precision_options=options,
-            strategy_options=strategy_options,
-            fuse_optimizer=s.fuse_optimizer,
-        )
+        return Runtime.from_settings(s)
 
     def _resolve_batch_size(self, train_data: Any) -> TrainerSettings:
         """The settings with ``batch_size: auto`` replaced by the largest batch whose real step fits

@@ -228,7 +228,7 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
             warnings.simplefilter("ignore")
             config, recipe = resolve_config(merge(user, knobs))
             apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
-            with Runtime(config.device, config.precision, fuse_optimizer=config.fuse_optimizer) as rt:
+            with Runtime.from_settings(config) as rt:
                 model, optimizer = rt.setup(recipe.model, recipe.optimizer)
                 step = TrialStep(
                     model, optimizer, recipe.loss_fn, recipe.train_data, device=rt.device,
