@@ -85,15 +85,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
             callbacks=[StopOnSignal(signals)],
             **settings,
         )
-        result = trainer.fit(
-            recipe.model,
-            recipe.train_data,
-            loss_fn=recipe.loss_fn,
-            optimizer=recipe.optimizer,
-            val_data=recipe.val_data,
-            scheduler=recipe.scheduler,
-            resume=config.resume,
-        )
+        result = recipe.fit(trainer, resume=config.resume)
         if "preempted" in result.extras:  # no summary: the run is not finished
             raise _preempted(result.extras["preempted"], trainer.is_rank_zero)
         if not trainer.is_rank_zero:

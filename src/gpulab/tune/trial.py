@@ -145,14 +145,7 @@ def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watc
         callbacks=[watch],
         **_trial_settings(config, samples, trial, exclude_unset=False),
     )
-    return trainer.fit(
-        recipe.model,
-        recipe.train_data,
-        loss_fn=recipe.loss_fn,
-        optimizer=recipe.optimizer,
-        val_data=recipe.val_data,
-        scheduler=recipe.scheduler,
-    )
+    return recipe.fit(trainer)
 
 
 def _fit_tf(merged: dict[str, Any], samples: int, watch: _Watch, trial: Trial):

@@ -28,6 +28,18 @@ class Recipe:
     defaults: dict[str, Any] = field(default_factory=dict)  # trainer settings this recipe wants
     info: dict[str, Any] = field(default_factory=dict)  # facts for summaries (parameter count, ...)
 
+    def fit(self, trainer: Any, resume: str | None = None) -> Any:
+        """``trainer.fit`` on this recipe's parts (as ``TfTrainer.fit(recipe)`` on the other engine)."""
+        return trainer.fit(
+            self.model,
+            self.train_data,
+            loss_fn=self.loss_fn,
+            optimizer=self.optimizer,
+            val_data=self.val_data,
+            scheduler=self.scheduler,
+            resume=resume,
+        )
+
 
 Builder = Callable[[dict[str, Any]], Recipe]
 
