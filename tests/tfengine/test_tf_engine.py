@@ -113,3 +113,11 @@ def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: 
     assert list((tf_out / "tensorboard").glob("events.out.tfevents.*"))
     assert (tf_out / "model.weights.h5").stat().st_size > 4 * summary["parameters"]
     assert not list(tf_out.glob(".tmp-*"))
+
+
+def test_your_own_module_function_returning_a_tfrecipe_trains_and_a_torch_recipe_is_one_line(checks):
+    user = checks["user_recipe"]
+    assert user["code"] == 0 and user["steps"] == 3, user["err"]
+    assert user["wrong"] == 2
+    lines = user["wrong_err"].strip().splitlines()
+    assert len(lines) == 1 and "returned a Recipe, not a TfRecipe" in lines[0], lines

@@ -146,6 +146,54 @@ def cli_digits(out: str):
     return code
 
 
+USER_RECIPE = """
+import keras
+import numpy as np
+from gpulab.tfengine import TfRecipe
+from gpulab.train.recipes.base import Recipe
+
+def build(options):
+    x = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+    bce = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
+    return TfRecipe(
+        model=lambda: keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                                        keras.layers.Dense(1, dtype="float32")]),
+        train_data=(x, y), loss_fn=lambda y, out: bce(y, out),
+        optimizer=lambda total_steps: keras.optimizers.SGD(options.get("lr", 0.1)),
+    )
+
+def torch_one(options):
+    return Recipe(model=None, train_data=None, loss_fn=None, optimizer=None)
+"""
+
+
+def user_recipe(root: str):
+    """Your own ``module:function`` returning a TfRecipe, trained by ``gpulab train --engine tensorflow``;
+    one returning a torch Recipe is refused in one line."""
+    import contextlib
+    import io
+    import os
+    from pathlib import Path
+
+    from gpulab.cli import main
+
+    here = Path(root).resolve().parent / "user_recipe"
+    here.mkdir(parents=True, exist_ok=True)
+    (here / "my_keras_recipe.py").write_text(USER_RECIPE)
+    os.chdir(here)  # found from the working directory, as torch's user recipes are
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["train", "my_keras_recipe:build", "--engine", "tensorflow", "--out", "run",
+                     "--max-steps", "3", "--set", "options.lr=0.05", "--set", "progress=false"])  # fmt: skip
+    first_err, err = err.getvalue(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        wrong = main(["train", "my_keras_recipe:torch_one", "--engine", "tensorflow", "--out", "run2"])
+    summary = json.loads((here / "run" / "summary.json").read_text()) if code == 0 else {}
+    return {"code": code, "err": first_err[-500:], "steps": summary.get("steps"), "wrong": wrong,
+            "wrong_err": err.getvalue()}  # fmt: skip
+
+
 def chargpt():
     from gpulab.tfengine.recipes import chargpt as tf_chargpt
     from gpulab.train.recipes.chargpt import build as torch_chargpt
@@ -164,5 +212,7 @@ CHECKS = {f.__name__: f for f in (precisions, fp16_overflow, accumulate, mirrore
 if __name__ == "__main__":
     results = {name: check() for name, check in CHECKS.items()}
     if len(sys.argv) > 1:
-        results["cli_digits"] = cli_digits(sys.argv[1])
+        out = sys.argv[1]  # (cli_digits sets sys.argv as the console script has it)
+        results["cli_digits"] = cli_digits(out)
+        results["user_recipe"] = user_recipe(out)
     print("RESULT " + json.dumps(results))

@@ -7,5 +7,6 @@ One concern a file, named as on the torch side: ``devices``, ``precision``, ``co
 """
 
 from gpulab.tfengine.importing import require_tensorflow
+from gpulab.tfengine.trainer import TfRecipe, TfTrainer  # your own recipe: module:function -> TfRecipe
 
-__all__ = ["require_tensorflow"]
+__all__ = ["TfRecipe", "TfTrainer", "require_tensorflow"]

@@ -16,13 +16,11 @@ the innermost open call is named with the shapes it got.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import re
 from collections.abc import Iterator
 from typing import Any
 
-from gpulab.config import RunConfig, check_engine, merge, parse_config
-from gpulab.errors import ConfigError, GpulabError
+from gpulab.errors import ConfigError
 from gpulab.profiling.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
 from gpulab.tfengine.importing import require_tensorflow
 
@@ -35,14 +33,11 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     """The ``InspectReport`` of the TensorFlow run ``user`` describes."""
     from gpulab.profiling.inspect_run import InspectReport
     from gpulab.tfengine.precision import resolve_precision
+    from gpulab.tfengine.run import resolve_tf_config
 
     user["engine"] = "tensorflow"
-    if not user.get("recipe"):
-        raise ConfigError("no recipe given: name one (mlp|digits|chargpt|module:function) or set 'recipe'")
-    check_engine(parse_config(RunConfig, user))  # refused settings before TensorFlow's import (seconds)
+    config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()
-    recipe = _load(user["recipe"], user.get("options"))
-    config = parse_config(RunConfig, merge(recipe.defaults, user))
     if not isinstance(config.batch_size, int):
         raise ConfigError("inspect needs a number for the batch size (not auto): e.g. --batch-size 32")
     import keras
@@ -237,34 +232,6 @@ def _graph_flops(tf: Any, fn: Any, args: tuple) -> int | None:
     except Exception:  # the table stands without it: the row says n/a
         return None
     return int(total) if total else None
-
-
-def _load(name: str, options: dict[str, Any] | None) -> Any:
-    """A built-in TF recipe, or the user's ``package.module:function`` returning a TfRecipe."""
-    from gpulab.tfengine.recipes import RECIPES, load_tf_recipe
-    from gpulab.tfengine.trainer import TfRecipe
-    from gpulab.train.recipes.base import _failed, _put_cwd_on_path
-
-    if ":" not in name or name in RECIPES:
-        return load_tf_recipe(name, options)
-    module_name, _, func_name = name.partition(":")
-    _put_cwd_on_path()
-    try:
-        func = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"recipe {name!r}: cannot load {func_name!r} from {module_name!r}: {exc}") from None
-    try:
-        recipe = func(dict(options or {}))
-    except GpulabError:
-        raise
-    except Exception as exc:  # the user's function failed: named in one line, as load_recipe does
-        raise ConfigError(f"recipe {name!r}: {func_name}(options) {_failed(exc)}") from exc
-    if not isinstance(recipe, TfRecipe):
-        raise ConfigError(
-            f"recipe {name!r} returned a {type(recipe).__name__}, not a TfRecipe (gpulab.tfengine.trainer); "
-            "return a TfRecipe for --engine tensorflow, or use --engine torch"
-        )
-    return recipe
 
 
 def _take(data: Any, n: int) -> Any:

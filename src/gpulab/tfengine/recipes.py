@@ -120,9 +120,21 @@ RECIPES = {"mlp": mlp, "digits": digits, "chargpt": chargpt}
 
 
 def load_tf_recipe(name: str, options: dict[str, Any] | None) -> TfRecipe:
-    if name not in RECIPES:
+    """A built-in TensorFlow recipe by name, or the user's ``package.module:function`` returning a
+    ``TfRecipe`` (imported and called as torch's recipes are)."""
+    if name in RECIPES:
+        return RECIPES[name](dict(options or {}))
+    if ":" not in name:
         raise ConfigError(
-            f"recipe {name!r} is not available on engine 'tensorflow'; valid there: {choices(RECIPES)} "
-            "(or use --engine torch)"
+            f"recipe {name!r} is not available on engine 'tensorflow'; valid there: {choices(RECIPES)} or "
+            "your own module:function returning a TfRecipe (or use --engine torch)"
         )
-    return RECIPES[name](dict(options or {}))
+    from gpulab.train.recipes.base import call_user_recipe
+
+    recipe = call_user_recipe(name, dict(options or {}))
+    if not isinstance(recipe, TfRecipe):
+        raise ConfigError(
+            f"recipe {name!r} returned a {type(recipe).__name__}, not a TfRecipe (gpulab.tfengine.trainer); "
+            "return a TfRecipe for --engine tensorflow, or use --engine torch"
+        )
+    return recipe

@@ -50,7 +50,9 @@ def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     from gpulab.tfengine.recipes import RECIPES, load_tf_recipe
 
     if not user.get("recipe"):
-        raise ConfigError(f"no recipe given: name one ({'|'.join(RECIPES)}) or set 'recipe' in --config")
+        raise ConfigError(
+            f"no recipe given: name one ({'|'.join(RECIPES)}|module:function) or set 'recipe' in --config"
+        )
     # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
     check_engine(parse_config(RunConfig, user))
     require_tensorflow()

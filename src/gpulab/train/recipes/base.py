@@ -67,6 +67,17 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
         return builtin[name](options)
     if ":" not in name:
         raise ConfigError(f"unknown recipe {name!r}; valid: {choices(builtin)} or your own module:function")
+    recipe = call_user_recipe(name, options)
+    if isinstance(recipe, dict):
+        recipe = Recipe(**recipe)
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(f"recipe {name!r} returned {type(recipe).__name__}, expected gpulab Recipe or dict")
+    return recipe
+
+
+def call_user_recipe(name: str, options: dict[str, Any]) -> Any:
+    """``package.module:function`` imported (the working directory first on the path) and called with
+    ``options``; each way it can fail is one line naming it. Returns what the function returned."""
     module_name, _, func_name = name.partition(":")
     here = _put_cwd_on_path()
     try:
@@ -83,16 +94,11 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
     func = getattr(module, func_name)
     _check_signature(name, func)
     try:
-        recipe = func(options)
+        return func(options)
     except GpulabError:
         raise
     except Exception as exc:
         raise ConfigError(f"recipe {name!r}: {func_name}(options) {_failed(exc)}") from exc
-    if isinstance(recipe, dict):
-        recipe = Recipe(**recipe)
-    if not isinstance(recipe, Recipe):
-        raise ConfigError(f"recipe {name!r} returned {type(recipe).__name__}, expected gpulab Recipe or dict")
-    return recipe
 
 
 SIGNATURE = "def build(options: dict) -> gpulab.Recipe"
