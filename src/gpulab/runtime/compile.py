@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 
 import torch
@@ -88,10 +89,34 @@ def is_compile_error(exc: BaseException) -> bool:
 
 def compile_model(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> CompileFallback:
     try:
-        compiled = torch.compile(model, mode=mode, backend=backend)
+        options = cpu_inductor_options(mode) if backend == "inductor" and _on_cpu(model) else None
+        # torch.compile takes a mode or options, not both: the options already hold the mode's.
+        compiled = torch.compile(model, mode=None if options else mode, backend=backend, options=options)
     except Exception as exc:  # an unknown backend or mode fails eagerly
         raise ConfigError(f"torch.compile(mode={mode!r}, backend={backend!r}) refused: {exc}") from None
     return CompileFallback(model, compiled)
+
+
+def cpu_inductor_options(mode: str | None) -> dict | None:
+    """Inductor options for a model on the CPU: ``mode``'s, with the peak-memory reordering turned off.
+
+    Inductor's C++ backend loses a dependency on an in-place scatter (torch 2.13 at least): aligning the
+    loops of a fused node (``SchedulerNode.recompute_size_and_body``) re-reads its inputs under their
+    pre-mutation names, and ``reorder_for_peak_memory`` then moves the reader before the scatter. A
+    conv feeding a MaxPool2d (whose backward is zeros + scatter_add) gets all-zero gradients and trains
+    silently worse. Without that reordering the scheduler's original order is correct; on the CPU it
+    only trades a little host memory. benchmarks/inductor_maxpool_repro.py shows it; docs/RELIABILITY.md.
+    """
+    from torch._inductor import config, list_mode_options
+
+    if not hasattr(config, "reorder_for_peak_memory"):  # a torch without the pass needs nothing
+        return None
+    return {**list_mode_options(mode or "default"), "reorder_for_peak_memory": False}
+
+
+def _on_cpu(model: nn.Module) -> bool:
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return first is None or first.device.type == "cpu"
 
 
 def apply_activation_checkpointing(model: nn.Module, class_names: list[str]) -> int:
