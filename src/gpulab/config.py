@@ -100,6 +100,11 @@ class TrainerSettings(Settings):
         None, description="torch.compile mode: default|reduce-overhead|max-autotune"
     )
     compile_backend: str = Field("inductor", description="torch.compile backend (inductor, aot_eager, ...)")
+    compile_check: bool = Field(
+        False,
+        description="compare the compiled model's first-batch loss and gradients with eager's (one extra "
+        "forward and backward at fit start, on one process); where they differ, warn and train eagerly",
+    )
     channels_last: bool | Literal["auto"] = Field(
         "auto",
         description="model and 4-D inputs in the NHWC memory format; auto: on for conv nets on CUDA, "
@@ -225,6 +230,7 @@ _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
                 "micro_batch",
                 "compile_mode",
                 "compile_backend",
+                "compile_check",
                 "keep_best",
                 "collective_timeout_s",
                 "ddp_bucket_cap_mb",

@@ -76,3 +76,34 @@ def test_a_real_compilation_error_falls_back_to_eager_with_one_warning():
     with pytest.warns(RuntimeWarning, match="torch.compile failed.*continuing without compilation"):
         out = wrapper(x)
     assert wrapper.fell_back and torch.equal(out, model(x))
+
+
+def test_an_unknown_mode_is_one_config_error_line_on_the_cpu():
+    from gpulab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="mode='fastest'.*Unrecognized mode=fastest, should be one of"):
+        compile_model(nn.Linear(3, 2), mode="fastest")
+
+
+@pytest.mark.slow
+def test_inductor_gives_a_conv_before_a_max_pool_its_gradients_on_the_cpu():
+    """torch 2.13's inductor zeroes this conv's gradients unless peak-memory reordering is off.
+
+    benchmarks/inductor_maxpool_repro.py explains the lost dependency; compile_model's CPU options avoid it.
+    """
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(32, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64, 128), nn.ReLU(),
+    )  # fmt: skip
+    x, g = torch.rand(64, 32, 4, 4), torch.randn(64, 128)
+    grads = {}
+    for name, forward in (("eager", model), ("compiled", compile_model(model, mode="default"))):
+        model.zero_grad()
+        (forward(x) * g).sum().backward()
+        grads[name] = [p.grad.clone() for p in model.parameters()]
+    assert not forward.fell_back
+    # The bug: the conv's weight and bias gradients come back all zero.
+    for want, got in zip(grads["eager"], grads["compiled"], strict=True):
+        assert (got - want).abs().max() <= 1e-4 * want.abs().max(), "compiled gradients differ from eager"

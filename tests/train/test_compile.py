@@ -88,6 +88,7 @@ def test_failing_backend_falls_back_with_a_warning_and_trains():
         model, result, losses = _fit(compile=True, compile_backend=BROKEN_BACKEND)
     assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1  # warned once
     assert result.compiled is False
+    assert result.extras["compile"]["fell_back"].startswith("torch.compile failed (")  # summary.json says why
     assert result.steps == 16
     assert losses[-1] < 0.2 * losses[0]
     _, _, eager_losses = _fit()

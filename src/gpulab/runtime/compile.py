@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 
 import torch
@@ -28,6 +29,16 @@ class CompileFallback(nn.Module):
         self.model = model
         self._compiled = compiled
         self.fell_back = False
+        self.reason: str | None = None  # why it fell back, for summary.json
+
+    @property
+    def compiled(self):
+        """The compiled callable, or None once fallen back."""
+        return self._compiled
+
+    def fall_back(self, reason: str) -> None:
+        """Run eager from now on (the parameters are shared: nothing to move)."""
+        self._compiled, self.fell_back, self.reason = None, True, reason
 
     def forward(self, *args, **kwargs):
         if self._compiled is None:
@@ -38,12 +49,9 @@ class CompileFallback(nn.Module):
             if not is_compile_error(exc):
                 raise
             first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
-            warnings.warn(
-                f"torch.compile failed ({type(exc).__name__}: {first_line}); continuing without compilation",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            self._compiled, self.fell_back = None, True
+            reason = f"torch.compile failed ({type(exc).__name__}: {first_line})"
+            warnings.warn(f"{reason}; continuing without compilation", RuntimeWarning, stacklevel=2)
+            self.fall_back(reason)
         # Outside ``except``: the failed attempt's traceback (and the tensors its frames hold) is gone
         # before the eager run allocates its own.
         return self.model(*args, **kwargs)
@@ -86,12 +94,48 @@ def is_compile_error(exc: BaseException) -> bool:
     return isinstance(exc, _compile_error_types())
 
 
-def compile_model(model: nn.Module, mode: str | None = None, backend: str = "inductor") -> CompileFallback:
+def compile_model(
+    model: nn.Module, mode: str | None = None, backend: str = "inductor", check: bool = False
+) -> CompileFallback:
+    """torch.compile ``model`` behind a ``CompileFallback``; ``check``: the run checks its first batch."""
     try:
-        compiled = torch.compile(model, mode=mode, backend=backend)
+        options = None
+        if backend == "inductor":
+            options = inductor_options(mode, on_cpu=_on_cpu(model), check=check)
+        # torch.compile takes a mode or options, not both: the options already hold the mode's.
+        compiled = torch.compile(model, mode=None if options else mode, backend=backend, options=options)
     except Exception as exc:  # an unknown backend or mode fails eagerly
         raise ConfigError(f"torch.compile(mode={mode!r}, backend={backend!r}) refused: {exc}") from None
     return CompileFallback(model, compiled)
+
+
+def inductor_options(mode: str | None, on_cpu: bool, check: bool = False) -> dict | None:
+    """Inductor's options for ``mode`` plus gpulab's; None when gpulab adds nothing (``mode`` alone).
+
+    On the CPU, peak-memory reordering is off. Inductor's C++ backend loses a dependency on an in-place
+    scatter (torch 2.13 at least): aligning the loops of a fused node
+    (``SchedulerNode.recompute_size_and_body``) re-reads its inputs under their pre-mutation names, and
+    ``reorder_for_peak_memory`` then moves the reader before the scatter. A conv feeding a MaxPool2d
+    (whose backward is zeros + scatter_add) got all-zero gradients and trained silently worse. Without
+    that reordering the scheduler's original order is correct; on the CPU it only costs a little host
+    memory. benchmarks/inductor_maxpool_repro.py shows it; docs/RELIABILITY.md.
+
+    ``check``: random numbers are drawn by eager's kernels (``fallback_random``), so that dropout masks
+    match the eager step the first-batch check compares with.
+    """
+    from torch._inductor import config, list_mode_options
+
+    extra = {}
+    if on_cpu and hasattr(config, "reorder_for_peak_memory"):  # a torch without the pass needs nothing
+        extra["reorder_for_peak_memory"] = False
+    if check:
+        extra["fallback_random"] = True
+    return {**list_mode_options(mode or "default"), **extra} if extra else None
+
+
+def _on_cpu(model: nn.Module) -> bool:
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return first is None or first.device.type == "cpu"
 
 
 def apply_activation_checkpointing(model: nn.Module, class_names: list[str]) -> int:

@@ -38,6 +38,7 @@ from gpulab.profiling.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
+from gpulab.runtime.compile_check import FirstStepCheck
 from gpulab.runtime.memory import (
     memory_limit_bytes,
     memory_stats,
@@ -151,7 +152,9 @@ class Trainer:
         self._setup_channels_last(model)
         self.model, self.optimizer = rt.setup(model, optimizer)
         self.forward = (
-            compile_model(self.model, s.compile_mode, s.compile_backend) if s.compile else self.model
+            compile_model(self.model, s.compile_mode, s.compile_backend, check=s.compile_check)
+            if s.compile
+            else self.model
         )
         self.loss_fn = loss_fn
         self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
@@ -159,6 +162,7 @@ class Trainer:
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
         self._forward_backward = self.guarded or self._accumulate
+        self._compile_check = FirstStepCheck(s.compile_check, self.forward, rt.world_size, bool(self.guarded))
         loader_batch, per_step = (
             (s.batch_size * s.accumulate, 1) if self.guarded else (s.batch_size, s.accumulate)
         )
@@ -285,11 +289,17 @@ class Trainer:
         # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
         window = s.accumulate if n is None else min(s.accumulate, n - (i - i % s.accumulate))
         steps_now = (i % s.accumulate) == window - 1
-        with rt.no_sync(self.model, enabled=not steps_now):
+
+        def step(forward) -> torch.Tensor:
             with rt.autocast():
-                loss = step_loss(self.forward, self.loss, batch)
+                loss = step_loss(forward, self.loss, batch)
             rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
-        return loss, steps_now
+            return loss
+
+        with rt.no_sync(self.model, enabled=not steps_now):
+            if self._compile_check.pending:  # the fit's first micro-batch, compiled and eager compared
+                return self._compile_check.run(self.model, self.forward, step), steps_now
+            return step(self.forward), steps_now
 
     def _optimizer_step(self) -> None:
         s, rt, state = self.settings, self.runtime, self.state
@@ -473,10 +483,20 @@ class Trainer:
                 "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
                 # recompiles after the first step, whose wall time samples_per_s leaves out
-                **({"compile": self._recompiles.report()} if self.settings.compile else {}),
+                **({"compile": self._compile_report()} if self.settings.compile else {}),
                 **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )
+
+    def _compile_report(self) -> dict:
+        """Recompiles after the first step, the first-batch check's verdict, and why it fell back, if so."""
+        reason = getattr(self.forward, "reason", None)
+        check = self._compile_check.report
+        return {
+            **self._recompiles.report(),
+            **({"check": check} if check else {}),
+            **({"fell_back": reason} if reason else {}),
+        }
 
     def _nothing_left(self) -> FitResult:
         """The checkpoint resumed from already reached the planned length: no step, no log, no save.
