@@ -53,6 +53,9 @@ def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tu
         "tolerance": result.tolerance,
         "samples_per_trial": result.samples_per_trial,
         "speedup": _speedup(result),
+        "reverted": {"pick": result.reverted[0].label, "measured": result.reverted[1]}
+        if result.reverted
+        else None,
         "tuned": settings,
         "decisions": [d.__dict__ for d in result.decisions],
         "largest_batch": result.largest,
@@ -77,7 +80,13 @@ def summary_lines(result: TuneResult) -> list[str]:
     b, d = result.compared or (result.best, result.default)
     r, lo, hi = result.ratio or ratio(b.samples_per_s, d.samples_per_s)
     speed = f"default {_fig(d)} samples/s"
-    if result.best is result.default:
+    if result.reverted is not None:
+        pick, measured = result.reverted
+        verdict = (
+            f"the defaults stand: the search's pick ({pick.label}) measured {measured:.2f}x the default "
+            f"re-measured back to back at the end ({_fig(b)} vs {speed}), within the noise or slower"
+        )
+    elif result.best is result.default:
         verdict = f"the defaults are already the fastest config found: {speed} (measured this session)"
         others = [t for t in result.trials[1:] if t.samples_per_s and not t.label.endswith("(again)")]
         runner_up = max(others, key=lambda t: t.rate, default=None)

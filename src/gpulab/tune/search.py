@@ -62,6 +62,7 @@ class TuneResult:
     elapsed_s: float = 0.0
     out_of_budget: bool = False
     largest: dict[str, Any] | None = None  # the batch search's outcome
+    reverted: tuple[Trial, float] | None = None  # the pick the final re-measure undid, and its ratio
     engine: str = "torch"
 
 
@@ -376,4 +377,20 @@ class Search:
                 ratio_of = ratio(again_b.samples_per_s, again_d.samples_per_s)
                 result.compared = (again_b, again_d)
                 result.ratio_from = "default and tuned re-measured back to back at the end"
+                if ratio_of[0] < 1 + MIN_GAIN:
+                    self._revert(result, ratio_of[0])
+                    return
         result.ratio = ratio_of
+
+    def _revert(self, result: TuneResult, measured: float) -> None:
+        """The search's pick did not beat the default back to back at the end: the defaults stand, and
+        each knob's sentence says its win did not hold."""
+        result.reverted = (result.best, measured)
+        result.best = result.default
+        for decision in result.decisions:
+            if decision.changed:
+                decision.changed = False
+                decision.sentence = decision.sentence.rstrip(".") + (
+                    f"; not kept: the tuned config measured {measured:.2f}x the default back to back "
+                    "at the end."
+                )

@@ -10,6 +10,8 @@ after those samples (the last training loss when the recipe has no validation da
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import time
@@ -109,8 +111,9 @@ def run_trial(
     begun = time.monotonic()
     watch = _Watch(deadline)
     caught: list[warnings.WarningMessage] = []
+    printed = io.StringIO()  # the run's own lines (channels_last, ...): kept in tune.json, not shown
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
             warnings.simplefilter("always")
             result = _fit(user, knobs, samples, watch, trial)
     except NonFiniteLossError as exc:
@@ -129,6 +132,8 @@ def run_trial(
         _read(trial, result, watch, knobs)
     finally:
         trial.wall_s = time.monotonic() - begun
+    if printed.getvalue().strip():
+        trial.extras["printed"] = printed.getvalue()[-2000:]
     notes = [str(w.message) for w in caught if "compile" in str(w.message).lower()]
     if notes:
         trial.extras["warnings"] = notes
