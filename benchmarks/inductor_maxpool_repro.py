@@ -20,7 +20,7 @@ Workaround: ``torch.compile(..., options={"reorder_for_peak_memory": False})`` k
 original (correct) order; gradients then match eager to ~1e-7. gpulab's ``compile_model`` applies it
 to models on the CPU (src/gpulab/runtime/compile.py).
 
-Usage: python benchmarks/inductor_maxpool_repro.py [--workaround]
+Usage: python benchmarks/inductor_maxpool_repro.py [--workaround] [--device cuda]
 Prints the relative gradient difference per parameter; exits 1 when compiled and eager disagree.
 """
 
@@ -42,20 +42,21 @@ def gradients(model: nn.Module, forward, x: torch.Tensor, g: torch.Tensor) -> di
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workaround", action="store_true", help="compile with reorder_for_peak_memory off")
+    parser.add_argument("--device", default="cpu", help="cpu (the C++ backend) or cuda (Triton: unchecked)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(32, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(64, 128), nn.ReLU(),
-    )  # fmt: skip
-    x = torch.rand(64, 32, 4, 4)  # batch 8 does not trigger it: the scheduler picks another order
-    g = torch.randn(64, 128)
+    ).to(args.device)  # fmt: skip
+    x = torch.rand(64, 32, 4, 4, device=args.device)  # batch 8 does not trigger it: another order
+    g = torch.randn(64, 128, device=args.device)
     options = {"reorder_for_peak_memory": False} if args.workaround else None
     eager = gradients(model, model, x, g)
     compiled = gradients(model, torch.compile(model, backend="inductor", options=options), x, g)
 
-    print(f"torch {torch.__version__}, workaround {'on' if args.workaround else 'off'}")
+    print(f"torch {torch.__version__} on {args.device}, workaround {'on' if args.workaround else 'off'}")
     worst = 0.0
     for name, want in eager.items():
         rel = ((compiled[name] - want).abs().max() / want.abs().max().clamp_min(1e-12)).item()
