@@ -17,6 +17,9 @@ from gpulab.errors import ConfigError
         ({"device": "gpu"}, "device 'gpu' is not one of auto|cpu|cuda|cuda:N|mps|xpu|xpu:N"),
         ({"device": "cpu:1"}, "only cuda and xpu take an index"),
         ({"epochs": "many"}, "'epochs' = 'many' is invalid: Input should be a valid integer"),
+        # a union's branches are named as choices, under the setting's own name
+        ({"channels_last": "maybe"}, "setting 'channels_last' = 'maybe' is invalid: valid choices: true|false|auto"),
+        ({"data_cache": 2}, "setting 'data_cache' = 2 is invalid: valid choices: true|false|auto"),
     ],
 )  # fmt: skip
 def test_bad_settings_are_one_line(data, expected):

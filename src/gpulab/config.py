@@ -280,6 +280,12 @@ def _closest(word: str, valid: list[str]) -> list[str]:
 def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError, prefix: str) -> str:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"]]
+    depth = _field_depth(model, loc)
+    if 0 < depth < len(loc):  # a union (bool | 'auto'): pydantic names each branch after the field
+        branches = [e for e in exc.errors() if [str(p) for p in e["loc"][:depth]] == loc[:depth]]
+        given = err.get("input")
+        key = prefix + ".".join(loc[:depth])
+        return f"setting {key!r} = {given!r} is invalid: valid choices: {choices(_union_choices(branches))}"
     key = prefix + (".".join(loc) or "(root)")
     if err["type"] == "extra_forbidden":
         valid = _closest(loc[-1], list(_fields_at(model, loc[:-1])))
@@ -308,6 +314,31 @@ _BOUNDS = {
     "int_parsing",
     "float_parsing",
 }
+
+
+def _field_depth(model: type[BaseModel], loc: list[str]) -> int:
+    """How many leading parts of an error's location name fields (the rest name union branches)."""
+    fields: dict = dict(model.model_fields)
+    for depth, part in enumerate(loc):
+        if part not in fields:
+            return depth
+        ann = getattr(fields[part], "annotation", None)
+        fields = dict(ann.model_fields) if isinstance(ann, type) and issubclass(ann, BaseModel) else {}
+    return len(loc)
+
+
+def _union_choices(errors: list[dict[str, Any]]) -> list[str]:
+    """What each branch of a union takes, as the user writes it: true/false, the literals, or the message."""
+    out: list[str] = []
+    for e in errors:
+        expected = (e.get("ctx") or {}).get("expected")
+        if e["type"].startswith("bool_"):
+            out += ["true", "false"]
+        elif expected:
+            out += re.findall(r"'([^']*)'", expected)
+        else:
+            out.append(e["msg"])
+    return out
 
 
 def _fields_at(model: type[BaseModel], path: list[str]) -> dict:
