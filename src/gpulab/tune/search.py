@@ -1,38 +1,33 @@
 """The search: the default config first, then one knob at a time on top of the best so far (greedy,
-cheap knobs first, compile last since each compile trial pays its compile), under a time budget.
+cheap knobs first, compile last since each compile trial pays its compile), under a time budget. The
+knobs and their order are the engine's (``engines.py``); the walk is the same on both.
 
 A trial only becomes the best when it is accepted (it ran, its loss is finite and not worse than the
 default's at the same samples by more than ``tolerance``) and its median samples/s beats the best's by
 more than ``MIN_GAIN``: a fast config that diverges is never chosen, and noise does not pick a knob.
 Pruning: a batch that did not fit rules out larger ones at the same precision; a compile mode that
 failed rules out the other modes. When the budget runs out, the best so far stands; with time left, the
-default and the best are measured once more, interleaved, so the ratio reported pools both runs.
+default and the best are measured once more, back to back, and the ratio comes from that pair; a pick
+that is not faster there is undone.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from gpulab.bench.results import Figure
 from gpulab.errors import ConfigError
-from gpulab.hardware.devices import select_device
-from gpulab.train.run import resolve_config
-from gpulab.tune import space, tf_space
+from gpulab.tune.engines import engine_for
 from gpulab.tune.space import Candidate, Group
 from gpulab.tune.trial import INTERVALS, Trial, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
 TRIAL_SHARE = 8  # a trial lengthened for timing lasts at most budget / TRIAL_SHARE
-# What a compile trial is assumed to add before one has run: inductor's first compile of a step takes tens
-# of seconds on a CPU; XLA's, seconds.
-COMPILE_GUESS_S = {"torch": 30.0, "tensorflow": 10.0}
 UNSET = {"prefetch_factor": "AUTOTUNE", "num_workers": "auto"}  # what a knob left unset means
 
 
@@ -149,7 +144,9 @@ class Search:
             raise ConfigError(f"--tolerance is a fraction of the default's loss (e.g. 0.1), got {tolerance}")
         self.user, self.budget_s, self.tolerance, self.steps = user, budget_s, tolerance, steps
         self.log, self.min_interval_s = log, min_interval_s
-        self.engine = "tensorflow" if user.get("engine") == "tensorflow" else "torch"
+        self.engine = engine_for(user)
+        self.largest: dict[str, Any] | None = None  # the batch search's outcome (torch)
+        self.largest_failed = ""
         self.start = time.monotonic()
         self.deadline = self.start + budget_s
         self.trials: list[Trial] = []
@@ -158,14 +155,11 @@ class Search:
 
     # -- the walk ---------------------------------------------------------------------------------------
     def run(self) -> TuneResult:
-        tf = self.engine == "tensorflow"
-        config, recipe, device = self._resolve_tf() if tf else self._resolve_torch()
+        config, recipe, device = self.engine.resolve(self.user)
         self.where = "this GPU" if device.type == "cuda" else f"this {device.type.upper()}"
-        names = tf_space.KNOBS if tf else space.KNOBS
-        knobs = {k: getattr(config, k) for k in names}
-        self.largest = None
+        knobs = {k: getattr(config, k) for k in self.engine.knobs}
         if knobs["batch_size"] == "auto":  # the search is the default itself: trials run its number
-            self.largest = self._largest(knobs)
+            self.largest = self.find_largest(knobs)
             knobs["batch_size"] = self.largest["batch_size"] if self.largest else 32
         # The process's first fit pays one-time start-up (thread pools, lazy kernels, caches) in its timed
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
@@ -179,12 +173,7 @@ class Search:
                 f"the default config does not train, so there is nothing to compare: {default.reason}"
             )
         self.default = self.best = default
-        resolved = default.precision or str(knobs["precision"])
-        if tf:
-            walk = iter(tf_space.groups(config, recipe, device, resolved))
-        else:
-            walk = self._torch_groups(config, recipe, device, knobs, resolved)
-        for group in walk:
+        for group in self.engine.groups(self, config, recipe, device, knobs):
             self._walk(group)
         result = TuneResult(
             recipe=config.recipe,
@@ -198,7 +187,7 @@ class Search:
             skipped=self.skipped,
             decisions=self.decisions,
             largest=self.largest,
-            engine=self.engine,
+            engine=self.engine.name,
         )
         self._confirm(result)
         result.elapsed_s = time.monotonic() - self.start
@@ -206,43 +195,6 @@ class Search:
             t.status == "stopped" for t in self.trials
         )
         return result
-
-    def _resolve_torch(self) -> tuple[Any, Any, torch.device]:
-        config, recipe = resolve_config(self.user)
-        return config, recipe, torch.device(select_device(config.device).device)
-
-    def _resolve_tf(self) -> tuple[Any, Any, torch.device]:
-        from gpulab.tfengine.devices import device_name
-        from gpulab.tfengine.importing import require_tensorflow
-        from gpulab.tfengine.run import resolve_tf_config
-
-        config, recipe = resolve_tf_config(self.user)  # refuses torch-only settings in one line
-        return config, recipe, tf_space.torch_device(device_name(require_tensorflow(), config.device))
-
-    def _torch_groups(
-        self, config: Any, recipe: Any, device: torch.device, knobs: dict[str, Any], resolved: str
-    ) -> Iterator[Group]:
-        """The torch engine's knobs in walking order. A generator: the batch search runs on the best
-        settings found by the knobs before it (precision, fused optimizer)."""
-        yield space.precision_group(device, resolved)
-        yield space.fused_group(bool(knobs.get("fuse_optimizer", True)))
-        if config.batch_size == "auto":
-            yield Group("batch_size", reason="batch_size: auto already picks the largest that fits")
-        else:
-            self.largest = self._largest(self.best.settings)
-            if self.largest is None:
-                yield Group("batch_size", reason=self._largest_failed)
-            else:
-                largest = self.largest
-                yield space.batch_group(int(knobs["batch_size"]), largest["batch_size"], largest["cap"])
-        yield space.loader_group(recipe.train_data, device)
-        if self.largest is None:
-            yield Group("activation_checkpointing", reason="the batch search did not run")
-        else:
-            binds, largest_b = self.largest["memory_binds"], self.largest["batch_size"]
-            yield space.checkpointing_group(recipe.model, binds, largest_b)
-        yield space.channels_last_group(recipe.model, device, knobs["channels_last"])
-        yield space.compile_group(device)
 
     def _walk(self, group: Group) -> None:
         """Try each candidate of one knob on top of the best so far; keep the fastest accepted one."""
@@ -300,13 +252,14 @@ class Search:
         )
         return False
 
-    def _largest(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
+    def find_largest(self, knobs: dict[str, Any]) -> dict[str, Any] | None:
+        """The batch search (torch) at ``knobs``, when time allows; why not in ``largest_failed``."""
         if self._no_time(None):
-            self._largest_failed = "budget: no time left for the batch search"
+            self.largest_failed = "budget: no time left for the batch search"
             return None
         self.log("batch search: the largest batch that fits ...")
         found, why = largest_batch(self.user, knobs)
-        self._largest_failed = f"the batch search failed: {why}"
+        self.largest_failed = f"the batch search failed: {why}"
         return found
 
     def _no_time(self, cand: Candidate | None) -> str | None:
@@ -316,7 +269,7 @@ class Search:
         need = min(plain) if plain else 0.0
         if cand is not None and cand.settings.get("compile"):
             done = [t.warmup_s for t in self.trials if t.settings.get("compile") and t.warmup_s]
-            need += max(done) if done else COMPILE_GUESS_S[self.engine]
+            need += max(done) if done else self.engine.compile_guess_s
         if left < need:
             return f"budget: {left:.0f} s left, a trial needs about {need:.0f} s"
         return None

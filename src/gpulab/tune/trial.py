@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import math
 import time
 import traceback
@@ -34,7 +33,7 @@ from gpulab.runtime.memory_estimate import _num_rows
 from gpulab.train.callbacks import Callback
 from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.run import resolve_config
-from gpulab.train.trainer import Trainer
+from gpulab.tune.engines import engine_for
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second).
 QUIET = {"out_dir": None, "progress": False, "mfu": False, "tensorboard": False, "checkpoints": False}
@@ -142,35 +141,10 @@ def run_trial(
 
 def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
     merged = merge(user, knobs)
-    if merged.get("engine") == "tensorflow":
-        return _fit_tf(merged, samples, watch, trial)
-    config, recipe = resolve_config(merged)  # seeds, then builds the model afresh
-    trainer = Trainer(
-        trajectory={"recipe": config.recipe},
-        callbacks=[watch],
-        **_trial_settings(config, samples, trial, exclude_unset=False),
-    )
-    return recipe.fit(trainer)
-
-
-def _fit_tf(merged: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
-    """The same trial on the TensorFlow engine: its recipe and ``TfTrainer`` (which seeds the model)."""
-    from gpulab.tfengine.run import resolve_tf_config
-    from gpulab.tfengine.trainer import TfTrainer
-
-    config, recipe = resolve_tf_config(merged)
-    # Only what was set: the engine refuses a torch-only setting the dump would otherwise carry.
-    settings = _trial_settings(config, samples, trial, exclude_unset=True)
-    trainer = TfTrainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
-    # Every trial builds its own step functions from the same code, which TensorFlow's logger reports as
-    # "excessive retracing" after a few trials: true of the search, not of the user's run.
-    logger = logging.getLogger("tensorflow")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        return trainer.fit(recipe)
-    finally:
-        logger.setLevel(level)
+    engine = engine_for(merged)
+    config, recipe, _ = engine.resolve(merged)  # seeded, the model built afresh
+    settings = _trial_settings(config, samples, trial, exclude_unset=engine.settings_set_only)
+    return engine.fit(config, recipe, settings, watch)
 
 
 def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: bool) -> dict[str, Any]:
