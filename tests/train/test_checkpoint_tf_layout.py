@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from gpulab.checkpoint.api import export_weights, inspect_checkpoint, load_checkpoint
+from gpulab.checkpoint.io import LATEST, TF_LAYOUT, step_dir_name
+from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
 from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint import export_weights, inspect_checkpoint, load_checkpoint
-from gpulab.train.checkpoint_io import LATEST, TF_LAYOUT, step_dir_name
-from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
 
 
 def _tf_checkpoint(root, step):
