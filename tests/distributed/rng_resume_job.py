@@ -17,7 +17,7 @@ import os
 import torch
 from torch import nn
 
-from gpulab.train import checkpoint_io
+from gpulab.checkpoint import io as checkpoint_io
 from gpulab.train.callbacks import Callback
 from gpulab.train.trainer import Trainer
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.checkpoint.io import write_manifest
 from gpulab.distributed.process_group import free_port
-from gpulab.train.checkpoint_io import write_manifest
 
 pytest.importorskip("torch.distributed.fsdp")
 

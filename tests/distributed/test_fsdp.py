@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab.checkpoint.api import inspect_checkpoint
 from gpulab.profiling.flops import training_step_flops
-from gpulab.train.checkpoint import inspect_checkpoint
 from gpulab.train.trainer import Trainer
 
 fsdp = pytest.importorskip("torch.distributed.fsdp")

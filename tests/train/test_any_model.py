@@ -12,8 +12,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from gpulab.checkpoint.api import resolve_checkpoint
 from gpulab.errors import ConfigError, DataError
-from gpulab.train.checkpoint import resolve_checkpoint
 from gpulab.train.trainer import Trainer
 
 VOCAB, CLASSES, SEQ, N = 24, 4, 6, 192

@@ -10,10 +10,10 @@ import os
 import pytest
 import torch
 
+from gpulab.checkpoint import save as checkpoint_save
+from gpulab.checkpoint.api import capture_rng, save_checkpoint
 from gpulab.cli import main
 from gpulab.errors import CheckpointError
-from gpulab.train import checkpoint_save
-from gpulab.train.checkpoint import capture_rng, save_checkpoint
 
 
 def _fill_disk_on_call(monkeypatch, target: str, nth: int) -> None:

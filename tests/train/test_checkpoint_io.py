@@ -18,8 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint import (
+from gpulab.checkpoint.api import (
     apply_model_state,
     capture_rng,
     export_weights,
@@ -29,6 +28,7 @@ from gpulab.train.checkpoint import (
     resolve_checkpoint,
     save_checkpoint,
 )
+from gpulab.errors import CheckpointError
 
 FILES = {"model.safetensors", "state.pt", "meta.json", "MANIFEST.json"}
 

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import gpulab
-from gpulab.train.checkpoint import (
+from gpulab.checkpoint.api import (
     capture_rng,
     list_checkpoints,
     load_checkpoint,
@@ -36,7 +36,7 @@ from gpulab.train.checkpoint import (
 
 CHILD = """
 import os, sys, torch
-from gpulab.train.checkpoint import capture_rng, save_checkpoint
+from gpulab.checkpoint.api import capture_rng, save_checkpoint
 
 root, point, signal_file = sys.argv[1:4]
 

@@ -1,4 +1,4 @@
-"""torch.distributed.checkpoint files are read without running code from them (``train/dcp_safe.py``).
+"""torch.distributed.checkpoint files are read without running code from them (``checkpoint/dcp_safe.py``).
 
 One process, no process group: DCP then saves and loads locally, through the same reader and planner the
 sharded resume uses. The two-rank, through-the-CLI refusal is in tests/distributed/test_dcp_refuse.py.
@@ -15,8 +15,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from gpulab.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 from gpulab.errors import CheckpointError
-from gpulab.train.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 
 
 class Payload:
@@ -90,10 +90,10 @@ def test_a_byte_item_with_a_payload_is_refused_and_never_runs(tmp_path):
 
 
 def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(tmp_path):
-    from gpulab.train.checkpoint import inspect_checkpoint
-    from gpulab.train.checkpoint_io import write_manifest
-    from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
-    from gpulab.train.rng_state import capture_rng
+    from gpulab.checkpoint.api import inspect_checkpoint
+    from gpulab.checkpoint.io import write_manifest
+    from gpulab.checkpoint.rng import capture_rng
+    from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
 
     tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
     dcp.save(_state(), checkpoint_id=tmp)

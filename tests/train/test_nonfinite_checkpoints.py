@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gpulab.checkpoint.api import capture_rng, list_checkpoints, load_checkpoint, save_checkpoint
 from gpulab.train.callbacks import Callback
-from gpulab.train.checkpoint import capture_rng, list_checkpoints, load_checkpoint, save_checkpoint
 from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.trainer import Trainer
 

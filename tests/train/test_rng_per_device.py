@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpulab.checkpoint.rng import capture_rng, restore_rng, validate_rng
 from gpulab.errors import CheckpointError
-from gpulab.train.rng_state import capture_rng, restore_rng, validate_rng
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from gpulab.checkpoint.api import load_checkpoint, save_checkpoint
+from gpulab.checkpoint.rng import capture_rng, restore_rng, validate_rng
 from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint import load_checkpoint, save_checkpoint
-from gpulab.train.rng_state import capture_rng, restore_rng, validate_rng
 
 
 def _draw() -> tuple:

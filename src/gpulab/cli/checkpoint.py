@@ -22,7 +22,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Step, epoch, metrics and every file with its checksum status. Exit 1 when it does not verify."""
-    from gpulab.train.checkpoint import inspect_checkpoint
+    from gpulab.checkpoint.api import inspect_checkpoint
 
     report = inspect_checkpoint(path)
     if as_json:
@@ -52,7 +52,7 @@ def export(
 
     The checkpoint is verified against its manifest first.
     """
-    from gpulab.train.checkpoint import export_weights
+    from gpulab.checkpoint.api import export_weights
 
     written = export_weights(path, to)
     make_console().print(f"wrote {written}")

@@ -66,9 +66,9 @@ def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
 
 def verified_checkpoint(path: Path):
     """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
-    from gpulab.train.checkpoint import read_verified_checkpoint
-    from gpulab.train.checkpoint_io import verify_manifest
-    from gpulab.train.checkpoint_read import locate
+    from gpulab.checkpoint.api import read_verified_checkpoint
+    from gpulab.checkpoint.io import verify_manifest
+    from gpulab.checkpoint.read import locate
 
     # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
     # silently exporting an older step.
@@ -99,7 +99,7 @@ def recipe_of(ckpt, run_dir: Path | None) -> tuple[str, dict[str, Any]]:
 
 def rebuild(path: str | Path) -> Source:
     """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights."""
-    from gpulab.train.checkpoint import apply_model_state
+    from gpulab.checkpoint.api import apply_model_state
     from gpulab.train.recipes.base import load_recipe
 
     path = Path(path)

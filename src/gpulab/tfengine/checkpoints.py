@@ -1,14 +1,14 @@
-"""Checkpoints and exact resume on the TensorFlow engine, on the torch side's storage layer.
+"""Checkpoints and exact resume on the TensorFlow engine, on the engine-neutral ``gpulab.checkpoint``.
 
 The same run-directory layout (``ROOT/step-NNNNNNNN/``, ``ROOT/latest``), the same atomic commit (a
 ``.tmp-`` directory, fsync'd, MANIFEST last, renamed, then ``latest``, then ``keep_last`` pruning:
-``checkpoint_save.commit_checkpoint``) and the same verified resume (``resume_locate``: a tampered file is
-refused in one line, ``latest`` falls back past a damaged checkpoint naming it). What differs is what is
+``checkpoint.save.commit_checkpoint``) and the same verified resume (``checkpoint.locate``: a tampered file
+is refused in one line, ``latest`` falls back past a damaged checkpoint naming it). What differs is what is
 inside: a ``tf.train.Checkpoint`` (``ckpt.index``/``ckpt.data-*``: the model's variables, the optimizer's
 slots, iterations and loss scale, and the step) instead of safetensors + state.pt, and the host-side
-progress (epoch, batch in epoch, samples) in meta.json. The data order continues at the next batch
-because each epoch's order is a function of (seed, epoch) (``data.epoch_dataset``) and the resumed epoch
-skips the batches already taken.
+progress (epoch, batch in epoch, samples) in meta.json. The data order continues at the next batch because
+each epoch's order is a function of (seed, epoch) (``data.epoch_dataset``) and the resumed epoch skips the
+batches already taken.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint_io import (
+from gpulab.checkpoint.io import (
     LATEST,
     META,
     TF_LAYOUT,
@@ -30,9 +29,11 @@ from gpulab.train.checkpoint_io import (
     remove_stale_tmp,
     step_dir_name,
 )
-from gpulab.train.checkpoint_read import load_meta, step_dirs
-from gpulab.train.checkpoint_save import commit_checkpoint, meta_bytes
-from gpulab.train.resume_locate import locate_for_resume
+from gpulab.checkpoint.locate import locate_for_resume
+from gpulab.checkpoint.read import load_meta, step_dirs
+from gpulab.checkpoint.refuse import refuse_if_changed
+from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
+from gpulab.errors import CheckpointError
 
 LAYOUT = TF_LAYOUT
 AUTO = "auto"
@@ -137,8 +138,6 @@ class TfCheckpointer:
 def _refuse_if_changed(path: Path, meta: dict, trainer: Any) -> None:
     """As torch's: the settings that change the trajectory, the recipe, an LR schedule's planned length
     and the number of workers."""
-    from gpulab.train.checkpointing import refuse_if_changed
-
     refuse_if_changed(
         path, meta, trainer.settings.model_dump(mode="json"),
         precision=trainer.precision.name, trajectory=trainer.trajectory,

@@ -1,36 +1,39 @@
 """The Trainer's side of checkpoints: what a checkpoint holds, when it is written, and exact resume.
 
-Storage (atomic write, manifest, safe formats) lives in ``checkpoint.py``; this file decides *what* to
-save so that a resumed run continues at the exact next batch with the same shuffle order and random
-stream, and refuses to resume when a setting that changes the run's trajectory differs.
+Storage (atomic write, manifest, safe formats) lives in the engine-neutral ``gpulab.checkpoint``
+package; this file decides *what* to save so that a resumed run continues at the exact next batch with
+the same shuffle order and random stream, and refuses to resume (``checkpoint.refuse``) when a setting
+that changes the run's trajectory differs.
 
 With several ranks, the strategy's ``checkpoint_layout`` picks the writer (a registry, no strategy
 names here): ``full`` -- the model is the same on every rank, so rank 0 writes it while the others wait
 for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, every rank raises);
-``sharded`` -- every rank writes its shard through ``torch.distributed.checkpoint`` (``checkpoint_dcp``).
+``sharded`` -- every rank writes its shard through ``torch.distributed.checkpoint``
+(``checkpoint.sharded``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 import gpulab
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint import (
+from gpulab.checkpoint.api import (
     LoadedCheckpoint,
     apply_model_state,
     read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
-from gpulab.train.checkpoint_io import LATEST
-from gpulab.train.checkpoint_read import step_dirs
-from gpulab.train.checkpoint_state import pretrained_files
-from gpulab.train.resume_locate import locate_for_resume
-from gpulab.train.rng_state import capture_rng, validate_rng
+from gpulab.checkpoint.io import LATEST
+from gpulab.checkpoint.locate import locate_for_resume
+from gpulab.checkpoint.read import step_dirs
+from gpulab.checkpoint.refuse import refuse_if_changed
+from gpulab.checkpoint.rng import capture_rng, validate_rng
+from gpulab.errors import CheckpointError
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer
@@ -96,7 +99,7 @@ class Checkpointer:
 
     def locate(self, which: str, trainer: Trainer) -> Path:
         """``latest`` under this run's root, or a checkpoint directory (or root) given by path: verified by
-        the ranks together, refused ones named and kept aside (``resume_locate``)."""
+        the ranks together, refused ones named and kept aside (``checkpoint.locate``)."""
         return locate_for_resume(self.root, which, trainer.runtime, trainer.extras)
 
     def resume(self, trainer: Trainer, which: str, force: bool) -> Path:
@@ -164,6 +167,18 @@ def _rng_payload(trainer: Trainer) -> dict[str, Any]:
     return {"rng": mine, "rng_per_rank": trainer.runtime.strategy.all_gather_object(mine)}
 
 
+def pretrained_files(module: torch.nn.Module) -> dict[str, bytes]:
+    """What ``from_pretrained`` needs beside ``model.safetensors``: a Hugging Face model's ``config.json``
+    (its ``config`` has ``to_json_string``), naming the model's class as ``save_pretrained`` does; nothing
+    for any other model. Duck-typed, so transformers is never imported here."""
+    config = getattr(module, "config", None)
+    if not callable(getattr(config, "to_json_string", None)):
+        return {}
+    fields = json.loads(config.to_json_string())
+    fields.setdefault("architectures", [type(module).__name__])  # what AutoModel*.from_pretrained reads
+    return {"config.json": (json.dumps(fields, indent=2, sort_keys=True) + "\n").encode()}
+
+
 class _FullLayout:
     """The whole model (identical on every rank) in safetensors; rank 0 writes, the others wait."""
 
@@ -203,7 +218,7 @@ class _ShardedLayout:
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
         # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
-        from gpulab.train.checkpoint_dcp import save_sharded_checkpoint
+        from gpulab.checkpoint.sharded import save_sharded_checkpoint
 
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
@@ -219,7 +234,7 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
-        from gpulab.train.checkpoint_dcp import load_sharded_checkpoint
+        from gpulab.checkpoint.sharded import load_sharded_checkpoint
 
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 
@@ -232,60 +247,5 @@ def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None
         path, st, trainer.settings.model_dump(),
         precision=trainer.runtime.precision.name, trajectory=trainer.trajectory,
         has_schedule=trainer.scheduler is not None, total_steps=trainer.state.total_steps,
-        world_size=trainer.runtime.world_size,
+        world_size=trainer.runtime.world_size, compared=TRAJECTORY_SETTINGS,
     )  # fmt: skip
-
-
-def refuse_if_changed(
-    path: Path, st: dict[str, Any], now: dict[str, Any], *, precision: str, trajectory: Any,
-    has_schedule: bool, total_steps: int, world_size: int, compared: tuple[str, ...] = TRAJECTORY_SETTINGS,
-) -> None:  # fmt: skip
-    """Refuse a resume whose run would differ from the checkpoint's (either engine): the settings that
-    change the trajectory (``compared``, read from ``now``: the run's settings), the recipe, an LR
-    schedule's planned length, the number of ranks or workers."""
-    saved, now = dict(st["config"]), dict(now)
-    if isinstance(st.get("resolved"), dict):  # compare what ran, not what was asked: auto -> fp32 is fp32
-        saved.update(st["resolved"])
-        now["precision"] = precision
-    diffs = [f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in compared if saved.get(k) != now.get(k)]
-    diffs += _changed("", st.get("trajectory"), trajectory)
-    planned = st["progress"].get("total_steps")
-    if has_schedule and planned is not None and planned != total_steps:
-        # A schedule is a function of the planned length: run past its end, cosine climbs back up.
-        diffs.append(
-            f"max_steps {planned} -> {total_steps} (the LR schedule was planned for {planned} steps and "
-            "cannot be stretched mid-run; keep max_steps/epochs, or start a new run from the exported "
-            "weights)"
-        )
-    world = int(st["progress"].get("world_size", 1))
-    if world != world_size:
-        diffs.append(f"world_size {world} -> {world_size}")
-    if diffs:
-        raise CheckpointError(
-            f"resume from {path} refused, the run would differ: {'; '.join(diffs)} "
-            "(set force_resume=True / --set force_resume=true to resume anyway)"
-        )
-
-
-def _changed(prefix: str, saved: Any, now: Any) -> list[str]:
-    """``key old -> new`` for every leaf that differs between two nested dicts (``options.lr 0.001 -> 0.5``).
-    A checkpoint from before ``trajectory`` was recorded (None) has nothing to compare."""
-    if saved is None:
-        return []
-    if not (isinstance(saved, dict) and isinstance(now, dict)):
-        return [] if saved == now else [f"{prefix} {saved!r} -> {now!r}"]
-    missing = object()
-    out = []
-    for key in sorted(set(saved) | set(now), key=str):
-        old, new = saved.get(key, missing), now.get(key, missing)
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if old is missing or new is missing:
-            if old != new:
-                out.append(f"{name} {_shown(old, missing)} -> {_shown(new, missing)}")
-        else:
-            out += _changed(name, old, new)
-    return out
-
-
-def _shown(value: Any, missing: object) -> str:
-    return "(default)" if value is missing else repr(value)

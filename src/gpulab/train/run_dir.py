@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpulab.checkpoint.io import LATEST, TMP_PREFIX, step_of
 from gpulab.errors import ConfigError, RunDirError
-from gpulab.train.checkpoint_io import LATEST, TMP_PREFIX, step_of
 
 LOCK_FILE = ".gpulab.lock"
 # What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes

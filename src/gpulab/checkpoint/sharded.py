@@ -25,17 +25,17 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint_io import (
+from gpulab.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from gpulab.checkpoint.io import (
     DCP_METADATA,
     TMP_PREFIX,
     one_line,
     remove_stale_tmp,
     step_dir_name,
 )
-from gpulab.train.checkpoint_read import unpickler_reason
-from gpulab.train.checkpoint_save import check_save_args, commit_checkpoint, meta_bytes
-from gpulab.train.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from gpulab.checkpoint.read import unpickler_reason
+from gpulab.checkpoint.save import check_save_args, commit_checkpoint, meta_bytes
+from gpulab.errors import CheckpointError
 
 
 def save_sharded_checkpoint(

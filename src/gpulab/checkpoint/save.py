@@ -1,4 +1,4 @@
-"""The saving half of ``checkpoint.py``: argument checks, meta.json, the atomic rename, pruning."""
+"""The saving half of ``api.py``: argument checks, meta.json, the atomic rename, pruning."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from gpulab.errors import CheckpointError, choices
-from gpulab.train.checkpoint_io import (
+from gpulab.checkpoint.contents import check_state_tree
+from gpulab.checkpoint.io import (
     LATEST,
     MANIFEST,
     META,
@@ -35,9 +35,9 @@ from gpulab.train.checkpoint_io import (
     write_manifest,
     write_text_atomic,
 )
-from gpulab.train.checkpoint_read import load_meta, step_dirs
-from gpulab.train.checkpoint_state import check_state_tree
-from gpulab.train.rng_state import validate_rng
+from gpulab.checkpoint.read import load_meta, step_dirs
+from gpulab.checkpoint.rng import validate_rng
+from gpulab.errors import CheckpointError, choices
 
 MODES = ("min", "max")
 

@@ -1,4 +1,4 @@
-"""The reading half of ``checkpoint.py``: finding a checkpoint and deserialising its files safely.
+"""The reading half of ``api.py``: finding a checkpoint and deserialising its files safely.
 
 Callers verify the MANIFEST first; these functions only ever deserialise with safetensors, JSON and
 ``torch.load(weights_only=True)``.
@@ -16,8 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint_io import (
+from gpulab.checkpoint.io import (
     LATEST,
     MANIFEST,
     REQUIRED,
@@ -26,6 +25,7 @@ from gpulab.train.checkpoint_io import (
     step_of,
     verify_manifest,
 )
+from gpulab.errors import CheckpointError
 
 
 def step_dirs(root: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""Durable file operations and the checkpoint MANIFEST: the storage primitives under ``checkpoint.py``.
+"""Durable file operations and the checkpoint MANIFEST: the storage primitives under ``api.py``.
 
 Durability rule used throughout: a file's bytes are fsync'd before the file is renamed into place, and
 the directory holding a rename is fsync'd after it, so after a crash or power loss a name either points

@@ -23,8 +23,8 @@ from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from gpulab.checkpoint.io import DCP_METADATA, one_line
 from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint_io import DCP_METADATA, one_line
 
 _METADATA_CLASSES = (
     "Metadata",

@@ -14,9 +14,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from gpulab.checkpoint.io import LATEST, read_manifest, set_aside
+from gpulab.checkpoint.read import locate, problem
 from gpulab.errors import CheckpointError, GpulabWarning
-from gpulab.train.checkpoint_io import LATEST, read_manifest, set_aside
-from gpulab.train.checkpoint_read import locate, problem
 
 
 def locate_for_resume(root: Path, which: str, runtime: Any, extras: dict[str, Any]) -> Path:

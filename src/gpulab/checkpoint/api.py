@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from gpulab.errors import CheckpointError
-from gpulab.train.checkpoint_io import (
+from gpulab.checkpoint.contents import weights_for_file
+from gpulab.checkpoint.io import (
     DCP_METADATA,
     LATEST,
     META,
@@ -42,7 +42,7 @@ from gpulab.train.checkpoint_io import (
     verify_manifest,
     write_bytes_durably,
 )
-from gpulab.train.checkpoint_read import (
+from gpulab.checkpoint.read import (
     check_weights_header,
     file_reports,
     load_meta,
@@ -51,7 +51,8 @@ from gpulab.train.checkpoint_read import (
     locate,
     step_dirs,
 )
-from gpulab.train.checkpoint_save import (
+from gpulab.checkpoint.rng import capture_rng, restore_rng
+from gpulab.checkpoint.save import (
     check_extra_files,
     check_save_args,
     commit_checkpoint,
@@ -60,8 +61,7 @@ from gpulab.train.checkpoint_save import (
     payload_bytes,
     save_weights,
 )
-from gpulab.train.checkpoint_state import weights_for_file
-from gpulab.train.rng_state import capture_rng, restore_rng
+from gpulab.errors import CheckpointError
 
 __all__ = [
     "LoadedCheckpoint",
@@ -232,7 +232,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     elif not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
         if manifest_layout(directory) != "full":  # sharded: DCP's index through the restricted unpickler
-            from gpulab.train.dcp_safe import read_metadata
+            from gpulab.checkpoint.dcp_safe import read_metadata
 
             checks = ((read_metadata, DCP_METADATA), checks[1])
         for check, name in checks:

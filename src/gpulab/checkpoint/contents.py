@@ -69,17 +69,3 @@ def weights_for_file(model_state: Any) -> dict[str, torch.Tensor]:
             seen.add(storage)
         out[name] = tensor
     return out
-
-
-def pretrained_files(module: torch.nn.Module) -> dict[str, bytes]:
-    """What ``from_pretrained`` needs beside ``model.safetensors``: a Hugging Face model's ``config.json``
-    (its ``config`` has ``to_json_string``), naming the model's class as ``save_pretrained`` does; nothing
-    for any other model. Duck-typed, so transformers is never imported here."""
-    import json
-
-    config = getattr(module, "config", None)
-    if not callable(getattr(config, "to_json_string", None)):
-        return {}
-    fields = json.loads(config.to_json_string())
-    fields.setdefault("architectures", [type(module).__name__])  # what AutoModel*.from_pretrained reads
-    return {"config.json": (json.dumps(fields, indent=2, sort_keys=True) + "\n").encode()}
