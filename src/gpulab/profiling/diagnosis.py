@@ -181,7 +181,11 @@ def _compute_fix(precision: str, on_gpu: bool, fast: str | None) -> str:
     if on_gpu:
         return "already compute-bound: add GPUs (DDP/FSDP), or cut FLOPs (fused attention, a smaller model)"
     if precision == "fp32" and fast:
-        return f"the CPU's arithmetic is the limit: train on a GPU, or {fast} (this CPU computes it natively)"
+        # Native is not always faster on a CPU (digits: bf16-mixed 0.84-1.04x here): say so, and how to know.
+        return (
+            f"the CPU's arithmetic is the limit: train on a GPU, or try {fast} (native on this CPU; "
+            "gpulab tune measures whether it pays)"
+        )
     return "the CPU's arithmetic is the limit: train on a GPU, or cut FLOPs (a smaller model)"
 
 
