@@ -395,6 +395,7 @@ class Trainer:
             raise ConfigError("batch_size: auto cannot trace a model sharded by fsdp2 yet: give a number")
         search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
         self.extras["batch_search"] = search.to_json()
+        self.runtime.print(f"batch_size: auto picked {search.batch_size} ({search.reason})")  # else unsaid
         return s.model_copy(update={"batch_size": search.batch_size})
 
     def _plan(self, batches_per_epoch: int | None, batches_per_step: int) -> FitState:
