@@ -9,7 +9,22 @@ venv=${1:-.venv}
 extras=${2:-}
 python=${PYTHON:-python3}
 
-[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+# pyproject.toml's requires-python, checked before anything is made: pip would refuse only after a venv of
+# the old Python exists, and a re-run with a newer PYTHON would then reuse that venv and fail again.
+too_old() { ! "$1" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; }
+version() { "$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo "not runnable"; }
+if [ -x "$venv/bin/python" ]; then
+    if too_old "$venv/bin/python"; then
+        echo "setup: $venv has Python $(version "$venv/bin/python") and gpulab needs >= 3.10: rm -rf $venv, then run again with PYTHON=python3.10 (or newer) in the environment" >&2
+        exit 2
+    fi
+else
+    if too_old "$python"; then
+        echo "setup: $python is Python $(version "$python") and gpulab needs >= 3.10: run again with PYTHON=python3.10 (or newer) in the environment, e.g. PYTHON=python3.11 make run" >&2
+        exit 2
+    fi
+    "$python" -m venv "$venv"
+fi
 pip=("$venv/bin/python" -m pip --quiet)
 
 if [ "${GPULAB_TORCH:-cpu}" != keep ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then

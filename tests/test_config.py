@@ -20,6 +20,9 @@ from gpulab.errors import ConfigError
         # a union's branches are named as choices, under the setting's own name
         ({"channels_last": "maybe"}, "setting 'channels_last' = 'maybe' is invalid: valid choices: true|false|auto"),
         ({"data_cache": 2}, "setting 'data_cache' = 2 is invalid: valid choices: true|false|auto"),
+        # a pattern or a type alone does not say what to write: the field's own example does
+        ({"keep_best": True}, "'keep_best' = True is invalid: Input should be a valid string (also keep the best by a metric, e.g. val_loss:min)"),
+        ({"keep_best": "val_loss"}, "'keep_best' = 'val_loss' is invalid: String should match pattern '^[\\w.]+:(min|max)$' (also keep the best by a metric, e.g. val_loss:min)"),
     ],
 )  # fmt: skip
 def test_bad_settings_are_one_line(data, expected):

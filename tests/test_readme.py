@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 from pathlib import Path
 
@@ -108,3 +109,25 @@ def test_bench_quick_promises_the_same_time_as_its_help():
     claim = "about a minute on a quiet 2-core CPU"
     assert claim in quick
     assert claim in " ".join(README.read_text().split())
+
+
+# Traced with fake tensors, `inspect` prints the same table on any machine: only the RAM it fits under varies.
+# (A user's module:function is not in the checkout; TensorFlow's paste is left to its own engine's tests,
+# which import TensorFlow in one subprocess.)
+INSPECT = [
+    (argv, pasted)
+    for argv, pasted in _pasted()
+    if argv[0] == "inspect" and ":" not in argv[1] and "tensorflow" not in argv
+]
+
+
+def _machine_free(line: str) -> str:
+    return re.sub(r"fits under [\d,.]+ MiB", "fits under N MiB", line)
+
+
+@pytest.mark.parametrize(("argv", "pasted"), INSPECT, ids=[" ".join(argv) for argv, _ in INSPECT])
+def test_pasted_inspect_tables_match_a_real_run(argv, pasted, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, real = _run(argv)
+    assert code == 0
+    assert [_machine_free(line) for line in real] == [_machine_free(line) for line in pasted]

@@ -297,10 +297,10 @@ def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError,
         msg = "valid choices: " + choices(re.findall(r"'([^']*)'", expected))
     else:
         msg = err["msg"].removeprefix("Value error, ")
-    # Numeric bounds read better with what the field means.
+    # Numeric bounds and string shapes read better with what the field means (its description's example).
     hint = (
         f" ({field.description})"
-        if field is not None and field.description and err["type"] in _BOUNDS
+        if field is not None and field.description and err["type"] in _BOUNDS | _SHAPES
         else ""
     )
     return f"setting {key!r} = {given!r} is invalid: {msg}{hint}"
@@ -314,6 +314,8 @@ _BOUNDS = {
     "int_parsing",
     "float_parsing",
 }
+# A pattern's regex (keep_best's '^[\w.]+:(min|max)$') or "a valid string" alone does not say what to write.
+_SHAPES = {"string_pattern_mismatch", "string_type"}
 
 
 def _field_depth(model: type[BaseModel], loc: list[str]) -> int:

@@ -121,3 +121,16 @@ def test_inspect_reports_odd_meta_fields_instead_of_crashing(run_dir, tmp_path, 
         out = capsys.readouterr().out
         for key in odd:
             assert f"meta.json: '{key}' is" in out
+
+
+def test_a_run_directory_means_its_checkpoints(run_dir, tmp_path, capsys):
+    # As `gpulab export RUN` takes a run: `checkpoint inspect runs/x` said INVALID ("no complete checkpoint")
+    # about a run whose checkpoints were fine.
+    from gpulab.cli import main
+
+    assert main(["checkpoint", "inspect", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert main(["checkpoint", "inspect", str(run_dir / "checkpoints"), "--json"]) == 0
+    assert report["valid"] and report == json.loads(capsys.readouterr().out)  # the same latest checkpoint
+    assert main(["checkpoint", "export", str(run_dir), "--to", str(tmp_path / "w.safetensors")]) == 0
+    assert "0.weight" in load_file(tmp_path / "w.safetensors")

@@ -72,3 +72,26 @@ def test_the_example_trains_equals_a_hand_loop_and_its_checkpoint_loads_with_fro
 
     fresh = transformers.GPT2LMHeadModel(config)
     assert not fresh.load_state_dict(load_file(checkpoint / "model.safetensors"), strict=True).missing_keys
+
+
+def test_a_causal_lms_val_accuracy_is_next_token_accuracy(monkeypatch, one_thread):
+    # GPT-2's loss shifts its labels (logits at t predict token t+1); read unshifted, its tied
+    # embeddings echo the input and an untrained model scores ~90 %: accuracy must be read shifted too.
+    monkeypatch.syspath_prepend(str(ROOT))
+    torch.manual_seed(0)
+    recipe = load_recipe("examples.hf_causal_lm:build", NO_DROPOUT)
+    val = {k: v[:32] for k, v in recipe.val_data.items()}
+    trainer = Trainer(
+        device="cpu", precision="fp32", max_steps=1, batch_size=BATCH, seed=0, tensorboard=False,
+        progress=False, mfu=False, checkpoints=False,
+    )  # fmt: skip
+    result = trainer.fit(
+        recipe.model, recipe.train_data, val_data=val, loss_fn=None, optimizer=recipe.optimizer
+    )
+    with torch.no_grad():
+        predicted = recipe.model.eval()(input_ids=val["input_ids"]).logits.argmax(-1)
+    ids = val["input_ids"]
+    assert (predicted == ids).float().mean() > 0.5  # the echo an unshifted reading would report
+    next_token = (predicted[:, :-1] == ids[:, 1:]).float().mean().item()
+    assert result.accuracy == pytest.approx(next_token, abs=1e-6)
+    assert result.accuracy < 0.3

@@ -91,3 +91,14 @@ def test_a_checkpoint_directory_and_a_fixed_batch(digits_run, tmp_path):
     assert result.parity["samples"] == 360
     predicted = infer(result.artifact, recipe_data=True, batch_size=7)  # the artifact's own batch wins
     assert predicted.samples == 360 and predicted.accuracy == result.parity["accuracy_export"]
+
+
+def test_a_checkpoints_folder_inside_a_run_exports_into_that_run(digits_run, capsys):
+    # `gpulab export runs/x/checkpoints` wrote to ./export/ (the working directory), not runs/x/export/.
+    from gpulab.export.rebuild import checkpoint_root
+
+    step = next((digits_run / "checkpoints").glob("step-*"))
+    assert checkpoint_root(digits_run / "checkpoints") == (digits_run / "checkpoints", digits_run)
+    assert checkpoint_root(step) == (step, digits_run)
+    assert main(["export", str(digits_run / "checkpoints"), "--format", "exported"]) == 0
+    assert f"{digits_run / 'export' / 'digits.pt2'}" in capsys.readouterr().out

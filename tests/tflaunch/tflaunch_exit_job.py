@@ -17,6 +17,7 @@ out, fail, code = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 config = json.loads(os.environ["TF_CONFIG"])
 index = config["task"]["index"]
 print(f"worker {index} started", flush=True)
+out.mkdir(parents=True, exist_ok=True)  # as the README runs it, into a new directory
 (out / f"worker{index}.json").write_text(json.dumps({**config, "pid": os.getpid()}))
 if index == fail:
     deadline = time.monotonic() + 30

@@ -92,6 +92,7 @@ def main(out: Path, per_worker_batch: int, steps: int) -> None:
         "losses": losses,
         "weights": [w.tolist() for w in model.get_weights()],
     }
+    out.mkdir(parents=True, exist_ok=True)  # as the README runs it, into a new directory
     (out / f"worker{index}.json").write_text(json.dumps(result))
     if index == 0:  # the chief writes the shared files
         ref = reference(init, x, y, global_batch, steps)

@@ -138,3 +138,5 @@ def test_cli_batch_size_auto_with_a_memory_limit(tmp_path):
     assert summary["batch_size"] == summary["batch_search"]["batch_size"] >= 1
     assert summary["batch_search"]["limit_bytes"] == 1_000_000 == summary["memory"]["limit_bytes"]
     assert summary["steps"] == 5
+    # The pick is said, not only recorded: "batch_size: auto picked N (largest batch in 1..M whose ...)"
+    assert f"batch_size: auto picked {summary['batch_size']} (largest batch in 1.." in proc.stdout

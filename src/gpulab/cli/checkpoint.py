@@ -16,15 +16,26 @@ checkpoint_app = typer.Typer(
 )
 
 
+WHERE = "A run directory (its checkpoints), a checkpoints root (uses 'latest'), or one checkpoint directory"
+
+
+def _checkpoints(path: Path) -> Path:
+    """A run directory means its checkpoints, as for `gpulab export RUN`: inspecting runs/x itself said
+    INVALID ("no complete checkpoint") about a run whose checkpoints are fine."""
+    from gpulab.export.rebuild import checkpoint_root
+
+    return checkpoint_root(path)[0] if path.is_dir() else path
+
+
 @checkpoint_app.command()
 def inspect(
-    path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
+    path: Path = typer.Argument(..., help=WHERE),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """Step, epoch, metrics and every file with its checksum status. Exit 1 when it does not verify."""
     from gpulab.checkpoint.api import inspect_checkpoint
 
-    report = inspect_checkpoint(path)
+    report = inspect_checkpoint(_checkpoints(path))
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -45,7 +56,7 @@ def inspect(
 
 @checkpoint_app.command()
 def export(
-    path: Path = typer.Argument(..., help="A checkpoint directory, or a checkpoints root (uses 'latest')"),
+    path: Path = typer.Argument(..., help=WHERE),
     to: Path = typer.Option(..., "--to", help="Destination .safetensors file"),
 ) -> None:
     """Write the model weights to one .safetensors file.
@@ -54,7 +65,7 @@ def export(
     """
     from gpulab.checkpoint.api import export_weights
 
-    written = export_weights(path, to)
+    written = export_weights(_checkpoints(path), to)
     make_console().print(f"wrote {written}")
 
 

@@ -53,7 +53,11 @@ def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
     """(checkpoint directory or root, run directory or None) for what the user named."""
     summary = run_summary(path)
     if summary is None and not (path / "checkpoints").is_dir():
-        return path, None  # a checkpoint directory or a checkpoints root
+        # A checkpoint directory or a checkpoints root: inside a run (runs/x/checkpoints[/step-N]), that run
+        # is the run (its export/ folder, its engine), not the working directory.
+        inside = [path.parent] if path.name == "checkpoints" else []
+        inside += [path.parent.parent] if path.parent.name == "checkpoints" else []
+        return path, next((run for run in inside if run_summary(run) is not None), None)
     configured = (summary or {}).get("config", {}).get("checkpoint_dir")
     root = Path(configured) if configured else path / "checkpoints"
     if not root.is_dir() or not any(p.name.startswith("step-") for p in root.iterdir()):

@@ -487,7 +487,9 @@ class TfTrainer:
                 },
                 "data_wait_s": self._data_wait,
                 "memory": memory,
-                "machine_load": load_during(self._others, on_cpu=not self.device.startswith("/GPU")),
+                "machine_load": load_during(
+                    self._others, on_cpu=not self.device.startswith("/GPU"), engine="tensorflow"
+                ),
             },
         )
         return result

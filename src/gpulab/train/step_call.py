@@ -17,7 +17,10 @@ The loss, in this order:
 
 Validation accuracy compares the logits (``output.logits`` / ``output["logits"]``, or the output itself
 when it is a tensor) with the target, position by position; label ``-100`` (ignored by the usual losses)
-is not counted. Nothing here renames or wraps the user's model, so its saved weights keep their names.
+is not counted. A Hugging Face causal LM shifts its labels inside its own loss (the logits at position t
+predict the label at t+1), so its accuracy is read shifted likewise: unshifted, a model with tied
+embeddings scores ~90 % before training by echoing its input.
+Nothing here renames or wraps the user's model, so its saved weights keep their names.
 A batch that does not fit the model's ``forward`` is a DataError naming its keys and the signature.
 """
 
@@ -253,13 +256,31 @@ def logits_of(output: Any) -> Any:
     return output_field(output, "logits")
 
 
-def accuracy_counts(output: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor | int] | None:
+def shifts_labels(model: Any) -> bool:
+    """Whether ``model`` is (or subclasses) a model Hugging Face lists as a causal LM: its own loss
+    compares the logits at position t with the label at t+1."""
+    if not any(cls.__module__.startswith("transformers.") for cls in type(model).__mro__):
+        return False  # not a transformers model: transformers is not imported for it
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names = set()
+    for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        names.update([value] if isinstance(value, str) else value)
+    return any(cls.__name__ in names for cls in type(model).__mro__)
+
+
+def accuracy_counts(
+    output: Any, batch: Any, *, shift: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | int] | None:
     """(right predictions, predictions counted), both kept on the device where they are tensors (no
     host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
-    that are neither class scores nor binary logits)."""
+    that are neither class scores nor binary logits). ``shift``: a causal LM's logits at t against
+    the label at t+1 (see ``shifts_labels``)."""
     from gpulab.train.metrics import correct_count
 
     logits, target = logits_of(output), target_of(batch)
+    if shift and isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and target.dim() >= 2:
+        logits, target = logits[..., :-1, :], target[..., 1:]
     right = correct_count(logits, target)
     if right is None:
         return None

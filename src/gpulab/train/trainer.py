@@ -64,7 +64,15 @@ from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.state import FitResult, FitState
-from gpulab.train.step_call import LossCall, accuracy_counts, call_model, check_batch, samples_in, step_loss
+from gpulab.train.step_call import (
+    LossCall,
+    accuracy_counts,
+    call_model,
+    check_batch,
+    samples_in,
+    shifts_labels,
+    step_loss,
+)
 
 
 class Trainer:
@@ -158,6 +166,7 @@ class Trainer:
         )
         self.loss_fn = loss_fn
         self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
+        self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -348,7 +357,7 @@ class Trainer:
             with rt.autocast(), self._recompiles.watch():
                 out = call_model(self.forward, batch)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
-            counts = accuracy_counts(out, batch)
+            counts = accuracy_counts(out, batch, shift=self._shift_labels)
             if counts is not None:
                 correct = counts[0] if correct is None else correct + counts[0]
                 count = count + counts[1]
@@ -386,6 +395,7 @@ class Trainer:
             raise ConfigError("batch_size: auto cannot trace a model sharded by fsdp2 yet: give a number")
         search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
         self.extras["batch_search"] = search.to_json()
+        self.runtime.print(f"batch_size: auto picked {search.batch_size} ({search.reason})")  # else unsaid
         return s.model_copy(update={"batch_size": search.batch_size})
 
     def _plan(self, batches_per_epoch: int | None, batches_per_step: int) -> FitState:
