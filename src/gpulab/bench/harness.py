@@ -182,6 +182,9 @@ def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
     ``_malloc_returns_large_blocks`` large blocks are mapped and unmapped per allocation, so the resident
     set follows the live tensors and its peak is the call's working memory (to page granularity).
     """
+    # Free memory glibc still holds resident would be trimmed during ``fn`` (the trim threshold is low in
+    # here), lowering the resident set below ``start``: the growth would read short. Give it back first.
+    _libc_malloc_trim()
     start = proc_status_bytes("VmRSS") or 0
     _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
     fn()
@@ -197,6 +200,11 @@ def _libc_mallopt() -> Callable[[int, int], int] | None:
         return ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
         return None
+
+
+def _libc_malloc_trim() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 @contextlib.contextmanager
