@@ -7,23 +7,7 @@
 # that fails is reported and the next one still runs.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_measure.sh OUT_DIR}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/gpulab-gpu.XXXX)
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" .whl/*.whl || exit 1
-    export PYTHONPATH="$work/site"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GPULAB_TORCH=keep
-
-step() {  # step NAME SECONDS CMD...: run under a time limit, keep the log, show its tail
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-    echo "   exit $? after $((SECONDS - t0)) s"
-    tail -n 12 "$out/$name.log"
-}
+source "$(dirname "$0")/gpu_lib.sh"  # $work, PYTHONPATH, step
 
 # Limits keep the whole script inside one 10-minute call of the device tool; a step cut off still leaves
 # its log.

@@ -5,23 +5,8 @@
 # one log per step in OUT_DIR, a failed step reported and the next one run.
 set -uo pipefail
 out=${1:?usage: scripts/gpu_measure_more.sh OUT_DIR}
-mkdir -p "$out"
-work=$(mktemp -d /tmp/gpulab-gpu.XXXX)
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" .whl/*.whl || exit 1
-    export PYTHONPATH="$work/site"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GPULAB_TORCH=keep
-
-step() {  # step NAME SECONDS CMD...: run under a time limit, keep the log, show its tail
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-    echo "   exit $? after $((SECONDS - t0)) s"
-    tail -n 14 "$out/$name.log"
-}
+STEP_TAIL=14
+source "$(dirname "$0")/gpu_lib.sh"  # $work, PYTHONPATH, step
 
 # Does the inductor scheduler bug that gpulab works around on the CPU also hit Triton (GPU) code?
 step inductor-repro 90 python3 benchmarks/inductor_maxpool_repro.py --device cuda
