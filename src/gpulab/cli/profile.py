@@ -92,26 +92,13 @@ def profile(
 
 def render(report: dict, console: Console) -> None:
     """The breakdown table, then FLOPs/MFU, memory and the diagnosis."""
-    b, frac = report["breakdown_s"], report["breakdown_fraction"]
     # The title on a line of its own: as a table title rich would wrap it to the table's narrow width.
     console.print(
         f"{report.get('recipe', '')} on {report['device']} ({report['precision']}), "
         f"batch {report['batch_size']}: mean of {_kept(report)}",
         highlight=False,
     )
-    table = Table()
-    for col in ("phase", "ms / step", "share"):
-        table.add_column(col, justify="left" if col == "phase" else "right")
-    for key, label in _ROWS:
-        table.add_row(label, f"{b.get(key, 0.0) * 1e3:.2f}", f"{frac.get(key, 0.0):.1%}")
-    table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
-    console.print(table)
-    console.print(
-        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s'] or 0:,.0f} samples/s; "
-        f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
-        f"achieved {_flops(report['achieved_flops_per_s'])}/s",
-        highlight=False,
-    )
+    _breakdown(console, report, _ROWS)
     peaks = report["peaks"]
     sheet = peaks["datasheet_flops_per_s"]
     against_sheet = (
@@ -150,27 +137,17 @@ def render(report: dict, console: Console) -> None:
     console.print(f"fix: {d['fix']}", highlight=False)
 
 
+_TF_ROWS = (("data", "data wait"), ("compute", "forward+backward+optimizer (one graph)"))
+
+
 def render_tf(report: dict, console: Console) -> None:
     """TensorFlow's profile: data and compute per step, the summary, and what TensorFlow does not give."""
-    b = report["breakdown_s"]
     console.print(
         f"{report.get('recipe', '')} on {report['device']} ({report['precision']}, engine tensorflow"
         f"{', XLA' if report['compiled'] else ''}), batch {report['batch_size']}: mean of {_kept(report)}",
         highlight=False,
     )
-    table = Table()
-    for col in ("phase", "ms / step", "share"):
-        table.add_column(col, justify="left" if col == "phase" else "right")
-    for key, label in (("data", "data wait"), ("compute", "forward+backward+optimizer (one graph)")):
-        table.add_row(label, f"{b[key] * 1e3:.2f}", f"{report['breakdown_fraction'][key]:.1%}")
-    table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
-    console.print(table)
-    console.print(
-        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s']:,.0f} samples/s; "
-        f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
-        f"achieved {_flops(report['achieved_flops_per_s'])}/s",
-        highlight=False,
-    )
+    _breakdown(console, report, _TF_ROWS)
     mem = report["memory"]
     console.print(
         f"memory ({mem.get('kind', '?')}): peak {mem['peak_bytes'] / 2**20:,.1f} MiB", highlight=False
@@ -178,6 +155,24 @@ def render_tf(report: dict, console: Console) -> None:
     missing = ", ".join(report["not_available"])
     console.print(f"n/a on TensorFlow: {missing} (profile.json says why for each)", highlight=False)
     console.print(f"trace: tensorboard --logdir {report['trace_dir']} (Profile tab)", highlight=False)
+
+
+def _breakdown(console: Console, report: dict, rows) -> None:
+    """The phase table (ms per step and share, then the step) and the median/FLOPs line, both engines'."""
+    b, frac = report["breakdown_s"], report["breakdown_fraction"]
+    table = Table()
+    for col in ("phase", "ms / step", "share"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+    for key, label in rows:
+        table.add_row(label, f"{b.get(key, 0.0) * 1e3:.2f}", f"{frac.get(key, 0.0):.1%}")
+    table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
+    console.print(table)
+    console.print(
+        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s'] or 0:,.0f} samples/s; "
+        f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
+        f"achieved {_flops(report['achieved_flops_per_s'])}/s",
+        highlight=False,
+    )
 
 
 def _kept(report: dict) -> str:
