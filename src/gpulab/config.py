@@ -320,13 +320,7 @@ _SHAPES = {"string_pattern_mismatch", "string_type"}
 
 def _field_depth(model: type[BaseModel], loc: list[str]) -> int:
     """How many leading parts of an error's location name fields (the rest name union branches)."""
-    fields: dict = dict(model.model_fields)
-    for depth, part in enumerate(loc):
-        if part not in fields:
-            return depth
-        ann = getattr(fields[part], "annotation", None)
-        fields = dict(ann.model_fields) if isinstance(ann, type) and issubclass(ann, BaseModel) else {}
-    return len(loc)
+    return next((i for i, part in enumerate(loc) if part not in _fields_at(model, loc[:i])), len(loc))
 
 
 def _union_choices(errors: list[dict[str, Any]]) -> list[str]:

@@ -195,16 +195,22 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _GLIBC_DEFAULT_THRESHOLD = 128 * 1024
 
 
-def _libc_mallopt() -> Callable[[int, int], int] | None:
+def _libc() -> Any:
+    """glibc, or None (another C library, another OS)."""
     try:
-        return ctypes.CDLL("libc.so.6").mallopt
-    except (OSError, AttributeError):
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
         return None
 
 
+def _libc_mallopt() -> Callable[[int, int], int] | None:
+    return getattr(_libc(), "mallopt", None)
+
+
 def _libc_malloc_trim() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 @contextlib.contextmanager

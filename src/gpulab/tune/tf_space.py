@@ -53,11 +53,12 @@ def cache_group(arrays: tuple, setting: bool | str) -> Group:
     """The source cached or not: the other of what the setting does now (not a cache over the limit,
     which could exhaust host memory)."""
     group = Group("data_cache")
+    size = sum(a.nbytes for a in arrays)
     if caches(arrays, setting):
         group.candidates.append(Candidate("data_cache=false", {"data_cache": False}))
-    elif sum(a.nbytes for a in arrays) > CACHE_LIMIT_BYTES:
-        size = sum(a.nbytes for a in arrays) / 2**30
-        group.reason = f"the arrays take {size:.1f} GiB, over the {CACHE_LIMIT_BYTES >> 30} GiB cache limit"
+    elif size > CACHE_LIMIT_BYTES:
+        gib = size / 2**30
+        group.reason = f"the arrays take {gib:.1f} GiB, over the {CACHE_LIMIT_BYTES >> 30} GiB cache limit"
     else:
         group.candidates.append(Candidate("data_cache=true", {"data_cache": True}))
     return group
