@@ -27,7 +27,7 @@ def done(tmp_path_factory, scenario) -> dict:
 @pytest.mark.slow
 def test_tune_measures_the_tensorflow_knobs_and_train_takes_its_config(done):
     doc = done["tune"]
-    assert doc["device"] == "cpu"
+    assert doc["device"] == "cpu" and doc["engine"] == "tensorflow"
     trials = {t["label"]: t for t in doc["trials"]}
     assert trials["default"]["status"] == "ok" and trials["default"]["settings"]["batch_size"] == 64
     tried = {label.split("=")[0] for label in trials if "=" in label}

@@ -46,6 +46,7 @@ def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tu
     )
     doc = {
         "recipe": result.recipe,
+        "engine": result.engine,
         "device": result.device,
         "budget_s": result.budget_s,
         "elapsed_s": round(result.elapsed_s, 1),
