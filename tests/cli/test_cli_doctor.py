@@ -62,3 +62,22 @@ def test_debug_keeps_the_traceback(monkeypatch):
     monkeypatch.setattr("gpulab.cli.doctor.run_doctor", boom)
     with pytest.raises(ConfigError):
         main(["--debug", "doctor"])
+
+
+def test_a_fix_with_brackets_prints_as_written_not_as_rich_markup():
+    """`pip install 'gpulab[tensorflow]'` lost its extra in the table: rich read `[tensorflow]` as a tag."""
+    import io
+
+    from rich.console import Console
+
+    from gpulab.cli.doctor import render
+    from gpulab.hardware.checks import Check
+    from gpulab.hardware.doctor import Report
+    from gpulab.hardware.facts import gather_facts
+
+    fix = "pip install 'gpulab[tensorflow]' (with NVIDIA GPUs: pip install 'tensorflow[and-cuda]')"
+    report = Report(gather_facts(), [Check("tensorflow", "info", "not installed [yet]", fix)])
+    out = io.StringIO()
+    render(report, Console(file=out, width=300))
+    printed = out.getvalue()
+    assert fix in printed and "not installed [yet]" in printed

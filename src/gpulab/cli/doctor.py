@@ -7,6 +7,7 @@ import json
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report, run_doctor
@@ -36,7 +37,8 @@ def render(report: Report, console: Console) -> None:
     for col in ("check", "status", "detail", "fix"):
         checks.add_column(col, overflow="fold")
     for c in report.checks:
-        checks.add_row(c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, c.fix or "")
+        # Text, not markup: a fix like `pip install 'gpulab[tensorflow]'` must print its brackets.
+        checks.add_row(c.name, Text(c.status, style=_STYLE[c.status]), Text(c.detail), Text(c.fix or ""))
     console.print(checks)
 
 
