@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     import contextlib, io, json, sys
     import keras
     from gpulab.cli import main
-    from gpulab.tfengine.recipes import digits
+    from gpulab.engines.tensorflow.recipes import digits
 
     def cli(*args):
         out, err = io.StringIO(), io.StringIO()
@@ -42,7 +42,7 @@ MODULE = textwrap.dedent(
     """
     import keras
     import numpy as np
-    from gpulab.tfengine.trainer import TfRecipe
+    from gpulab.engines.tensorflow.trainer import TfRecipe
     from gpulab.train.recipes.mlp import build
 
     def wrong(options):  # Reshape wants 35 values; the Dense gives 32

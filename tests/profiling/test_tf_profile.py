@@ -77,7 +77,7 @@ def test_the_trace_is_where_tensorboards_profile_plugin_reads_it(profiled):
 
 
 def test_settings_tensorflow_lacks_are_refused_in_one_line_before_its_import(tmp_path):
-    from gpulab.tfengine.profile import profile_tf
+    from gpulab.engines.tensorflow.profile import profile_tf
 
     user = {"recipe": "mlp", "engine": "tensorflow"}
     before = set(sys.modules)  # another test in this worker may have loaded TensorFlow already

@@ -63,13 +63,13 @@ def test_torch_readers_name_a_tensorflow_checkpoint_in_one_line(tmp_path):
 
 def test_the_storage_package_imports_neither_tensorflow_nor_an_engine():
     """gpulab.checkpoint sits below both engines: importing every module of it loads no TensorFlow and
-    nothing from train/ or tfengine/ (one process; its own interpreter, as this session may hold them)."""
+    nothing from train/ or engines/tensorflow/ (one process; its own interpreter, as this session may hold them)."""
     code = (
         "import importlib, pkgutil, sys, gpulab.checkpoint as c\n"
         "names = [m.name for m in pkgutil.iter_modules(c.__path__, 'gpulab.checkpoint.')]\n"
         "[importlib.import_module(n) for n in names]\n"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith(('gpulab.train',"
-        " 'gpulab.tfengine'))]\n"
+        " 'gpulab.engines.tensorflow'))]\n"
         "print(len(names), bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.tfengine.data import caches
+from gpulab.engines.tensorflow.data import caches
 from gpulab.tune import tf_space
 
 SCENARIO = Path(__file__).with_name("tf_tune_scenario.py")

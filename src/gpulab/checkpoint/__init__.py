@@ -2,7 +2,8 @@
 
 A checkpoint is ``ROOT/step-NNNNNNNN/`` committed atomically, with ``ROOT/latest`` naming the newest
 complete one. Which engine wrote it is the MANIFEST's layout (``full``, ``sharded``, ``tensorflow``);
-*what* goes inside is each engine's choice (``train/checkpointing.py``, ``tfengine/checkpoints.py``).
+*what* goes inside is each engine's choice (``train/checkpointing.py``,
+``engines/tensorflow/checkpoints.py``).
 
 - ``io``: durable file operations, the MANIFEST, the directory names and layouts (stdlib only)
 - ``read`` / ``save``: finding and deserialising a checkpoint safely; the atomic commit and pruning

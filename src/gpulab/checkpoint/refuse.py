@@ -1,8 +1,8 @@
 """The resume refusal both engines share: a checkpoint is resumed only into the same run.
 
 Each engine passes the settings that change its trajectory (``compared``: torch's ``TRAJECTORY_SETTINGS``
-in ``train/checkpointing.py``, the TensorFlow engine's in ``tfengine/checkpoints.py``) and what it runs
-now; any difference is one ``CheckpointError`` naming every change, unless the user forces the resume.
+in ``train/checkpointing.py``, the TensorFlow engine's in ``engines/tensorflow/checkpoints.py``) and what
+it runs now; any difference is one ``CheckpointError`` naming every change, unless the user forces the resume.
 """
 
 from __future__ import annotations

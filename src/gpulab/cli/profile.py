@@ -75,7 +75,7 @@ def profile(
         warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
     )
     if user.get("engine") == "tensorflow":
-        from gpulab.tfengine.profile import profile_tf
+        from gpulab.engines.tensorflow.profile import profile_tf
 
         result = profile_tf(user, out_dir, options)
         render_tf(result.report, make_console())

@@ -20,7 +20,9 @@ from gpulab.export import data as export_data
 from gpulab.export import parity
 from gpulab.export.rebuild import run_summary
 
-WEIGHTS_FILE = "model.weights.h5"  # as tfengine/run.py writes it (not imported: keeps this module light)
+WEIGHTS_FILE = (
+    "model.weights.h5"  # as engines/tensorflow/run.py writes it (not imported: keeps this module light)
+)
 
 
 @dataclass
@@ -49,8 +51,8 @@ def check_run(path: Path) -> tuple[dict[str, Any], Path]:
 
 
 def keras_recipe(name: str, options: dict[str, Any]):
-    from gpulab.tfengine.importing import require_tensorflow
-    from gpulab.tfengine.recipes import load_tf_recipe
+    from gpulab.engines.tensorflow.importing import require_tensorflow
+    from gpulab.engines.tensorflow.recipes import load_tf_recipe
 
     require_tensorflow()
     return load_tf_recipe(name, options)

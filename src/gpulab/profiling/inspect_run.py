@@ -94,7 +94,7 @@ def inspect_recipe(user: dict[str, Any]) -> InspectReport:
 
     engine = user.pop("engine", "torch") or "torch"
     if engine == "tensorflow":  # TensorFlow is imported there only
-        from gpulab.tfengine.inspect import inspect_tf
+        from gpulab.engines.tensorflow.inspect import inspect_tf
 
         return inspect_tf(user)
     if engine != "torch":

@@ -68,7 +68,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
     """
     if user.get("engine") == "tensorflow":  # its own loop and recipes; TensorFlow imported only there
-        from gpulab.tfengine.run import run as run_tensorflow
+        from gpulab.engines.tensorflow.run import run as run_tensorflow
 
         return run_tensorflow(user)
     config, recipe = resolve_config(default_resume(user))

@@ -99,7 +99,7 @@ class Trainer:
         if self.requested.engine != "torch":
             raise ConfigError(
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
-                "gpulab.tfengine.TfTrainer (or gpulab train --engine tensorflow)"
+                "gpulab.engines.tensorflow.TfTrainer (or gpulab train --engine tensorflow)"
             )
         check_engine(self.requested)
         self.trajectory = dict(trajectory or {})

@@ -72,9 +72,9 @@ class TensorFlowEngine:
     settings_set_only = True  # the engine refuses a torch-only setting a full dump would carry
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any, torch.device]:
-        from gpulab.tfengine.devices import device_name
-        from gpulab.tfengine.importing import require_tensorflow
-        from gpulab.tfengine.run import resolve_tf_config
+        from gpulab.engines.tensorflow.devices import device_name
+        from gpulab.engines.tensorflow.importing import require_tensorflow
+        from gpulab.engines.tensorflow.run import resolve_tf_config
 
         config, recipe = resolve_tf_config(user)  # refuses torch-only settings in one line
         return config, recipe, tf_space.torch_device(device_name(require_tensorflow(), config.device))
@@ -86,7 +86,7 @@ class TensorFlowEngine:
         yield from tf_space.groups(config, recipe, device, resolved)
 
     def fit(self, config: Any, recipe: Any, settings: dict[str, Any], watch: Any) -> Any:
-        from gpulab.tfengine.trainer import TfTrainer
+        from gpulab.engines.tensorflow.trainer import TfTrainer
 
         trainer = TfTrainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
         # Every trial builds its own step functions from the same code, which TensorFlow's logger reports

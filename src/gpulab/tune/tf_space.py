@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gpulab.tfengine.data import CACHE_LIMIT_BYTES, as_arrays, caches
+from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches
 from gpulab.tune import space
 from gpulab.tune.space import Candidate, Group
 

@@ -19,7 +19,7 @@ from gpulab.errors import ConfigError, GpulabError, choices
 def require_tensorflow_installed() -> None:
     """Before any suite runs: TensorFlow absent is one line with the pip command, not a failed suite."""
     if importlib.util.find_spec("tensorflow") is None:
-        from gpulab.tfengine.importing import INSTALL
+        from gpulab.engines.tensorflow.importing import INSTALL
 
         raise ConfigError(
             f"bench engine 'tensorflow' needs TensorFlow, which is not installed; install it with: {INSTALL} "

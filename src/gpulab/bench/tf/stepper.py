@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from gpulab.bench.suites import MODELS
-from gpulab.tfengine.data import as_arrays
-from gpulab.tfengine.precision import resolve_precision
-from gpulab.tfengine.recipes import load_tf_recipe
+from gpulab.engines.tensorflow.data import as_arrays
+from gpulab.engines.tensorflow.precision import resolve_precision
+from gpulab.engines.tensorflow.recipes import load_tf_recipe
 
 
 class TfStepper:

@@ -37,8 +37,8 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     from gpulab.bench import _run_suite
     from gpulab.bench.tf import TF_PREFIX
     from gpulab.bench.tf.context import TfBenchContext
-    from gpulab.tfengine.devices import configure_memory, device_name
-    from gpulab.tfengine.importing import require_tensorflow
+    from gpulab.engines.tensorflow.devices import configure_memory, device_name
+    from gpulab.engines.tensorflow.importing import require_tensorflow
 
     tf = require_tensorflow()
     if spec.get("threads"):

@@ -31,7 +31,7 @@ def available(fmt: str = NAME) -> None:
 
 
 def tensorflow() -> Any:
-    from gpulab.tfengine.importing import require_tensorflow
+    from gpulab.engines.tensorflow.importing import require_tensorflow
 
     return require_tensorflow()
 

@@ -72,7 +72,7 @@ def test_torch_refuses_tensorflow_strategies_and_the_torch_trainer_refuses_the_t
         ConfigError, match=r"setting 'strategy' = 'mirrored' is not available on engine 'torch'"
     ):
         Trainer(strategy="mirrored")
-    with pytest.raises(ConfigError, match="use gpulab.tfengine.TfTrainer"):
+    with pytest.raises(ConfigError, match="use gpulab.engines.tensorflow.TfTrainer"):
         Trainer(engine="tensorflow")
 
 

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
-from gpulab.tfengine.importing import require_tensorflow
 
 TRACE_DIR = "tf_trace"
 PROFILE_FILE = "profile.json"
@@ -52,8 +52,8 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
             "--memory-snapshot is not available on engine 'tensorflow' (it is CUDA's torch allocator "
             "history); remove it, or use --engine torch"
         )
-    from gpulab.tfengine.run import resolve_tf_config
-    from gpulab.tfengine.trainer import TfTrainer
+    from gpulab.engines.tensorflow.run import resolve_tf_config
+    from gpulab.engines.tensorflow.trainer import TfTrainer
 
     config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.engines.tensorflow import data as tfdata
+from gpulab.engines.tensorflow.compile import CompiledStep
+from gpulab.engines.tensorflow.devices import configure_memory, device_name
+from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.precision import resolve_precision
+from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
-from gpulab.tfengine import data as tfdata
-from gpulab.tfengine.compile import CompiledStep
-from gpulab.tfengine.devices import configure_memory, device_name
-from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.precision import resolve_precision
-from gpulab.tfengine.strategy import make_strategy
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
 from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
@@ -147,7 +147,7 @@ class TfTrainer:
     def _resume(self, tf: Any, resume: str | None) -> None:
         """Checkpoints: the model, the optimizer (slots, iterations, loss scale) and the step in a
         ``tf.train.Checkpoint``; the storage, manifest and ``latest`` are torch's (``checkpoints.py``)."""
-        from gpulab.tfengine.checkpoints import TfCheckpointer
+        from gpulab.engines.tensorflow.checkpoints import TfCheckpointer
 
         s = self.settings
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)

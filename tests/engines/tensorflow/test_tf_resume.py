@@ -1,4 +1,4 @@
-"""Checkpoints and exact resume on the TensorFlow engine (tfengine/checkpoints.py on the torch side's
+"""Checkpoints and exact resume on the TensorFlow engine (engines/tensorflow/checkpoints.py on the torch side's
 storage layer): the run-directory layout, a run stopped at step 7 and resumed to 12 equal to a straight
 run of 12 bit for bit (weights, optimizer state, logged loss; mid-epoch, with keep_last pruning), the fp16
 loss scale carried over, a tampered file and a changed setting refused in one line. One subprocess

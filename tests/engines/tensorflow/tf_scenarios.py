@@ -12,10 +12,10 @@ import warnings
 
 import numpy as np
 
-from gpulab.tfengine.devices import split_cpu
-from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.recipes import mlp
-from gpulab.tfengine.trainer import TfTrainer
+from gpulab.engines.tensorflow.devices import split_cpu
+from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.recipes import mlp
+from gpulab.engines.tensorflow.trainer import TfTrainer
 from gpulab.train.nonfinite import NonFiniteLossError
 
 tf = require_tensorflow()
@@ -149,7 +149,7 @@ def cli_digits(out: str):
 USER_RECIPE = """
 import keras
 import numpy as np
-from gpulab.tfengine import TfRecipe
+from gpulab.engines.tensorflow import TfRecipe
 from gpulab.train.recipes.base import Recipe
 
 def build(options):
@@ -195,7 +195,7 @@ def user_recipe(root: str):
 
 
 def chargpt():
-    from gpulab.tfengine.recipes import chargpt as tf_chargpt
+    from gpulab.engines.tensorflow.recipes import chargpt as tf_chargpt
     from gpulab.train.recipes.chargpt import build as torch_chargpt
 
     options = {"n_layer": 1, "n_embd": 32, "n_head": 4, "block_size": 16, "max_chars": 4000}

@@ -5,7 +5,7 @@ policy, with ``Layer.__call__`` wrapped for the duration: a row per layer call (
 its inputs and outputs (shapes, dtypes: the compute dtype under a mixed policy), trainable / frozen
 parameters (Keras's weights, children included) and activation memory = its outputs' bytes. A leaf
 whose floating output is not the run's dtype (the float32 output layer under mixed_bfloat16) is flagged.
-FLOPs are TensorFlow's graph profiler's count (``float_operation``, as ``tfengine/profile.py``) of a
+FLOPs are TensorFlow's graph profiler's count (``float_operation``, as ``engines/tensorflow/profile.py``) of a
 ``tf.function`` of each layer on the inputs it got, and of one training step (forward, loss, gradients)
 for the total. Predicted peak memory: n/a (the estimate is the torch engine's).
 
@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
 from gpulab.profiling.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
-from gpulab.tfengine.importing import require_tensorflow
 
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64"}
 SHORT |= {"int32": "i32", "bool": "bool", "uint8": "u8"}
@@ -31,9 +31,9 @@ NO_MEMORY = "the predicted peak of a training step is the torch engine's estimat
 
 def inspect_tf(user: dict[str, Any]) -> Any:
     """The ``InspectReport`` of the TensorFlow run ``user`` describes."""
+    from gpulab.engines.tensorflow.precision import resolve_precision
+    from gpulab.engines.tensorflow.run import resolve_tf_config
     from gpulab.profiling.inspect_run import InspectReport
-    from gpulab.tfengine.precision import resolve_precision
-    from gpulab.tfengine.run import resolve_tf_config
 
     user["engine"] = "tensorflow"
     config, recipe = resolve_tf_config(user)

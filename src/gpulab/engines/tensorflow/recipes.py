@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpulab.config import parse_config
+from gpulab.engines.tensorflow.trainer import TfRecipe
 from gpulab.errors import ConfigError, choices
-from gpulab.tfengine.trainer import TfRecipe
 
 
 def mlp(options: dict[str, Any]) -> TfRecipe:
@@ -97,7 +97,7 @@ def chargpt(options: dict[str, Any]) -> TfRecipe:
     o, vocab, ids, cut = prepare(options)
 
     def model() -> Any:
-        from gpulab.tfengine.chargpt_model import CharGPT
+        from gpulab.engines.tensorflow.chargpt_model import CharGPT
 
         return CharGPT(len(vocab), o)
 
@@ -134,7 +134,8 @@ def load_tf_recipe(name: str, options: dict[str, Any] | None) -> TfRecipe:
     recipe = call_user_recipe(name, dict(options or {}))
     if not isinstance(recipe, TfRecipe):
         raise ConfigError(
-            f"recipe {name!r} returned a {type(recipe).__name__}, not a TfRecipe (gpulab.tfengine.trainer); "
+            f"recipe {name!r} returned a {type(recipe).__name__}, not a TfRecipe "
+            "(gpulab.engines.tensorflow.trainer); "
             "return a TfRecipe for --engine tensorflow, or use --engine torch"
         )
     return recipe

@@ -2,7 +2,7 @@
 
 The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
 same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
-the end as ``model.weights.h5`` (atomically); checkpoints and resume: ``tfengine/checkpoints.py``.
+the end as ``model.weights.h5`` (atomically); checkpoints and resume: ``engines/tensorflow/checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.strategy import tf_config_task
 from gpulab.errors import ConfigError
-from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.strategy import tf_config_task
 from gpulab.train.state import FitResult
 
 WEIGHTS_FILE = "model.weights.h5"
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    from gpulab.tfengine.trainer import TfTrainer
+    from gpulab.engines.tensorflow.trainer import TfTrainer
     from gpulab.train.run import write_summary
     from gpulab.train.run_dir import check_output_dirs, claim, prepare
 
@@ -47,7 +47,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
 
 def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     """The TensorFlow recipe named in ``user`` and the merged, validated settings (TensorFlow imported)."""
-    from gpulab.tfengine.recipes import RECIPES, load_tf_recipe
+    from gpulab.engines.tensorflow.recipes import RECIPES, load_tf_recipe
 
     if not user.get("recipe"):
         raise ConfigError(

@@ -6,7 +6,10 @@ One concern a file, named as on the torch side: ``devices``, ``precision``, ``co
 ``data``, ``trainer`` (the loop), ``recipes``, ``run`` (``gpulab train --engine tensorflow``).
 """
 
-from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.trainer import TfRecipe, TfTrainer  # your own recipe: module:function -> TfRecipe
+from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.trainer import (  # your own recipe: module:function -> TfRecipe
+    TfRecipe,
+    TfTrainer,
+)
 
 __all__ = ["TfRecipe", "TfTrainer", "require_tensorflow"]

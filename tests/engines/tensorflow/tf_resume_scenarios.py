@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.recipes import digits, mlp
+from gpulab.engines.tensorflow.trainer import TfTrainer
 from gpulab.errors import CheckpointError
-from gpulab.tfengine.importing import require_tensorflow
-from gpulab.tfengine.recipes import digits, mlp
-from gpulab.tfengine.trainer import TfTrainer
 
 require_tensorflow()
 ROOT = Path(sys.argv[1])

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpulab.engines.tensorflow.devices import configure_memory, device_name
 from gpulab.errors import DeviceError
-from gpulab.tfengine.devices import configure_memory, device_name
 
 
 class FakeConfig:
