@@ -3,8 +3,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BASE := $(VENV)/.installed-base
 DEV := $(VENV)/.installed-dev
+# torchvision and timm need the torch they were built for (from the index, multi-GB): a venv of their own.
+MODELS_VENV ?= .venv-models
+MODELS := $(MODELS_VENV)/.installed-vision
 
-.PHONY: run test lint setup clean
+.PHONY: run test test-models lint setup clean
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
@@ -29,9 +32,17 @@ test: $(DEV)
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
+$(MODELS): pyproject.toml scripts/setup_env.sh
+	GPULAB_TORCH=keep scripts/setup_env.sh $(MODELS_VENV) vision-dev
+	@touch $@
+
+# The vision examples (torchvision ResNet-18, timm ViT): train, resume and export, in their own venv.
+test-models: $(MODELS)
+	$(MODELS_VENV)/bin/python -m pytest -q -m vision tests/examples
+
 lint: $(DEV)
 	$(VENV)/bin/ruff check --fix src tests benchmarks examples
 	$(VENV)/bin/ruff format src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(MODELS_VENV) build src/*.egg-info .pytest_cache
