@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpulab.train.callbacks import TensorBoardLogger
+from gpulab.core.callbacks import TensorBoardLogger
 
 
 class FakeFileWriter:

@@ -17,10 +17,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from gpulab.core.callbacks import Callback, ProgressBar
+from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.profiling.diagnosis import BOUNDS
-from gpulab.train.callbacks import Callback, ProgressBar
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.train.mfu import MfuCallback
 from gpulab.train.trainer import Trainer
 
 
@@ -157,7 +157,7 @@ def test_a_tiny_cpu_memory_limit_does_not_make_the_run_memory_bound():
 
 def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypatch):
     # A sharded model's FLOPs are counted on the first real step; a fit failing there must close it.
-    monkeypatch.setattr("gpulab.train.callbacks.mfu.holds_shards", lambda model: True)
+    monkeypatch.setattr("gpulab.train.mfu.holds_shards", lambda model: True)
 
     def broken_loss(out, target):
         raise RuntimeError("boom")

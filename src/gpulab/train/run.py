@@ -18,15 +18,15 @@ import torch
 
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.core.callbacks.preemption import StopOnSignal
+from gpulab.core.preemption import SignalWatch
+from gpulab.core.run_dir import check_output_dirs, claim, prepare
+from gpulab.core.state import FitResult
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.errors import Preempted
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
-from gpulab.train.callbacks.preemption import StopOnSignal
-from gpulab.train.preemption import SignalWatch
 from gpulab.train.recipes.base import load_recipe
-from gpulab.train.run_dir import check_output_dirs, claim, prepare
-from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
 SUMMARY_FILE = "summary.json"

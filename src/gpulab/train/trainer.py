@@ -27,7 +27,21 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.core.callbacks.log_lines import LogLines
+from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.core.nonfinite import NonFiniteWatch, check_parameters
+from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
+from gpulab.data.step_call import (
+    LossCall,
+    accuracy_counts,
+    call_model,
+    check_batch,
+    samples_in,
+    shifts_labels,
+    step_loss,
+)
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
@@ -55,31 +69,17 @@ from gpulab.runtime.memory_format import (
     to_channels_last,
 )
 from gpulab.runtime.recompiles import RecompileWatch
-from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.train.callbacks.log_lines import LogLines
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import LossWindow, Mean
-from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
+from gpulab.train.mfu import MfuCallback
 from gpulab.train.oom_step import GuardedStep
-from gpulab.train.state import FitResult, FitState
-from gpulab.train.step_call import (
-    LossCall,
-    accuracy_counts,
-    call_model,
-    check_batch,
-    samples_in,
-    shifts_labels,
-    step_loss,
-)
 
 
 class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
     How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
-    computed itself) is ``gpulab.train.step_call``'s rule.
+    computed itself) is ``gpulab.data.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
@@ -128,7 +128,7 @@ class Trainer:
         ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
-        None when the model's output carries its loss (see ``gpulab.train.step_call``). ``optimizer``: an
+        None when the model's output carries its loss (see ``gpulab.data.step_call``). ``optimizer``: an
         Optimizer, or a factory called with the model when its parameter is named ``model`` (for
         weight-decay groups by parameter name), else with ``model.parameters()``.
 

@@ -24,14 +24,14 @@ import torch
 from gpulab.bench.harness import Timing
 from gpulab.bench.results import Figure
 from gpulab.config import merge
+from gpulab.core.callbacks import Callback
+from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing
 from gpulab.runtime.memory import memory_limit_bytes
 from gpulab.runtime.memory_estimate import _num_rows
-from gpulab.train.callbacks import Callback
-from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.run import resolve_config
 from gpulab.tune.engines import engine_for
 

@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.strategy import tf_config_task
 from gpulab.errors import ConfigError
-from gpulab.train.state import FitResult
 
 WEIGHTS_FILE = "model.weights.h5"
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.core.run_dir import check_output_dirs, claim, prepare
     from gpulab.engines.tensorflow.trainer import TfTrainer
     from gpulab.train.run import write_summary
-    from gpulab.train.run_dir import check_output_dirs, claim, prepare
 
     config, recipe = resolve_tf_config(user)
     out = Path(config.out_dir or f"runs/{config.recipe}")

@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
+from gpulab.core.callbacks.log_lines import LogLines
+from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_name
@@ -30,11 +35,6 @@ from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
-from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.train.callbacks.log_lines import LogLines
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
-from gpulab.train.nonfinite import NonFiniteLossError
-from gpulab.train.state import FitResult, FitState
 
 
 @dataclass

@@ -13,7 +13,7 @@ import time
 import types
 from pathlib import Path
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 
 class TensorBoardLogger(Callback):

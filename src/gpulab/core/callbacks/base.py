@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpulab.train.state import FitResult, FitState
+    from gpulab.core.state import FitResult, FitState
     from gpulab.train.trainer import Trainer
 
 

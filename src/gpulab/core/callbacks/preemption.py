@@ -5,11 +5,11 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from gpulab.train.preemption import SignalWatch
-    from gpulab.train.state import FitState
+    from gpulab.core.preemption import SignalWatch
+    from gpulab.core.state import FitState
     from gpulab.train.trainer import Trainer
 
 

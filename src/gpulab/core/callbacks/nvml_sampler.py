@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 _LOGGED = {
     "utilization_gpu_pct": "gpu_util_pct",

@@ -19,10 +19,10 @@ from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.core.callbacks.base import Callback
 from gpulab.data.transfer import to_device
 from gpulab.errors import GpulabWarning
 from gpulab.runtime.memory_estimate import holds_shards
-from gpulab.train.callbacks.base import Callback
 
 
 class MfuCallback(Callback):
