@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,10 +26,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
-from gpulab.core.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.core.callbacks.log_lines import LogLines
-from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
-from gpulab.core.nonfinite import NonFiniteWatch, check_parameters
+from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.context import FitContext
 from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.data.step_call import (
@@ -72,6 +69,7 @@ from gpulab.runtime.recompiles import RecompileWatch
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.mfu import MfuCallback
+from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
 
 
@@ -221,6 +219,7 @@ class Trainer:
         self._data_wait = DataWaitMeter()
         self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         val_metrics: dict[str, float] = {}
+        self.context = self._context()
         callbacks.on_fit_start(self, state)
         while not self._done():
             train.set_epoch(state.epoch)
@@ -455,21 +454,23 @@ class Trainer:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
 
     def _default_callbacks(self) -> list[Callback]:
-        s = self.settings
-        if not self.runtime.is_rank_zero:
-            return []
-        # The reporters first: the progress bar and the loggers then see what they add to the metrics.
-        out: list[Callback] = [MfuCallback()] if s.mfu else []
-        out.append(NvmlSamplerCallback())  # silent (no thread) without an NVIDIA GPU
-        if s.progress if s.progress is not None else sys.stdout.isatty():
-            out.append(ProgressBar())
-        elif s.progress is None:  # no terminal (a CI log, nohup, a pipe): plain lines, never silent
-            out.append(LogLines())
-        if s.out_dir:
-            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
-            if s.tensorboard:
-                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
-        return out
+        reporters: list[Callback] = [MfuCallback()] if self.settings.mfu else []
+        return default_callbacks(self.settings, self.runtime.is_rank_zero, reporters)
+
+    def _context(self) -> FitContext:
+        rt = self.runtime
+        return FitContext(
+            engine="torch",
+            device=str(rt.device),
+            device_type=rt.device.type,
+            device_index=rt.device.index,
+            rank=rt.rank,
+            world_size=rt.world_size,
+            settings=self.settings,
+            state=self.state,
+            resumed_from=self.resumed_from,
+            agree_stop=rt.lagged_flag,
+        )
 
     def _result(self, val_metrics: dict[str, float]) -> FitResult:
         rt, state = self.runtime, self.state

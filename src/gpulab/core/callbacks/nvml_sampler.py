@@ -28,7 +28,7 @@ class NvmlSamplerCallback(Callback):
     def on_fit_start(self, trainer, state):
         from gpulab.profiling.sampler import NvmlSampler
 
-        self.sampler = NvmlSampler(trainer.runtime.device, self.interval_s).start()
+        self.sampler = NvmlSampler(trainer.context.gpu or "cpu", self.interval_s).start()
 
     def on_log(self, trainer, state, metrics):
         if self.sampler is None or not self.sampler.available:

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from gpulab.core.callbacks.base import Callback
 
 if TYPE_CHECKING:
+    from gpulab.core.callbacks.base import Trainer
     from gpulab.core.preemption import SignalWatch
     from gpulab.core.state import FitState
-    from gpulab.train.trainer import Trainer
 
 
 class StopOnSignal(Callback):
@@ -23,8 +23,9 @@ class StopOnSignal(Callback):
 
     def on_step_end(self, trainer: Trainer, state: FitState) -> None:
         asked = self.watch.signum is not None
-        if trainer.runtime.world_size > 1:
-            asked = trainer.runtime.lagged_flag(asked)
+        context = trainer.context
+        if context.world_size > 1:
+            asked = context.agree_stop(asked)
         if asked:
             state.should_stop = True
             # A rank that was not signalled itself stops for its peers' SIGTERM.

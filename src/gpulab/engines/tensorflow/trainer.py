@@ -16,16 +16,14 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
-from gpulab.core.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.core.callbacks.log_lines import LogLines
-from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.context import FitContext
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
@@ -100,7 +98,6 @@ class TfTrainer:
         self.memory = configure_memory(tf, self.device, s.memory_limit)
         self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
-        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero)
         self.is_rank_zero = self.dist.is_rank_zero
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
@@ -224,6 +221,7 @@ class TfTrainer:
         self._others = OtherCpuLoad()
         self._reset_peak()
         val_metrics: dict[str, float] = {}
+        self.context = self._context()
         self.callbacks.on_fit_start(self, state)
         finished = self.resumed_from is not None and self._done()
         while not self._done():
@@ -404,19 +402,22 @@ class TfTrainer:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
 
     def _default_callbacks(self) -> list[Callback]:
-        s = self.settings
-        if not self.is_rank_zero:
-            return []
-        out: list[Callback] = [NvmlSamplerCallback()]  # silent (no thread) without an NVIDIA GPU
-        if s.progress if s.progress is not None else sys.stdout.isatty():
-            out.append(ProgressBar())
-        elif s.progress is None:
-            out.append(LogLines())
-        if s.out_dir:
-            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
-            if s.tensorboard:
-                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
-        return out
+        return default_callbacks(self.settings, self.is_rank_zero)
+
+    def _context(self) -> FitContext:
+        """What the callbacks know of this fit (TensorFlow's /GPU:N is CUDA's visible device N)."""
+        on_gpu = self.device.startswith("/GPU")
+        return FitContext(
+            engine="tensorflow",
+            device=self.device,
+            device_type="cuda" if on_gpu else "cpu",
+            device_index=int(self.device.rpartition(":")[2]) if on_gpu else None,
+            rank=self.dist.rank,
+            world_size=self.dist.num_workers,
+            settings=self.settings,
+            state=self.state,
+            resumed_from=self.resumed_from,
+        )
 
     def _reset_peak(self) -> None:
         tf = self._tf
@@ -498,16 +499,4 @@ class TfTrainer:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
         from gpulab.profiling.diagnosis import diagnose_fit
 
-        return diagnose_fit(result, self.runtime.device.type)
-
-
-class _DeviceView:
-    """What the engine-neutral callbacks read of ``trainer.runtime``: the device (as torch names it, for
-    the NVML sampler's GPU index) and whether this process writes the shared files."""
-
-    def __init__(self, tf_device: str, is_rank_zero: bool) -> None:
-        import torch
-
-        index = int(tf_device.rpartition(":")[2])
-        self.device = torch.device("cuda", index) if tf_device.startswith("/GPU") else torch.device("cpu")
-        self.is_rank_zero = is_rank_zero
+        return diagnose_fit(result, "cuda" if self.device.startswith("/GPU") else "cpu")
