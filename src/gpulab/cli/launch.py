@@ -1,6 +1,6 @@
 """`gpulab launch [OPTIONS] -- CMD...`: run CMD on N processes per node under torchrun.
 
-``--engine tensorflow`` runs TensorFlow workers with a TF_CONFIG each instead (distributed/tf_launch.py).
+``--engine tensorflow`` runs TensorFlow workers with a TF_CONFIG each instead (engines/tensorflow/launch.py).
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def launch(
         log_dir=log_dir,
     )
     if engine == "tensorflow":
-        from gpulab.distributed.tf_config import DEFAULT_TF_PORT
-        from gpulab.distributed.tf_launch import launch_tf
+        from gpulab.engines.tensorflow.launch import launch_tf
+        from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT
 
         launch_tf(spec, hosts, DEFAULT_TF_PORT if base_port is None else base_port)
         return

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gpulab.data.step_call import step_loss
 from gpulab.errors import ConfigError
 from gpulab.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
+from gpulab.runtime.step_call import step_loss
 
 if TYPE_CHECKING:
     from gpulab.train.trainer import Trainer

@@ -30,22 +30,13 @@ from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.context import FitContext
 from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
-from gpulab.data.step_call import (
-    LossCall,
-    accuracy_counts,
-    call_model,
-    check_batch,
-    samples_in,
-    shifts_labels,
-    step_loss,
-)
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.profiling.diagnosis import Diagnosis, diagnose_fit
-from gpulab.profiling.timers import DataWaitMeter
+from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
+from gpulab.measure.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
@@ -65,9 +56,18 @@ from gpulab.runtime.memory_format import (
     resolve_channels_last,
     to_channels_last,
 )
+from gpulab.runtime.metrics import LossWindow, Mean
 from gpulab.runtime.recompiles import RecompileWatch
+from gpulab.runtime.step_call import (
+    LossCall,
+    accuracy_counts,
+    call_model,
+    check_batch,
+    samples_in,
+    shifts_labels,
+    step_loss,
+)
 from gpulab.train.checkpointing import Checkpointer
-from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -77,7 +77,7 @@ class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
     How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
-    computed itself) is ``gpulab.data.step_call``'s rule.
+    computed itself) is ``gpulab.runtime.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
@@ -126,7 +126,7 @@ class Trainer:
         ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
-        None when the model's output carries its loss (see ``gpulab.data.step_call``). ``optimizer``: an
+        None when the model's output carries its loss (see ``gpulab.runtime.step_call``). ``optimizer``: an
         Optimizer, or a factory called with the model when its parameter is named ``model`` (for
         weight-decay groups by parameter name), else with ``model.parameters()``.
 

@@ -26,7 +26,7 @@ class NvmlSamplerCallback(Callback):
         self._summary: dict[str, Any] = {}
 
     def on_fit_start(self, trainer, state):
-        from gpulab.profiling.sampler import NvmlSampler
+        from gpulab.measure.sampler import NvmlSampler
 
         self.sampler = NvmlSampler(trainer.context.gpu or "cpu", self.interval_s).start()
 

@@ -497,6 +497,6 @@ class TfTrainer:
 
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
-        from gpulab.profiling.diagnosis import diagnose_fit
+        from gpulab.measure.diagnosis import diagnose_fit
 
         return diagnose_fit(result, "cuda" if self.device.startswith("/GPU") else "cpu")

@@ -8,7 +8,7 @@ from torch import nn
 from gpulab.core.callbacks.base import Callback
 from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.hardware.nvml import GpuReading
-from gpulab.profiling import sampler as S
+from gpulab.measure import sampler as S
 from gpulab.train.mfu import MfuCallback
 
 

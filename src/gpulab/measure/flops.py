@@ -24,9 +24,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpulab.data.step_call import LossCall, step_loss
 from gpulab.data.transfer import iter_tensors
 from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
+from gpulab.runtime.step_call import LossCall, step_loss
 
 # Precision policy name -> the dtype of its datasheet peak.
 PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
@@ -61,7 +61,7 @@ def training_step_flops(
     autocast: Callable[[], AbstractContextManager] = nullcontext,
 ) -> FlopCount:
     """FLOPs of one forward + backward of ``model`` on ``batch`` (``(inputs..., target)``, a dict, ...:
-    called as the Trainer calls it, ``gpulab.data.step_call``).
+    called as the Trainer calls it, ``gpulab.runtime.step_call``).
 
     Only shapes matter: the count for a batch of B samples is B times the count for one for the usual
     models, and ``FlopCount.per_sample`` gives it. ``model`` may be wrapped (DDP, ``torch.compile``):
