@@ -23,6 +23,7 @@ from gpulab.core.summary import write_summary
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.errors import Preempted
 from gpulab.runtime.seed import seed_everything
+from gpulab.train import NAME
 from gpulab.train.recipes.base import load_recipe
 from gpulab.train.trainer import Trainer
 
@@ -39,7 +40,7 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     seed_everything(int(user.get("seed", 0)))
     recipe = load_recipe(user["recipe"], user.get("options"))
     config = parse_config(RunConfig, merge(recipe.defaults, user))
-    if config.engine != "torch":  # run() sends tensorflow to its own engine before this; profile does not
+    if config.engine != NAME:  # each verb asks gpulab.engines for the engine; a direct call may not
         raise ConfigError(
             f"engine {config.engine!r} is not available on this command yet (train, launch, profile, bench, "
             "inspect, export and tune have it); this command runs the torch engine: remove the engine setting"
@@ -62,10 +63,6 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
     the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
     """
-    if user.get("engine") == "tensorflow":  # its own loop and recipes; TensorFlow imported only there
-        from gpulab.engines.tensorflow.run import run as run_tensorflow
-
-        return run_tensorflow(user)
     config, recipe = resolve_config(default_resume(user))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)

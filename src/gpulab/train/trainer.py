@@ -67,6 +67,7 @@ from gpulab.runtime.step_call import (
     shifts_labels,
     step_loss,
 )
+from gpulab.train import NAME, THREADS_HINT
 from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
@@ -94,7 +95,7 @@ class Trainer:
         **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
-        if self.requested.engine != "torch":
+        if self.requested.engine != NAME:
             raise ConfigError(
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
                 "gpulab.engines.tensorflow.TfTrainer (or gpulab train --engine tensorflow)"
@@ -460,7 +461,7 @@ class Trainer:
     def _context(self) -> FitContext:
         rt = self.runtime
         return FitContext(
-            engine="torch",
+            engine=NAME,
             device=str(rt.device),
             device_type=rt.device.type,
             device_index=rt.device.index,
@@ -491,7 +492,9 @@ class Trainer:
                 "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
-                "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
+                "machine_load": load_during(
+                    self._others, on_cpu=rt.device.type == "cpu", threads_hint=THREADS_HINT
+                ),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
                 # recompiles after the first step, whose wall time samples_per_s leaves out
                 **({"compile": self._compile_report()} if self.settings.compile else {}),

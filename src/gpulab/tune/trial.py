@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from gpulab import engines
 from gpulab.bench.harness import Timing
 from gpulab.bench.results import Figure
 from gpulab.config import merge
@@ -169,9 +170,8 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
         trial.status, trial.reason = "stopped", "the budget ran out during this trial"
         return
     if knobs.get("compile") and not result.compiled:
-        tf = result.extras.get("engine") == "tensorflow"
         trial.status = "failed"
-        trial.reason = "XLA could not compile the step" if tf else "torch.compile fell back to eager"
+        trial.reason = engines.get(result.extras.get("engine")).compile_failure
         return
     rates = [h["samples_per_s"] for h in result.history if h.get("samples_per_s")]
     rates = rates[1:] if len(rates) > 2 else rates  # the first interval may still hold warm-up

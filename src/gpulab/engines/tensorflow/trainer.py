@@ -34,6 +34,9 @@ from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
 
+# The busy-machine note's hint for a run on this engine (hardware.load.load_during).
+THREADS_HINT = " (TensorFlow's CPU threads competed with those processes)"
+
 
 @dataclass
 class TfRecipe:
@@ -424,23 +427,18 @@ class TfTrainer:
         if self.device.startswith("/GPU"):
             tf.config.experimental.reset_memory_stats(self.device.lstrip("/"))
         else:
-            import torch
+            from gpulab.hardware.host_memory import reset_peak_rss
 
-            from gpulab.runtime.memory import reset_peak_memory
-
-            reset_peak_memory(torch.device("cpu"))
+            reset_peak_rss()
 
     def _memory(self) -> tuple[int, dict[str, Any]]:
         tf = self._tf
         if self.device.startswith("/GPU"):
             info = tf.config.experimental.get_memory_info(self.device.lstrip("/"))
             return int(info["peak"]), {"current_bytes": int(info["current"]), "peak_bytes": int(info["peak"])}
-        import torch
+        from gpulab.hardware.host_memory import host_memory_json, peak_rss_bytes
 
-        from gpulab.runtime.memory import memory_stats, peak_memory_bytes
-
-        cpu = torch.device("cpu")
-        return peak_memory_bytes(cpu), memory_stats(cpu).to_json()
+        return peak_rss_bytes(), host_memory_json()
 
     def _result(self, val_metrics: dict[str, float]) -> FitResult:
         from gpulab.hardware.load import load_during
@@ -489,7 +487,7 @@ class TfTrainer:
                 "data_wait_s": self._data_wait,
                 "memory": memory,
                 "machine_load": load_during(
-                    self._others, on_cpu=not self.device.startswith("/GPU"), engine="tensorflow"
+                    self._others, on_cpu=not self.device.startswith("/GPU"), threads_hint=THREADS_HINT
                 ),
             },
         )
