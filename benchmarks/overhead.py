@@ -32,8 +32,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from gpulab.core.callbacks import Callback
 from gpulab.runtime.memory import synchronize
-from gpulab.train.callbacks import Callback
 from gpulab.train.recipes.mlp import make_data, make_model
 from gpulab.train.trainer import Trainer
 

@@ -26,9 +26,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from gpulab.core.callbacks import Callback  # noqa: E402
 from gpulab.engines.tensorflow.recipes import mlp  # noqa: E402
 from gpulab.engines.tensorflow.trainer import TfTrainer  # noqa: E402
-from gpulab.train.callbacks import Callback  # noqa: E402
 
 BATCH, EPOCHS = 64, 8
 

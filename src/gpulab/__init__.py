@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "Runtime": "gpulab.runtime",
     "Trainer": "gpulab.train.trainer",
-    "FitResult": "gpulab.train.state",
-    "Callback": "gpulab.train.callbacks",
+    "FitResult": "gpulab.core.state",
+    "Callback": "gpulab.core.callbacks",
     "Recipe": "gpulab.train.recipes.base",
 }
 

@@ -14,12 +14,13 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gpulab import precisions as precision_table
 from gpulab.errors import ConfigError, choices
 
-PRECISIONS = ("auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed")
-Precision = Literal["auto", "fp32", "tf32", "bf16-mixed", "fp16-mixed"]
-STRATEGIES = ("auto", "single", "ddp", "fsdp2", "dp", "mirrored", "multiworker")
-Strategy = Literal["auto", "single", "ddp", "fsdp2", "dp", "mirrored", "multiworker"]
+PRECISIONS = precision_table.NAMES
+Precision = Literal[PRECISIONS]  # the table's names (precisions.py)
+STRATEGIES = tuple(precision_table.STRATEGIES)
+Strategy = Literal[STRATEGIES]  # the table's names (precisions.py)
 ENGINES = ("torch", "tensorflow")
 Engine = Literal["torch", "tensorflow"]
 
@@ -218,9 +219,9 @@ S = TypeVar("S", bound=Settings)
 # than silently ignored.
 _TF_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
 _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
-    "torch": {"strategy": ("auto", "single", "ddp", "fsdp2", "dp"), "data_cache": None},
+    "torch": {"strategy": precision_table.strategies_of("torch"), "data_cache": None},
     "tensorflow": {
-        "strategy": ("auto", "single", "mirrored", "multiworker"),
+        "strategy": precision_table.strategies_of("tensorflow"),
         "device": _TF_DEVICES,
         "mfu": (False,),
         **dict.fromkeys(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.train.run_dir import LOCK_FILE
+from gpulab.core.run_dir import LOCK_FILE
 
 QUICK = ["--max-steps", "2", "--device", "cpu", "--set", "tensorboard=false", "--set", "mfu=false"]
 

@@ -110,7 +110,7 @@ def settings(**overrides):
 def capture():
     """A callback keeping the full model at the end of fit (gathered on rank 0 for FSDP2), while the
     process group still exists: a Trainer that created its strategy tears it down when fit returns."""
-    from gpulab.train.callbacks import Callback
+    from gpulab.core.callbacks import Callback
 
     class Capture(Callback):
         params: dict[str, torch.Tensor] = {}
@@ -145,7 +145,7 @@ def run_ddp(out: Path, rank: int) -> dict:
 def run_accumulate(out: Path, rank: int) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from gpulab.train.callbacks import Callback
+    from gpulab.core.callbacks import Callback
     from gpulab.train.trainer import Trainer
 
     calls = []
@@ -191,7 +191,7 @@ def run_nan16(out: Path, rank: int) -> dict:
 
 
 def run_nan32(out: Path, rank: int) -> dict:
-    from gpulab.train.nonfinite import NonFiniteLossError
+    from gpulab.core.nonfinite import NonFiniteLossError
     from gpulab.train.trainer import Trainer
 
     trainer = Trainer(strategy="ddp", **settings(epochs=1, log_every=2))
@@ -222,7 +222,7 @@ def run_fsdp2(out: Path, rank: int) -> dict:
 
 
 def run_stall(out: Path, rank: int) -> dict:
-    from gpulab.train.callbacks import Callback
+    from gpulab.core.callbacks import Callback
     from gpulab.train.trainer import Trainer
 
     stall_rank = int(os.environ["STALL_RANK"])
@@ -304,7 +304,7 @@ def tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_fsdp2_tied(out: Path, rank: int) -> dict:
-    from gpulab.train.callbacks.mfu import MfuCallback
+    from gpulab.train.mfu import MfuCallback
     from gpulab.train.trainer import Trainer
 
     mfu = MfuCallback(measure_peak=False)

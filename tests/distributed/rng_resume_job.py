@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from gpulab.checkpoint import io as checkpoint_io
-from gpulab.train.callbacks import Callback
+from gpulab.core.callbacks import Callback
 from gpulab.train.trainer import Trainer
 
 

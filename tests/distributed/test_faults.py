@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
-from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.trainer import Trainer
 
 TIMEOUT_S = 5  # ddp_job's stall scenario sets collective_timeout_s=5

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from gpulab import engines
 from gpulab.hardware.load import OtherCpuLoad, load_during, usable_cores
 
 HOG = "import time\nend = time.time() + 20\nwhile time.time() < end: pass"
@@ -22,8 +23,8 @@ def test_the_busy_note_names_each_engines_threads():
     try:
         others = OtherCpuLoad()
         time.sleep(1.5)
-        torch_run = load_during(others, on_cpu=True)
-        tf_run = load_during(others, on_cpu=True, engine="tensorflow")
+        torch_run = load_during(others, on_cpu=True, threads_hint=engines.get("torch").threads_hint)
+        tf_run = load_during(others, on_cpu=True, threads_hint=engines.get("tensorflow").threads_hint)
     finally:
         for hog in hogs:
             hog.kill()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gpulab.hardware import native_dtypes as nd
-from gpulab.profiling.diagnosis import diagnose
+from gpulab.measure.diagnosis import diagnose
 from gpulab.runtime import Runtime
 
 # The 2-core machine of issue 14 (no AVX-512), this VM (AVX-512 BF16), a Sapphire Rapids part (AMX) and

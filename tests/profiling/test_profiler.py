@@ -126,7 +126,7 @@ def test_cli_profile_on_cpu_prints_no_kineto_chatter(tmp_path):
 
 
 def test_profile_runs_a_model_called_with_dict_batches_that_returns_its_own_loss(tmp_path):
-    """The profiler calls model and loss by the Trainer's rule (train/step_call.py): no loss_fn here."""
+    """The profiler calls model and loss by the Trainer's rule (runtime/step_call.py): no loss_fn here."""
 
     class OwnLoss(nn.Module):
         def __init__(self) -> None:

@@ -11,9 +11,9 @@ import socket
 import pytest
 
 from gpulab.cli import main
-from gpulab.distributed import tf_launch as T
 from gpulab.distributed.launch import LaunchSpec
-from gpulab.distributed.tf_config import DEFAULT_TF_PORT, cluster_workers, tf_config
+from gpulab.engines.tensorflow import launch as T
+from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT, cluster_workers, tf_config
 from gpulab.errors import LaunchError
 
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.state import FitState
+from gpulab.core.state import FitState
+from gpulab.train.mfu import MfuCallback
 
 
 def test_first_step_flops_are_per_sample_of_that_step_after_a_resume(monkeypatch):

@@ -11,8 +11,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.checkpoint.api import capture_rng, list_checkpoints, load_checkpoint, save_checkpoint
-from gpulab.train.callbacks import Callback
-from gpulab.train.nonfinite import NonFiniteLossError
+from gpulab.core.callbacks import Callback
+from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.train.trainer import Trainer
 
 

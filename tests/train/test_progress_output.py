@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.train.callbacks import Callback, ProgressBar
-from gpulab.train.callbacks.log_lines import LogLines
+from gpulab.core.callbacks import Callback, ProgressBar
+from gpulab.core.callbacks.log_lines import LogLines
 from gpulab.train.trainer import Trainer
 
 

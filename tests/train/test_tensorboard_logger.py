@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpulab.train.callbacks import TensorBoardLogger
+from gpulab.core.callbacks import TensorBoardLogger
 
 
 class FakeFileWriter:
@@ -14,12 +14,16 @@ class FakeFileWriter:
     def add_summary(self, summary, step):
         self.events.append((step, {v.tag: v.simple_value for v in summary.value}))
 
+    def close(self):
+        pass
+
 
 def start(tmp_path, hand_over_s):
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=hand_over_s)
     logger.on_fit_start(trainer=None, state=SimpleNamespace(global_step=0))
     fake = FakeFileWriter()
-    logger._writer.file_writer = fake
+    logger._writer.close()
+    logger._writer = fake
     return logger, fake
 
 

@@ -15,10 +15,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from gpulab.core.callbacks import Callback, ProgressBar
+from gpulab.core.callbacks.log_lines import LogLines
+from gpulab.core.state import FitResult
 from gpulab.errors import ConfigError
-from gpulab.train.callbacks import Callback, ProgressBar
-from gpulab.train.callbacks.log_lines import LogLines
-from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
 
 FEATURES = 8

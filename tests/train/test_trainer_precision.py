@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.train.callbacks import Callback
+from gpulab.core.callbacks import Callback
 from gpulab.train.trainer import Trainer
 
 FEATURES = 8

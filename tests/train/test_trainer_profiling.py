@@ -17,10 +17,10 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from gpulab.profiling.diagnosis import BOUNDS
-from gpulab.train.callbacks import Callback, ProgressBar
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.core.callbacks import Callback, ProgressBar
+from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.measure.diagnosis import BOUNDS
+from gpulab.train.mfu import MfuCallback
 from gpulab.train.trainer import Trainer
 
 
@@ -157,7 +157,7 @@ def test_a_tiny_cpu_memory_limit_does_not_make_the_run_memory_bound():
 
 def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypatch):
     # A sharded model's FLOPs are counted on the first real step; a fit failing there must close it.
-    monkeypatch.setattr("gpulab.train.callbacks.mfu.holds_shards", lambda model: True)
+    monkeypatch.setattr("gpulab.train.mfu.holds_shards", lambda model: True)
 
     def broken_loss(out, target):
         raise RuntimeError("boom")
@@ -172,7 +172,7 @@ def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypa
 def test_flops_are_counted_on_the_first_real_step_not_by_a_separate_trace(monkeypatch):
     # The separate fake-tensor trace cost the mlp recipe 50-110 ms before its first step; the first real
     # optimizer step (two micro-batches here) gives the same count for nothing.
-    from gpulab.profiling import flops
+    from gpulab.measure import flops
 
     x, y = _data()
     expected = flops.training_step_flops(_model(), F.mse_loss, (x[:32], y[:32])).per_sample

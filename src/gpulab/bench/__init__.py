@@ -21,6 +21,7 @@ from typing import Any
 from gpulab.bench.plots import matplotlib_missing, render
 from gpulab.bench.report import write_report
 from gpulab.bench.results import SuiteResult, environment, gpu_readings, new_document, write_results
+from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, GpulabError, choices
 from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
 
@@ -84,10 +85,8 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[s
     from gpulab.hardware.devices import select_device
 
     names = config.suite_names()
-    if "tensorflow" in config.engine_names():
-        from gpulab.bench.tf.launch import require_tensorflow_installed
-
-        require_tensorflow_installed()
+    for name in config.engine_names():
+        get_engine(name).check_bench()
     device = torch.device(select_device(config.device).device)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or threads)
@@ -114,15 +113,8 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
     doc = new_document(settings, environment(device))
     out = Path(config.out_dir)
-    if "torch" in engines:
-        for name in names:
-            log(f"[{name}] running on {device} ({config.profile})")
-            doc["suites"][name] = _run_suite(name, ctx, out)
-            suite = doc["suites"][name]
-            log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
-            write_results(doc, out)
-    if "tensorflow" in engines:
-        _run_tensorflow(names, ctx, config, doc, out, log)
+    for engine in engines:
+        get_engine(engine).bench(names, ctx, config, doc, out, log)
     if len(engines) > 1:
         from gpulab.bench.versus import add_comparison
 
@@ -132,26 +124,16 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     return doc
 
 
-def _run_tensorflow(
+def run_torch_suites(
     names: list[str], ctx: Any, config: BenchConfig, doc: dict, out: Path, log: Callable
 ) -> None:
-    from gpulab.bench.tf import TF_SUITES
-    from gpulab.bench.tf.launch import run_tensorflow_suites, skip_reason
-
-    doc["skipped"] = [
-        {"suite": n, "engine": "tensorflow", "reason": skip_reason(n)} for n in names if n not in TF_SUITES
-    ]
-    for skipped in doc["skipped"]:
-        log(skipped["reason"])
-    tf_names = [n for n in names if n in TF_SUITES]
-    if tf_names:
-        spec = {"profile": config.profile, "device": str(ctx.device), "warmup": ctx.warmup}
-        spec |= {
-            "repeats": ctx.repeats,
-            "memory_limit_bytes": ctx.memory_limit_bytes,
-            "threads": config.threads,
-        }
-        run_tensorflow_suites(tf_names, spec, doc, out, log)
+    """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
+    for name in names:
+        log(f"[{name}] running on {ctx.device} ({config.profile})")
+        doc["suites"][name] = _run_suite(name, ctx, out)
+        suite = doc["suites"][name]
+        log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
+        write_results(doc, out)
 
 
 def _run_suite(

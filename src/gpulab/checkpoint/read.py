@@ -10,11 +10,9 @@ import json
 import pickle
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import safe_open
-from safetensors.torch import load_file
 
 from gpulab.checkpoint.io import (
     LATEST,
@@ -26,6 +24,9 @@ from gpulab.checkpoint.io import (
     verify_manifest,
 )
 from gpulab.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def step_dirs(root: Path) -> list[Path]:
@@ -95,6 +96,8 @@ def read_latest(root: Path) -> Path | None:
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file  # torch's side: an engine without torch never reads weights here
+
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # SafetensorError and friends: the file does not parse
@@ -110,6 +113,8 @@ def check_weights_header(path: Path) -> None:
 
 
 def load_state(path: Path) -> dict[str, Any]:
+    import torch
+
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as exc:

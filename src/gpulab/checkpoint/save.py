@@ -9,15 +9,12 @@ import math
 import os
 import platform
 import shutil
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from safetensors.torch import save_file
-
-from gpulab.checkpoint.contents import check_state_tree
 from gpulab.checkpoint.io import (
     LATEST,
     MANIFEST,
@@ -36,8 +33,13 @@ from gpulab.checkpoint.io import (
     write_text_atomic,
 )
 from gpulab.checkpoint.read import load_meta, step_dirs
-from gpulab.checkpoint.rng import validate_rng
 from gpulab.errors import CheckpointError, choices
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a torch state is saved, never at import: the TensorFlow engine commits its own
+# checkpoints through this module without torch.
 
 MODES = ("min", "max")
 
@@ -53,6 +55,9 @@ def check_save_args(step: Any, state: Any, keep_last: Any, keep_best: Any) -> No
         raise CheckpointError(f"keep_best={keep_best!r}: expected (metric_name, {choices(MODES)})")
     if not isinstance(state, dict):
         raise CheckpointError(f"state: expected a dict, got {type(state).__name__}")
+    from gpulab.checkpoint.contents import check_state_tree
+    from gpulab.checkpoint.rng import validate_rng
+
     check_state_tree(state)
     if "rng" not in state:
         raise CheckpointError("state has no 'rng' entry: pass state['rng'] = capture_rng() for exact resume")
@@ -71,7 +76,10 @@ def check_extra_files(files: Any) -> dict[str, bytes]:
     return dict(files)
 
 
-def meta_bytes(step: int, state: dict[str, Any], meta: dict[str, Any]) -> bytes:
+def meta_bytes(
+    step: int, state: dict[str, Any], meta: dict[str, Any], versions: dict[str, str] | None = None
+) -> bytes:
+    """meta.json's bytes; ``versions``: the engine's framework versions (None: torch's)."""
     import gpulab
 
     if not isinstance(meta, dict):
@@ -85,7 +93,7 @@ def meta_bytes(step: int, state: dict[str, Any], meta: dict[str, Any]) -> bytes:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": {
             "gpulab": gpulab.__version__,
-            "torch": torch.__version__,
+            **(versions if versions is not None else _torch_version()),
             "python": platform.python_version(),
         },
     }
@@ -104,7 +112,15 @@ def _json_scalar(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 
+def _torch_version() -> dict[str, str]:
+    import torch
+
+    return {"torch": torch.__version__}
+
+
 def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
     try:
         save_file(tensors, str(path), metadata={"format": "pt"})
     except Exception as exc:  # safetensors raises its own types for unsupported tensors
@@ -124,11 +140,16 @@ def is_disk_full(exc: BaseException) -> bool:
     return any(mark in str(exc) for mark in ("StorageFull", "No space left", "QuotaExceeded"))
 
 
+def _is_tensor(tree: Any) -> bool:
+    torch = sys.modules.get("torch")  # no torch loaded: the trees hold no torch tensor
+    return torch is not None and isinstance(tree, torch.Tensor)
+
+
 def payload_bytes(*trees: Any) -> int:
     """Bytes of every tensor in ``trees``: about what a checkpoint of them needs on disk."""
     total = 0
     for tree in trees:
-        if isinstance(tree, torch.Tensor):
+        if _is_tensor(tree):
             total += tree.numel() * tree.element_size()
         elif isinstance(tree, dict):
             total += payload_bytes(*tree.values())
@@ -252,6 +273,8 @@ def _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best) -> 
     try:
         pause_point("after-weights")
         if state is not None:  # None: an engine whose state lives in its own files (TensorFlow's)
+            import torch
+
             with open(tmp / STATE, "wb") as handle:
                 torch.save(state, handle)
                 handle.flush()

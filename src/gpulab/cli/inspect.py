@@ -18,6 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from gpulab import engines, precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.profile import _flops
 from gpulab.config import layer_settings
@@ -32,7 +33,7 @@ def inspect(
         None, "--batch-size", min=1, help="Samples per step [default: the recipe's]"
     ),
     depth: int = typer.Option(3, "--depth", min=0, help="Show nested modules down to this call depth"),
-    precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
+    precision: str = typer.Option(None, help=precisions.HELP),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu: whose memory the step must fit"),
     engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and totals as JSON"),
@@ -124,9 +125,7 @@ def render(report, depth: int, console: Console) -> None:
         f"parameters: {report.params_trainable:,} trainable{frozen} ({_mib(report.params_bytes)})",
         highlight=False,
     )
-    counter = "the FLOP counter's figure"
-    if report.engine != "torch":
-        counter = "TensorFlow's graph profiler's count"
+    counter = engines.get(report.engine).flop_counter
     console.print(
         f"FLOPs per sample: {_per_sample(i.flops_total, i)} per training step (forward + backward; forward "
         f"{_per_sample(i.flops_forward, i)}), {counter}",
@@ -136,7 +135,7 @@ def render(report, depth: int, console: Console) -> None:
     if casts:
         console.print(
             f"[yellow]{_cast_mark(report)}[/] marks the layers "
-            f"{'autocast runs' if report.engine == 'torch' else 'that run'} in another dtype than the run's "
+            f"{engines.get(report.engine).cast_note[1]} in another dtype than the run's "
             f"{i.run_dtype}: {', '.join(casts)}",
             highlight=False,
         )
@@ -159,7 +158,7 @@ def render(report, depth: int, console: Console) -> None:
 
 
 def _cast_mark(report) -> str:
-    return "(autocast)" if report.engine == "torch" else "(layer dtype policy)"
+    return engines.get(report.engine).cast_note[0]
 
 
 def _per_sample(flops: int | None, i) -> str:

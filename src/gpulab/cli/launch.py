@@ -1,11 +1,13 @@
 """`gpulab launch [OPTIONS] -- CMD...`: run CMD on N processes per node under torchrun.
 
-``--engine tensorflow`` runs TensorFlow workers with a TF_CONFIG each instead (distributed/tf_launch.py).
+``--engine tensorflow`` runs TensorFlow workers with a TF_CONFIG each instead (engines/tensorflow/launch.py).
 """
 
 from __future__ import annotations
 
 import typer
+
+from gpulab import engines
 
 
 def launch(
@@ -56,7 +58,7 @@ def launch(
     Uses torch.distributed.run's own API: c10d rendezvous (standalone on one node), elastic restarts,
     gloo on CPUs and NCCL on GPUs. `--print slurm|k8s` prints a cluster template instead.
     """
-    from gpulab.distributed.launch import LaunchSpec, launch, local_accelerator
+    from gpulab.distributed.launch import LaunchSpec, local_accelerator
 
     _check_engine_options(engine, locals())
     spec = LaunchSpec(
@@ -74,14 +76,8 @@ def launch(
         no_python=no_python,
         log_dir=log_dir,
     )
-    if engine == "tensorflow":
-        from gpulab.distributed.tf_config import DEFAULT_TF_PORT
-        from gpulab.distributed.tf_launch import launch_tf
-
-        launch_tf(spec, hosts, DEFAULT_TF_PORT if base_port is None else base_port)
-        return
     if print_ is None:
-        launch(spec)
+        engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
         return
     from gpulab.distributed.cluster_templates import render
 
@@ -90,27 +86,20 @@ def launch(
     typer.echo(render(print_, spec, nproc, job_name=job_name, image=image), nl=False)
 
 
-# Options that only one engine's launcher has: (option, parameter name, its default).
-_TORCH_ONLY = (("--rdzv-endpoint", "rdzv_endpoint", None), ("--rdzv-id", "rdzv_id", None),
-               ("--local-addr", "local_addr", None), ("--max-restarts", "max_restarts", 0),
-               ("--print", "print_", None))  # fmt: skip
-_TF_ONLY = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
-
-
 def _check_engine_options(engine: str, given: dict) -> None:
-    """An unknown engine, or an option the chosen engine's launcher lacks, is one line (exit 2)."""
+    """An unknown engine, or an option only another engine's launcher has, is one line (exit 2)."""
     from gpulab.config import ENGINES
     from gpulab.errors import LaunchError, choices
 
     if engine not in ENGINES:
         raise LaunchError(f"--engine {engine!r} is not one of {choices(ENGINES)}")
-    other = _TORCH_ONLY if engine == "tensorflow" else _TF_ONLY
-    for option, name, default in other:
-        if given[name] != default:
-            raise LaunchError(
-                f"{option} does not apply to --engine {engine} (valid with --engine "
-                f"{'torch' if engine == 'tensorflow' else 'tensorflow'}); drop it"
-            )
+    for other in (engines.get(name) for name in ENGINES if name != engine):
+        for option, name, default in other.launch_options:
+            if given[name] != default:
+                raise LaunchError(
+                    f"{option} does not apply to --engine {engine} "
+                    f"(valid with --engine {other.name}); drop it"
+                )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -33,7 +34,7 @@ def profile(
     out: Path = typer.Option(None, "--out", help="Output directory [default: runs/profile-RECIPE]"),
     config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
-    precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
+    precision: str = typer.Option(None, help=precisions.HELP),
     batch_size: int = typer.Option(None, "--batch-size", help="Samples per step (per device)"),
     compile: bool = typer.Option(None, "--compile/--no-compile", help="torch.compile the model"),
     seed: int = typer.Option(None, help="Random seed"),
@@ -57,7 +58,8 @@ def profile(
 
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
-    from gpulab.profiling.profiler import ProfileOptions, profile_recipe
+    from gpulab import engines
+    from gpulab.profiling.profiler import ProfileOptions
 
     flags = {
         "recipe": recipe,
@@ -74,18 +76,11 @@ def profile(
     options = ProfileOptions(
         warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
     )
-    if user.get("engine") == "tensorflow":
-        from gpulab.engines.tensorflow.profile import profile_tf
-
-        result = profile_tf(user, out_dir, options)
-        render_tf(result.report, make_console())
-        for name, path in result.files.items():
-            make_console().print(f"wrote {name}: {path}", highlight=False)
-        return
-    result = profile_recipe(user, out_dir, options)
+    engine = engines.of(user)
+    result = engine.profile(user, out_dir, options)
     if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
         return  # not rank zero: rank 0 prints
-    render(result.report, make_console())
+    VIEWS[engine.profile_view](result.report, make_console())
     for name, path in result.files.items():
         make_console().print(f"wrote {name}: {path}", highlight=False)
 
@@ -196,6 +191,10 @@ def _flops(value: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
+
+
+# An engine's profile_view -> how its report is drawn: a per-phase breakdown, or step times only.
+VIEWS = {"phases": render, "steps": render_tf}
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -19,7 +20,7 @@ def train(
     config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
     engine: str = typer.Option(None, help="torch|tensorflow [default: torch]"),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
-    precision: str = typer.Option(None, help="auto|fp32|tf32|bf16-mixed|fp16-mixed"),
+    precision: str = typer.Option(None, help=precisions.HELP),
     epochs: int = typer.Option(None, help="Passes over the training data"),
     max_steps: int = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps"),
     batch_size: str = typer.Option(
@@ -40,7 +41,7 @@ def train(
 
     Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
     """
-    from gpulab.train.run import run
+    from gpulab import engines
 
     flags = {
         "recipe": recipe,
@@ -60,7 +61,7 @@ def train(
     user = layer_settings(config, flags, set_)  # run() adds resume: auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
-    cfg, result, out_dir = run(user)
+    cfg, result, out_dir = engines.of(user).run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
     console = make_console()

@@ -12,15 +12,20 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gpulab import engines
+from gpulab.config import ENGINES
 from gpulab.errors import CheckpointError, ConfigError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
 from gpulab.export.formats.base import DTYPES, Deployable
 from gpulab.export.rebuild import rebuild, run_engine
+
+if TYPE_CHECKING:
+    from gpulab.engines import Engine
 
 EXAMPLE_BATCH = 2  # torch.export specialises a size-1 dimension; 2 keeps the batch symbolic
 PARITY_BATCH = 64
@@ -48,19 +53,17 @@ def parse_batch_dim(value: str | int) -> int | None:
     return n
 
 
-def check_engine(path: Path, fmt: str) -> None:
-    """A TensorFlow run exports as savedmodel only, a torch run as a torch format only: one line each."""
-    engine = run_engine(path) if path.is_dir() else "torch"
-    if fmt in formats.TENSORFLOW_FORMATS and engine != "tensorflow":
+def check_engine(path: Path, fmt: str) -> Engine:
+    """The engine that trained ``path`` (a checkpoint file: torch's), if it exports to ``fmt``; else one line
+    naming the formats it does export to."""
+    engine = engines.get(run_engine(path) if path.is_dir() else None)
+    if fmt not in engine.export_formats:
+        owner = next(e for e in map(engines.get, ENGINES) if fmt in e.export_formats)
         raise ConfigError(
-            f"format {fmt} needs a TensorFlow-engine run and {path} was trained with the {engine} engine; "
-            f"valid for it: {choices(formats.TORCH_FORMATS)}"
+            f"format {fmt} {owner.export_refusal} and {path} was trained with the {engine.name} engine; "
+            f"valid for it: {choices(engine.export_formats)}"
         )
-    if fmt in formats.TORCH_FORMATS and engine != "torch":
-        raise ConfigError(
-            f"format {fmt} exports a torch model and {path} was trained with the {engine} engine; "
-            f"valid for it: {choices(formats.TENSORFLOW_FORMATS)}"
-        )
+    return engine
 
 
 def export(
@@ -73,12 +76,14 @@ def export(
     input_file: str | Path | None = None,
 ) -> ExportResult:
     path = Path(path)
-    module, fixed = check_request(path, fmt, out, batch_dim, precision)
-    if fmt in formats.TENSORFLOW_FORMATS:
-        from gpulab.export.tf_api import export_tf
+    engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    return engine.export(path, module, fixed, out=out, precision=precision, input_file=input_file)
 
-        batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
-        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch)
+
+def export_torch(
+    path: Path, module: Any, fixed: int | None, *, out: Any, precision: str, input_file: Any
+) -> ExportResult:
+    """The torch engine's export (``gpulab.engines.torch``): rebuild the model, write, check parity."""
     source = rebuild(path)
     inputs, target = (
         export_data.from_npz(input_file)
@@ -96,14 +101,14 @@ def export(
     info = describe(module, source, precision, fixed, inputs, time.perf_counter() - started) | facts
     artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
     report = check_parity(module, artifact, model, inputs, target, precision, fixed)
-    report = {"format": fmt, "runtime": module.RUNTIME, "precision": precision, **report}
+    report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": precision, **report}
     report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
     parity_path = parity.write(report, artifact)
     return ExportResult(artifact, report, parity_path, info)
 
 
 def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
-    """Everything that can be refused without reading the checkpoint: (format module, fixed batch)."""
+    """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
     if fmt not in formats.FORMATS:
         formats.get(fmt)  # raises: unknown format, with the valid ones
     if precision not in DTYPES:
@@ -111,17 +116,18 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     fixed = parse_batch_dim(batch_dim)
     if not path.exists():
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
-    check_engine(path, fmt)
-    if fmt in formats.TENSORFLOW_FORMATS and precision != "fp32":
+    engine = check_engine(path, fmt)
+    if engine.export_precisions is not None and precision not in engine.export_precisions:
         raise ConfigError(
-            f"--precision {precision}: format {fmt} exports the float32 Keras model; valid: fp32"
+            f"--precision {precision}: format {fmt} exports {engine.export_model}; "
+            f"valid: {choices(engine.export_precisions)}"
         )
     module = formats.get(fmt)
     module.available()
     required = getattr(module, "REQUIRED_SUFFIX", None)
     if out is not None and required and not Path(out).name.endswith(required):
         raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
-    return module, fixed
+    return engine, module, fixed
 
 
 def describe(module, source, precision: str, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gpulab import engines
 from gpulab.errors import ConfigError, DataError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
@@ -99,9 +100,6 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
-    if sidecar.get("engine") == "tensorflow":  # its recipe's data in TensorFlow's layout (NHWC images)
-        from gpulab.export.tf_api import keras_recipe as build
-    else:
-        from gpulab.train.recipes.base import load_recipe as build
-    recipe = build(sidecar["recipe"], sidecar.get("options") or {})
+    # The recipe's data in its engine's layout (TensorFlow's images are NHWC).
+    recipe = engines.get(sidecar.get("engine")).recipe(sidecar["recipe"], sidecar.get("options") or {})
     return export_data.from_recipe(recipe.val_data, sidecar["recipe"])

@@ -140,10 +140,11 @@ def _all_cpus_busy_s() -> float | None:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
-def load_during(others: OtherCpuLoad, *, on_cpu: bool, engine: str = "torch") -> dict[str, Any]:
+def load_during(others: OtherCpuLoad, *, on_cpu: bool, threads_hint: str) -> dict[str, Any]:
     """What ``train`` records about the machine over a run measured by ``others``: the load average,
     the share of CPU time other processes used, whether that made it busy, and if so a one-line note
-    (its hint names the engine's own threads: OMP_NUM_THREADS does not size TensorFlow's pools)."""
+    (``threads_hint``, from the engine, names its own threads: OMP_NUM_THREADS does not size TensorFlow's
+    pools)."""
     report = machine_load()
     share = others.fraction()
     report["cpu_used_by_others"] = None if share is None else round(share, 3)
@@ -155,13 +156,7 @@ def load_during(others: OtherCpuLoad, *, on_cpu: bool, engine: str = "torch") ->
             if share is not None
             else "load above its cores"
         )
-        if not on_cpu:
-            hint = ": host-side times are inflated"
-        elif engine == "tensorflow":
-            hint = ": times are inflated (TensorFlow's CPU threads competed with those processes)"
-        else:
-            hint = ": times are inflated, and torch's threads wait for each other"
-            hint += " (OMP_NUM_THREADS=1 suffers less)"
+        hint = f": times are inflated{threads_hint}" if on_cpu else ": host-side times are inflated"
         load = f"load {report['load_1min']} on {report['cores']} cores"
         report["note"] = f"the machine was busy during this run ({used}, {load}){hint}"
     return report

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.data.transfer import iter_tensors
 from gpulab.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
-from gpulab.train.step_call import LossCall, step_loss
+from gpulab.runtime.step_call import LossCall, step_loss
 
 SHORT_DTYPES = {
     torch.float32: "f32",

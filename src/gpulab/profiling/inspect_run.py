@@ -17,8 +17,6 @@ import torch
 from gpulab.errors import ConfigError, GpulabError
 from gpulab.profiling.inspect_model import Inspection, _first_line, inspect_model
 
-ENGINES = ("torch", "tensorflow")
-
 
 class InspectFailed(GpulabError):
     """A layer failed on its input during the trace: the partial table is shown, then this line."""
@@ -85,20 +83,20 @@ def _failure_json(f) -> dict[str, Any]:
 
 
 def inspect_recipe(user: dict[str, Any]) -> InspectReport:
-    """Inspect the run ``user`` describes (the same settings as ``gpulab train``)."""
+    """Inspect the run ``user`` describes (the same settings as ``gpulab train``), on its engine."""
+    from gpulab import engines
+
+    return engines.get(user.pop("engine", None)).inspect(user)
+
+
+def inspect_torch(user: dict[str, Any]) -> InspectReport:
+    """The torch engine's inspect (``gpulab.engines.torch``)."""
     from gpulab.hardware.devices import select_device
     from gpulab.runtime.memory_estimate import estimate_memory, example_batch
     from gpulab.runtime.precision import resolve_precision
     from gpulab.runtime.runtime import _takes_model
     from gpulab.train.run import resolve_config
 
-    engine = user.pop("engine", "torch") or "torch"
-    if engine == "tensorflow":  # TensorFlow is imported there only
-        from gpulab.engines.tensorflow.inspect import inspect_tf
-
-        return inspect_tf(user)
-    if engine != "torch":
-        raise ConfigError(f"unknown engine {engine!r}; valid: torch|tensorflow")
     config, recipe = resolve_config(user)
     if not isinstance(config.batch_size, int):
         raise ConfigError("inspect needs a number for the batch size (not auto): e.g. --batch-size 32")
@@ -164,4 +162,4 @@ def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, s
     return None, f"no capacity known for {device}"
 
 
-__all__ = ["ENGINES", "InspectFailed", "InspectReport", "inspect_recipe"]
+__all__ = ["InspectFailed", "InspectReport", "inspect_recipe", "inspect_torch"]

@@ -39,14 +39,14 @@ from gpulab.data.transfer import map_tensors
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.profiling.diagnosis import diagnose
-from gpulab.profiling.flops import device_peaks, training_step_flops
-from gpulab.profiling.sampler import NvmlSampler
-from gpulab.profiling.timers import PHASES, PhaseTimer, phase_timer
+from gpulab.measure.diagnosis import diagnose
+from gpulab.measure.flops import device_peaks, training_step_flops
+from gpulab.measure.sampler import NvmlSampler
+from gpulab.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.runtime.memory_format import channels_last_batch
 from gpulab.runtime.oom import sync_gradients
-from gpulab.train.step_call import LossCall, check_batch, step_loss
+from gpulab.runtime.step_call import LossCall, check_batch, step_loss
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
@@ -189,7 +189,7 @@ class _Step:
 
     def __init__(self, rt, model, forward, optimizer, loss_fn, batches: Iterator[Any]) -> None:
         self.rt, self.model, self.forward, self.optimizer = rt, model, forward, optimizer
-        self.loss, self.batches = LossCall(loss_fn), batches  # the Trainer's rule (train/step_call.py)
+        self.loss, self.batches = LossCall(loss_fn), batches  # the Trainer's rule (runtime/step_call.py)
         # Reduce gradients ourselves (and time it) where the strategy keeps whole gradients per rank.
         self.separate_comm = rt.world_size > 1 and rt.strategy.checkpoint_layout == "full"
 

@@ -27,7 +27,6 @@ import ctypes
 import ctypes.util
 import gc
 import pickle
-import resource
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -38,9 +37,8 @@ import psutil
 import torch
 
 from gpulab.errors import ConfigError, DeviceError
-
-_STATUS = Path("/proc/self/status")
-_CLEAR_REFS = Path("/proc/self/clear_refs")
+from gpulab.hardware.host_memory import peak_rss_bytes, proc_status_bytes
+from gpulab.hardware.host_memory import reset_peak_rss as _reset_cpu_high_water_mark
 
 # Recorded limits for devices whose allocator cannot enforce one (the CPU): device string -> bytes.
 _LIMITS: dict[str, int] = {}
@@ -68,11 +66,7 @@ def peak_memory_bytes(device: torch.device) -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
-    hwm = proc_status_bytes("VmHWM")
-    if hwm is not None:
-        return hwm
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB, macOS bytes
+    return peak_rss_bytes()
 
 
 def synchronize(device: torch.device) -> None:
@@ -248,26 +242,6 @@ def memory_snapshot(
 
 # --------------------------------------------------------------------------------------------------------
 # Linux process memory
-
-
-def proc_status_bytes(field_name: str) -> int | None:
-    """A ``/proc/self/status`` field in bytes (VmRSS, VmHWM), or None where there is none."""
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _reset_cpu_high_water_mark() -> bool:
-    """VmHWM := current RSS (Linux: ``echo 5 > /proc/self/clear_refs``); False where not allowed."""
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def _malloc_trim() -> None:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from gpulab import precisions
 from gpulab.errors import ConfigError, choices
 
 
@@ -126,7 +127,7 @@ class BF16Mixed(_Autocast):
     """bfloat16 has fp32's exponent range, so gradients cannot underflow: no loss scaler needed."""
 
     name = "bf16-mixed"
-    compute_dtype = torch.bfloat16
+    compute_dtype = getattr(torch, precisions.get(name).compute_dtype)
 
 
 class FP16Mixed(_Autocast):
@@ -138,7 +139,7 @@ class FP16Mixed(_Autocast):
     """
 
     name = "fp16-mixed"
-    compute_dtype = torch.float16
+    compute_dtype = getattr(torch, precisions.get(name).compute_dtype)
 
     def __init__(
         self,
@@ -182,6 +183,8 @@ class FP16Mixed(_Autocast):
             self.scaler.load_state_dict(state)
 
 
+# torch's class for each row of the precision table (gpulab.precisions; tests/test_precisions.py checks
+# that every row has one).
 PRECISIONS: dict[str, type[Precision]] = {cls.name: cls for cls in (FP32, TF32, BF16Mixed, FP16Mixed)}
 
 
@@ -211,7 +214,8 @@ def slow_precision_warning(precision: Precision, device: torch.device | str) -> 
     """One line when ``precision`` computes in a dtype ``device`` only emulates (slow), else None."""
     from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
 
-    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(precision.compute_dtype)
+    spec = precisions.PRECISIONS.get(precision.name)
+    dtype = spec.peak_dtype if spec is not None and spec.mixed else None
     if dtype is None or native_dtypes(device)[dtype] is not False:
         return None
     return (
@@ -221,7 +225,7 @@ def slow_precision_warning(precision: Precision, device: torch.device | str) -> 
 
 
 def precision_choices() -> list[str]:
-    return ["auto", *PRECISIONS]
+    return list(precisions.NAMES)
 
 
 def resolve_precision(name: str, device: torch.device | str = "cpu", **options: Any) -> tuple[Precision, str]:
@@ -230,7 +234,7 @@ def resolve_precision(name: str, device: torch.device | str = "cpu", **options: 
     ``options`` go to the policy's constructor (``init_scale``, ``growth_interval`` for fp16-mixed).
     """
     device = torch.device(device)
-    if name == "auto":
+    if name == precisions.AUTO:
         name, reason = _AUTO.get(device.type, _auto_fp32)(device)
     else:
         reason = "requested"

@@ -5,31 +5,27 @@ Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults 
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import signal
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import gpulab
 from gpulab.config import RunConfig, merge, parse_config
+from gpulab.core.callbacks.preemption import StopOnSignal
+from gpulab.core.preemption import SignalWatch
+from gpulab.core.run_dir import check_output_dirs, claim, prepare
+from gpulab.core.state import FitResult
+from gpulab.core.summary import environment as core_environment
+from gpulab.core.summary import write_summary
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.errors import Preempted
-from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
-from gpulab.train.callbacks.preemption import StopOnSignal
-from gpulab.train.preemption import SignalWatch
+from gpulab.train import NAME
 from gpulab.train.recipes.base import load_recipe
-from gpulab.train.run_dir import check_output_dirs, claim, prepare
-from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
-
-SUMMARY_FILE = "summary.json"
 
 
 def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
@@ -44,7 +40,7 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     seed_everything(int(user.get("seed", 0)))
     recipe = load_recipe(user["recipe"], user.get("options"))
     config = parse_config(RunConfig, merge(recipe.defaults, user))
-    if config.engine != "torch":  # run() sends tensorflow to its own engine before this; profile does not
+    if config.engine != NAME:  # each verb asks gpulab.engines for the engine; a direct call may not
         raise ConfigError(
             f"engine {config.engine!r} is not available on this command yet (train, launch, profile, bench, "
             "inspect, export and tune have it); this command runs the torch engine: remove the engine setting"
@@ -67,10 +63,6 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
     the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
     """
-    if user.get("engine") == "tensorflow":  # its own loop and recipes; TensorFlow imported only there
-        from gpulab.engines.tensorflow.run import run as run_tensorflow
-
-        return run_tensorflow(user)
     config, recipe = resolve_config(default_resume(user))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
@@ -92,7 +84,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
             return config, result, None
         if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
             return config, result, out
-        write_summary(out, config, result, recipe.info)
+        write_summary(out, config, result, recipe.info, environment())
     return config, result, out
 
 
@@ -108,35 +100,8 @@ def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
     return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
 
 
-def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:
-    summary = {
-        "recipe": config.recipe,
-        "engine": config.engine,
-        **result.to_json(),  # batch_size as resolved (batch_size: auto gives a number)
-        "accumulate": config.accumulate,
-        **info,
-        "environment": environment(config.engine),
-        "config": config.model_dump(),
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / SUMMARY_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(path)  # a reader never sees half a summary
-    return path
-
-
-def environment(engine: str = "torch") -> dict[str, Any]:
-    cuda = torch.cuda.is_available()
-    versions = {"torch": torch.__version__}
-    if engine == "tensorflow":
-        import tensorflow as tf
-
-        versions = {"tensorflow": tf.__version__, "keras": tf.keras.__version__}
-    return {
-        "gpulab": gpulab.__version__,
-        **versions,
-        "python": platform.python_version(),
-        "device_name": torch.cuda.get_device_name() if cuda else cpu_model(),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+def environment() -> dict[str, Any]:
+    """The torch engine's environment for summary.json and profile/bench reports."""
+    return core_environment(
+        {"torch": torch.__version__}, torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    )

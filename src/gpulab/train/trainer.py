@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,14 +26,17 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.context import FitContext
+from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.profiling.diagnosis import Diagnosis, diagnose_fit
-from gpulab.profiling.timers import DataWaitMeter
+from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
+from gpulab.measure.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
@@ -54,17 +56,9 @@ from gpulab.runtime.memory_format import (
     resolve_channels_last,
     to_channels_last,
 )
+from gpulab.runtime.metrics import LossWindow, Mean
 from gpulab.runtime.recompiles import RecompileWatch
-from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.train.callbacks.log_lines import LogLines
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
-from gpulab.train.checkpointing import Checkpointer
-from gpulab.train.metrics import LossWindow, Mean
-from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
-from gpulab.train.oom_step import GuardedStep
-from gpulab.train.state import FitResult, FitState
-from gpulab.train.step_call import (
+from gpulab.runtime.step_call import (
     LossCall,
     accuracy_counts,
     call_model,
@@ -73,13 +67,18 @@ from gpulab.train.step_call import (
     shifts_labels,
     step_loss,
 )
+from gpulab.train import NAME, THREADS_HINT
+from gpulab.train.checkpointing import Checkpointer
+from gpulab.train.mfu import MfuCallback
+from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
+from gpulab.train.oom_step import GuardedStep
 
 
 class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
     How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
-    computed itself) is ``gpulab.train.step_call``'s rule.
+    computed itself) is ``gpulab.runtime.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
@@ -96,7 +95,7 @@ class Trainer:
         **settings: Any,
     ):
         self.requested = parse_config(TrainerSettings, settings)
-        if self.requested.engine != "torch":
+        if self.requested.engine != NAME:
             raise ConfigError(
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
                 "gpulab.engines.tensorflow.TfTrainer (or gpulab train --engine tensorflow)"
@@ -128,7 +127,7 @@ class Trainer:
         ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
-        None when the model's output carries its loss (see ``gpulab.train.step_call``). ``optimizer``: an
+        None when the model's output carries its loss (see ``gpulab.runtime.step_call``). ``optimizer``: an
         Optimizer, or a factory called with the model when its parameter is named ``model`` (for
         weight-decay groups by parameter name), else with ``model.parameters()``.
 
@@ -221,6 +220,7 @@ class Trainer:
         self._data_wait = DataWaitMeter()
         self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         val_metrics: dict[str, float] = {}
+        self.context = self._context()
         callbacks.on_fit_start(self, state)
         while not self._done():
             train.set_epoch(state.epoch)
@@ -455,21 +455,23 @@ class Trainer:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
 
     def _default_callbacks(self) -> list[Callback]:
-        s = self.settings
-        if not self.runtime.is_rank_zero:
-            return []
-        # The reporters first: the progress bar and the loggers then see what they add to the metrics.
-        out: list[Callback] = [MfuCallback()] if s.mfu else []
-        out.append(NvmlSamplerCallback())  # silent (no thread) without an NVIDIA GPU
-        if s.progress if s.progress is not None else sys.stdout.isatty():
-            out.append(ProgressBar())
-        elif s.progress is None:  # no terminal (a CI log, nohup, a pipe): plain lines, never silent
-            out.append(LogLines())
-        if s.out_dir:
-            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
-            if s.tensorboard:
-                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
-        return out
+        reporters: list[Callback] = [MfuCallback()] if self.settings.mfu else []
+        return default_callbacks(self.settings, self.runtime.is_rank_zero, reporters)
+
+    def _context(self) -> FitContext:
+        rt = self.runtime
+        return FitContext(
+            engine=NAME,
+            device=str(rt.device),
+            device_type=rt.device.type,
+            device_index=rt.device.index,
+            rank=rt.rank,
+            world_size=rt.world_size,
+            settings=self.settings,
+            state=self.state,
+            resumed_from=self.resumed_from,
+            agree_stop=rt.lagged_flag,
+        )
 
     def _result(self, val_metrics: dict[str, float]) -> FitResult:
         rt, state = self.runtime, self.state
@@ -490,7 +492,9 @@ class Trainer:
                 "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
                 "memory": memory_stats(rt.device).to_json(),
-                "machine_load": load_during(self._others, on_cpu=rt.device.type == "cpu"),
+                "machine_load": load_during(
+                    self._others, on_cpu=rt.device.type == "cpu", threads_hint=THREADS_HINT
+                ),
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
                 # recompiles after the first step, whose wall time samples_per_s leaves out
                 **({"compile": self._compile_report()} if self.settings.compile else {}),

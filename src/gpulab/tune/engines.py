@@ -1,5 +1,6 @@
-"""The engine a tune runs on, chosen in one place (``engine_for``): how it resolves the user's run, which
-knobs it has and in what order the search walks them, and how one trial builds and trains the recipe.
+"""Each engine's tune hooks (``engine_for`` asks ``gpulab.engines`` for the user's engine, whose ``tuner()``
+is one of these): how it resolves the user's run, which knobs it has and in what order the search walks
+them, and how one trial builds and trains the recipe.
 
 The search (``search.py``) and the trial (``trial.py``) are engine-neutral: they ask the engine.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -16,11 +17,10 @@ from gpulab.hardware.devices import select_device
 from gpulab.tune import space, tf_space
 from gpulab.tune.space import Group
 
-if TYPE_CHECKING:
-    from gpulab.tune.search import Search
+Search = Any  # tune.search.Search, not imported even for its type: it imports this module
 
 
-class TorchEngine:
+class TorchTuner:
     name = "torch"
     knobs = space.KNOBS
     compile_guess_s = 30.0  # inductor's first compile of a training step, on a CPU: tens of seconds
@@ -65,7 +65,7 @@ class TorchEngine:
         return recipe.fit(trainer)
 
 
-class TensorFlowEngine:
+class TensorFlowTuner:
     name = "tensorflow"
     knobs = tf_space.KNOBS
     compile_guess_s = 10.0  # XLA's first compile of a step: seconds
@@ -100,9 +100,8 @@ class TensorFlowEngine:
             logger.setLevel(level)
 
 
-ENGINES = {"torch": TorchEngine(), "tensorflow": TensorFlowEngine()}
+def engine_for(user: dict[str, Any]) -> TorchTuner | TensorFlowTuner:
+    """The tune hooks of the user's engine (torch unless set)."""
+    from gpulab import engines
 
-
-def engine_for(user: dict[str, Any]) -> TorchEngine | TensorFlowEngine:
-    """The user's engine (torch unless set; an unknown one is refused by the settings' validation)."""
-    return ENGINES.get(user.get("engine") or "torch", ENGINES["torch"])
+    return engines.of(user).tuner()

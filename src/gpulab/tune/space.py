@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
+from gpulab.precisions import PRECISIONS
 
 # The keys tune may change; everything else in the user's config is left as it is.
 KNOBS = (
@@ -53,21 +54,16 @@ def precision_group(device: torch.device, resolved: str) -> Group:
     from Ampere. ``resolved`` is what the default config ran in (``auto`` already resolved)."""
     group = Group("precision")
     native = native_dtypes(device)
-    fast = {
-        "fp32": True,
-        "tf32": _has_tf32(device),
-        "bf16-mixed": native["bf16"],
-        "fp16-mixed": native["fp16"],
-    }
-    for name, ok in fast.items():
+    for name, spec in PRECISIONS.items():  # the precision table's rows, in its order
         if name == resolved:
             continue
+        ok = native[spec.peak_dtype] if spec.mixed else (_has_tf32(device) if spec.tf32 else True)
         if ok:
             group.candidates.append(Candidate(f"precision={name}", {"precision": name}))
-        elif name == "tf32":
+        elif spec.tf32:
             group.skipped[name] = "TF32 exists on CUDA GPUs from compute capability 8.0 only"
         else:
-            group.skipped[name] = slow_dtype_note(name.split("-")[0], device)
+            group.skipped[name] = slow_dtype_note(spec.peak_dtype, device)
     if not group.candidates:
         group.reason = f"no precision other than {resolved} is fast on {device}"
     return group

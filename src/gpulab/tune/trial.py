@@ -21,17 +21,18 @@ from typing import Any
 
 import torch
 
+from gpulab import engines
 from gpulab.bench.harness import Timing
 from gpulab.bench.results import Figure
 from gpulab.config import merge
+from gpulab.core.callbacks import Callback
+from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing
 from gpulab.runtime.memory import memory_limit_bytes
 from gpulab.runtime.memory_estimate import _num_rows
-from gpulab.train.callbacks import Callback
-from gpulab.train.nonfinite import NonFiniteLossError
 from gpulab.train.run import resolve_config
 from gpulab.tune.engines import engine_for
 
@@ -169,9 +170,8 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
         trial.status, trial.reason = "stopped", "the budget ran out during this trial"
         return
     if knobs.get("compile") and not result.compiled:
-        tf = result.extras.get("engine") == "tensorflow"
         trial.status = "failed"
-        trial.reason = "XLA could not compile the step" if tf else "torch.compile fell back to eager"
+        trial.reason = engines.get(result.extras.get("engine")).compile_failure
         return
     rates = [h["samples_per_s"] for h in result.history if h.get("samples_per_s")]
     rates = rates[1:] if len(rates) > 2 else rates  # the first interval may still hold warm-up

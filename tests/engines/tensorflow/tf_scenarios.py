@@ -12,11 +12,11 @@ import warnings
 
 import numpy as np
 
+from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.engines.tensorflow.devices import split_cpu
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.recipes import mlp
 from gpulab.engines.tensorflow.trainer import TfTrainer
-from gpulab.train.nonfinite import NonFiniteLossError
 
 tf = require_tensorflow()
 split_cpu(tf, 2)  # before anything initialises TensorFlow's devices

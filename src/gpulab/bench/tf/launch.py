@@ -72,3 +72,21 @@ def _crashed(name: str, code: int | None) -> dict[str, Any]:
         "notes": [f"FAILED: the TensorFlow worker process exited with code {code} before this suite ended"],
         "plots": [],
     }
+
+
+def run_tensorflow_side(names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+    """The TensorFlow engine's side (``gpulab.engines.tensorflow``): its suites in a worker process."""
+    doc["skipped"] = [
+        {"suite": n, "engine": "tensorflow", "reason": skip_reason(n)} for n in names if n not in TF_SUITES
+    ]
+    for skipped in doc["skipped"]:
+        log(skipped["reason"])
+    tf_names = [n for n in names if n in TF_SUITES]
+    if tf_names:
+        spec = {"profile": config.profile, "device": str(ctx.device), "warmup": ctx.warmup}
+        spec |= {
+            "repeats": ctx.repeats,
+            "memory_limit_bytes": ctx.memory_limit_bytes,
+            "threads": config.threads,
+        }
+        run_tensorflow_suites(tf_names, spec, doc, out, log)

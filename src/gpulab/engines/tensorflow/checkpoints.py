@@ -93,7 +93,7 @@ class TfCheckpointer:
         }
         needed = sum(p.stat().st_size for p in tmp.iterdir())
         path = commit_checkpoint(
-            tmp, self.root, name, None, meta_bytes(state.global_step, {}, meta), layout=LAYOUT,
+            tmp, self.root, name, None, meta_bytes(state.global_step, {}, meta, _versions()), layout=LAYOUT,
             keep_last=self.keep_last, needed=needed,
         )  # fmt: skip
         self.last_saved_step = state.global_step
@@ -155,3 +155,11 @@ class _Workers:
 
     def __init__(self, trainer: Any) -> None:
         self.is_rank_zero = trainer.is_rank_zero
+
+
+def _versions() -> dict[str, str]:
+    """meta.json's framework versions: TensorFlow's and Keras's (this engine runs no torch)."""
+    from gpulab.engines.tensorflow.importing import require_tensorflow
+
+    tf = require_tensorflow()
+    return {"tensorflow": tf.__version__, "keras": tf.keras.__version__}

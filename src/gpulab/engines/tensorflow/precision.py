@@ -16,12 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-POLICIES = {
-    "fp32": "float32",
-    "tf32": "float32",
-    "bf16-mixed": "mixed_bfloat16",
-    "fp16-mixed": "mixed_float16",
-}
+from gpulab import precisions
+from gpulab.precisions import PrecisionSpec
 
 
 @dataclass
@@ -31,12 +27,16 @@ class TfPrecision:
     growth_interval: int = 2000
 
     @property
+    def spec(self) -> PrecisionSpec:
+        return precisions.get(self.name)
+
+    @property
     def policy(self) -> str:
-        return POLICIES[self.name]
+        return self.spec.keras_policy
 
     @property
     def scales_loss(self) -> bool:
-        return self.name == "fp16-mixed"
+        return self.spec.loss_scaling
 
     def wrap_optimizer(self, keras: Any, optimizer: Any) -> Any:
         """fp16-mixed: the LossScaleOptimizer around the recipe's optimizer; else the optimizer as is."""
@@ -51,7 +51,7 @@ class TfPrecision:
         before_policy = keras.mixed_precision.global_policy().name
         before_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
         keras.mixed_precision.set_global_policy(self.policy)
-        tf.config.experimental.enable_tensor_float_32_execution(self.name == "tf32")
+        tf.config.experimental.enable_tensor_float_32_execution(self.spec.tf32)
         try:
             yield
         finally:
@@ -60,6 +60,6 @@ class TfPrecision:
 
 
 def resolve_precision(name: str, device: str, init_scale: float, growth_interval: int) -> TfPrecision:
-    if name == "auto":
+    if name == precisions.AUTO:
         name = "bf16-mixed" if device.startswith("/GPU") else "fp32"
     return TfPrecision(name, init_scale, growth_interval)

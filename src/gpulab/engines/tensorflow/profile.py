@@ -124,8 +124,8 @@ def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
         "compute": statistics.fmean(compute[i] for i in keep),
         "step": step_s,
     }
+    from gpulab.engines.tensorflow.run import environment
     from gpulab.hardware.load import machine_load
-    from gpulab.train.run import environment
 
     return {
         "engine": "tensorflow",
@@ -158,7 +158,7 @@ def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
         "trace_dir": str(out / TRACE_DIR),
         "timer": "perf_counter (the step's loss read back)",
         "machine_load": machine_load(),
-        "environment": environment("tensorflow"),
+        "environment": environment(),
         "date_unix": time.time(),
     }
 

@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.strategy import tf_config_task
 from gpulab.errors import ConfigError
-from gpulab.train.state import FitResult
 
 WEIGHTS_FILE = "model.weights.h5"
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.core.run_dir import check_output_dirs, claim, prepare
+    from gpulab.core.summary import write_summary
     from gpulab.engines.tensorflow.trainer import TfTrainer
-    from gpulab.train.run import write_summary
-    from gpulab.train.run_dir import check_output_dirs, claim, prepare
 
     config, recipe = resolve_tf_config(user)
     out = Path(config.out_dir or f"runs/{config.recipe}")
@@ -41,7 +41,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
             return config, result, out
         info = {"parameters": int(trainer.model.count_params()), **recipe.info}
         info["weights"] = str(save_weights(trainer.model, out))
-        write_summary(out, config, result, info)
+        write_summary(out, config, result, info, environment())
     return config, result, out
 
 
@@ -58,6 +58,16 @@ def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     require_tensorflow()
     recipe = load_tf_recipe(user["recipe"], user.get("options"))
     return parse_config(RunConfig, merge(recipe.defaults, user)), recipe
+
+
+def environment() -> dict[str, Any]:
+    """TensorFlow's environment for summary.json and profile reports (no torch imported)."""
+    from gpulab.core.summary import environment as core_environment
+
+    tf = require_tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    name = tf.config.experimental.get_device_details(gpus[0]).get("device_name") if gpus else None
+    return core_environment({"tensorflow": tf.__version__, "keras": tf.keras.__version__}, name)
 
 
 def save_weights(model: Any, out: Path) -> Path:

@@ -16,13 +16,16 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.context import FitContext
+from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_name
@@ -30,11 +33,9 @@ from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
-from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
-from gpulab.train.callbacks.log_lines import LogLines
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
-from gpulab.train.nonfinite import NonFiniteLossError
-from gpulab.train.state import FitResult, FitState
+
+# The busy-machine note's hint for a run on this engine (hardware.load.load_during).
+THREADS_HINT = " (TensorFlow's CPU threads competed with those processes)"
 
 
 @dataclass
@@ -100,7 +101,6 @@ class TfTrainer:
         self.memory = configure_memory(tf, self.device, s.memory_limit)
         self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
-        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero)
         self.is_rank_zero = self.dist.is_rank_zero
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
@@ -224,6 +224,7 @@ class TfTrainer:
         self._others = OtherCpuLoad()
         self._reset_peak()
         val_metrics: dict[str, float] = {}
+        self.context = self._context()
         self.callbacks.on_fit_start(self, state)
         finished = self.resumed_from is not None and self._done()
         while not self._done():
@@ -404,42 +405,40 @@ class TfTrainer:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
 
     def _default_callbacks(self) -> list[Callback]:
-        s = self.settings
-        if not self.is_rank_zero:
-            return []
-        out: list[Callback] = [NvmlSamplerCallback()]  # silent (no thread) without an NVIDIA GPU
-        if s.progress if s.progress is not None else sys.stdout.isatty():
-            out.append(ProgressBar())
-        elif s.progress is None:
-            out.append(LogLines())
-        if s.out_dir:
-            out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
-            if s.tensorboard:
-                out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
-        return out
+        return default_callbacks(self.settings, self.is_rank_zero)
+
+    def _context(self) -> FitContext:
+        """What the callbacks know of this fit (TensorFlow's /GPU:N is CUDA's visible device N)."""
+        on_gpu = self.device.startswith("/GPU")
+        return FitContext(
+            engine="tensorflow",
+            device=self.device,
+            device_type="cuda" if on_gpu else "cpu",
+            device_index=int(self.device.rpartition(":")[2]) if on_gpu else None,
+            rank=self.dist.rank,
+            world_size=self.dist.num_workers,
+            settings=self.settings,
+            state=self.state,
+            resumed_from=self.resumed_from,
+        )
 
     def _reset_peak(self) -> None:
         tf = self._tf
         if self.device.startswith("/GPU"):
             tf.config.experimental.reset_memory_stats(self.device.lstrip("/"))
         else:
-            import torch
+            from gpulab.hardware.host_memory import reset_peak_rss
 
-            from gpulab.runtime.memory import reset_peak_memory
-
-            reset_peak_memory(torch.device("cpu"))
+            reset_peak_rss()
 
     def _memory(self) -> tuple[int, dict[str, Any]]:
         tf = self._tf
         if self.device.startswith("/GPU"):
             info = tf.config.experimental.get_memory_info(self.device.lstrip("/"))
             return int(info["peak"]), {"current_bytes": int(info["current"]), "peak_bytes": int(info["peak"])}
-        import torch
+        from gpulab.hardware.host_memory import host_memory_json, peak_rss_bytes
 
-        from gpulab.runtime.memory import memory_stats, peak_memory_bytes
-
-        cpu = torch.device("cpu")
-        return peak_memory_bytes(cpu), memory_stats(cpu).to_json()
+        return peak_rss_bytes(), host_memory_json()
 
     def _result(self, val_metrics: dict[str, float]) -> FitResult:
         from gpulab.hardware.load import load_during
@@ -488,7 +487,7 @@ class TfTrainer:
                 "data_wait_s": self._data_wait,
                 "memory": memory,
                 "machine_load": load_during(
-                    self._others, on_cpu=not self.device.startswith("/GPU"), engine="tensorflow"
+                    self._others, on_cpu=not self.device.startswith("/GPU"), threads_hint=THREADS_HINT
                 ),
             },
         )
@@ -496,18 +495,6 @@ class TfTrainer:
 
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
-        from gpulab.profiling.diagnosis import diagnose_fit
+        from gpulab.measure.diagnosis import diagnose_fit
 
-        return diagnose_fit(result, self.runtime.device.type)
-
-
-class _DeviceView:
-    """What the engine-neutral callbacks read of ``trainer.runtime``: the device (as torch names it, for
-    the NVML sampler's GPU index) and whether this process writes the shared files."""
-
-    def __init__(self, tf_device: str, is_rank_zero: bool) -> None:
-        import torch
-
-        index = int(tf_device.rpartition(":")[2])
-        self.device = torch.device("cuda", index) if tf_device.startswith("/GPU") else torch.device("cpu")
-        self.is_rank_zero = is_rank_zero
+        return diagnose_fit(result, "cuda" if self.device.startswith("/GPU") else "cpu")

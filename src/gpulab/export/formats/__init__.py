@@ -1,6 +1,6 @@
 """The export formats: one module each (``NAME``, ``SUFFIX``, ``RUNTIME``, ``available``, ``write``,
-``load``), found by name here. ``savedmodel`` and ``tflite`` belong to the TensorFlow engine, the others to
-torch; a run of the other engine is refused in one line (``export/api.py``)."""
+``load``), found by name here. Which engine's runs export to which format is the engine's
+``export_formats`` (``gpulab.engines``); another engine's run is refused in one line (``export/api.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from types import ModuleType
 
 from gpulab.errors import ConfigError, choices
 
-TORCH_FORMATS = ("exported", "onnx", "torchscript", "aoti")
-TENSORFLOW_FORMATS = ("savedmodel", "tflite")
-FORMATS = TORCH_FORMATS + TENSORFLOW_FORMATS
+FORMATS = ("exported", "onnx", "torchscript", "aoti", "savedmodel", "tflite")
 
 
 def get(name: str) -> ModuleType:

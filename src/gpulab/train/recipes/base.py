@@ -8,11 +8,12 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from gpulab.errors import ConfigError, GpulabError, choices
+
+if TYPE_CHECKING:
+    from torch import nn  # annotations only: a TensorFlow recipe is called through here without torch
 
 
 @dataclass
@@ -21,7 +22,7 @@ class Recipe:
 
     model: nn.Module
     train_data: Any
-    loss_fn: Callable | None  # None: the model's output carries its loss (see gpulab.train.step_call)
+    loss_fn: Callable | None  # None: the model's output carries its loss (see gpulab.runtime.step_call)
     optimizer: Callable  # params -> torch.optim.Optimizer, or model -> Optimizer (parameter named model)
     val_data: Any = None
     scheduler: Callable | None = None  # (optimizer, total_steps) -> LR scheduler
@@ -44,10 +45,11 @@ class Recipe:
 Builder = Callable[[dict[str, Any]], Recipe]
 
 
-def _builtin() -> dict[str, Builder]:
-    from gpulab.train.recipes import chargpt, digits, mlp
+BUILTIN = ("mlp", "digits", "chargpt")  # modules of this package, loaded when a run names one
 
-    return {"mlp": mlp.build, "digits": digits.build, "chargpt": chargpt.build}
+
+def _builtin() -> dict[str, Builder]:
+    return {name: importlib.import_module(f"gpulab.train.recipes.{name}").build for name in BUILTIN}
 
 
 def recipe_names() -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulab.profiling.diagnosis import diagnose, diagnose_run
+from gpulab.measure.diagnosis import diagnose, diagnose_run
 
 
 def _b(**parts):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 
 class JsonlLogger(Callback):
@@ -16,9 +16,9 @@ class JsonlLogger(Callback):
     def on_fit_start(self, trainer, state):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # A resumed run continues the file; a fresh run starts it anew.
-        if trainer.resumed_from:
+        if trainer.context.resumed_from:
             self._drop_after(state.global_step)
-        self._file = self.path.open("a" if trainer.resumed_from else "w", buffering=1)
+        self._file = self.path.open("a" if trainer.context.resumed_from else "w", buffering=1)
 
     def _drop_after(self, step: int) -> None:
         """Keep only the records up to the checkpoint's step: the resumed run logs the later ones again

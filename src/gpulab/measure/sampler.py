@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 _FIELDS = ("utilization_gpu_pct", "utilization_memory_pct", "memory_used_bytes", "power_w")
 
 
@@ -72,8 +70,8 @@ class NvmlSampler:
     through ``CUDA_VISIBLE_DEVICES``.
     """
 
-    def __init__(self, device: torch.device | str, interval_s: float = 0.5) -> None:
-        self.device = torch.device(device)
+    def __init__(self, device: Any, interval_s: float = 0.5) -> None:
+        self.device = _Device.parse(str(device))  # torch's device or its name: no torch import needed
         self.interval_s = float(interval_s)
         self._stats = {name: _Running() for name in _FIELDS}
         self._window = {name: _Running() for name in _FIELDS}
@@ -92,7 +90,7 @@ class NvmlSampler:
         ok, reason = nvml_status()
         if not ok:
             return None, reason
-        torch_index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        torch_index = self.device.index if self.device.index is not None else _current_cuda_device()
         index = physical_index_for(torch_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
         if index is None:
             return None, f"cannot tell which physical GPU cuda:{torch_index} is"
@@ -174,3 +172,20 @@ def wait_for_samples(sampler: NvmlSampler, count: int, timeout_s: float = 5.0) -
             return True
         time.sleep(0.01)
     return False
+
+
+@dataclass(frozen=True)
+class _Device:
+    type: str
+    index: int | None
+
+    @classmethod
+    def parse(cls, name: str) -> _Device:
+        kind, _, index = name.partition(":")
+        return cls(kind, int(index) if index else None)
+
+
+def _current_cuda_device() -> int:
+    import torch  # only for a bare "cuda", which only torch's callers pass
+
+    return torch.cuda.current_device()

@@ -31,13 +31,9 @@ from typing import Any
 
 import torch
 
-from gpulab.errors import GpulabError
+from gpulab.core.nonfinite import NonFiniteLossError
 
 NEVER = 2**62  # "no bad step yet"; larger than any step count
-
-
-class NonFiniteLossError(GpulabError):
-    """The training loss became NaN or infinite; raised on every rank at the same point."""
 
 
 class NonFiniteWatch:

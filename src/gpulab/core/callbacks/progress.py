@@ -7,7 +7,7 @@ import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 
 class ProgressBar(Callback):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulab.distributed.launch import LaunchSpec, local_accelerator, parse_nnodes, resolve_command
-from gpulab.distributed.tf_config import DEFAULT_TF_PORT, cluster_workers, tf_config
+from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT, cluster_workers, tf_config
 from gpulab.errors import LaunchError, WorkersFailedError
 from gpulab.hardware.load import usable_cores
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.hardware.nvml import GpuReading
-from gpulab.profiling import sampler as S
-from gpulab.train.callbacks.base import Callback
-from gpulab.train.callbacks.mfu import MfuCallback
-from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.measure import sampler as S
+from gpulab.train.mfu import MfuCallback
 
 
 def test_cpu_sampler_is_silent():

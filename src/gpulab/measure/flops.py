@@ -24,12 +24,10 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab import precisions
 from gpulab.data.transfer import iter_tensors
 from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
-from gpulab.train.step_call import LossCall, step_loss
-
-# Precision policy name -> the dtype of its datasheet peak.
-PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "bf16-mixed": "bf16", "fp16-mixed": "fp16"}
+from gpulab.runtime.step_call import LossCall, step_loss
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ def training_step_flops(
     autocast: Callable[[], AbstractContextManager] = nullcontext,
 ) -> FlopCount:
     """FLOPs of one forward + backward of ``model`` on ``batch`` (``(inputs..., target)``, a dict, ...:
-    called as the Trainer calls it, ``gpulab.train.step_call``).
+    called as the Trainer calls it, ``gpulab.runtime.step_call``).
 
     Only shapes matter: the count for a batch of B samples is B times the count for one for the usual
     models, and ``FlopCount.per_sample`` gives it. ``model`` may be wrapped (DDP, ``torch.compile``):
@@ -172,7 +170,7 @@ def device_peaks(device: torch.device | str, precision: str, *, measure: bool = 
     from gpulab.hardware.peaks import cpu_name, datasheet_peak, measure_peak
 
     device = torch.device(device)
-    dtype = PEAK_DTYPE.get(precision, "fp32")
+    dtype = precisions.get(precision).peak_dtype  # an unknown precision is an error: no fp32 guess
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         sheet = datasheet_peak(name, dtype)

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulab.precisions import PRECISIONS
+
 INPUT_FRACTION = 0.10
 COMMUNICATION_FRACTION = 0.25
 LOW_UTILIZATION_PCT = 70.0
@@ -68,7 +70,8 @@ def diagnose(
     def verdict(bound: str, reason: str, fix: str) -> Diagnosis:
         return Diagnosis(bound, reason, fix, fractions)
 
-    dtype = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}.get(precision)
+    spec = PRECISIONS.get(precision)
+    dtype = spec.peak_dtype if spec is not None and spec.mixed else None
     if dtype is not None and native is not None and native.get(dtype) is False:
         return verdict(
             "compute-bound",
@@ -95,7 +98,7 @@ def diagnose(
             "memory-bound",
             f"the peak holds {memory_peak_fraction:.0%} of the memory",
             "free memory: "
-            + (f"{fast} (half the activations), " if fast and precision in ("fp32", "tf32") else "")
+            + (f"{fast} (half the activations), " if fast and _full_width(precision) else "")
             + "activation checkpointing of the large blocks, micro_batch: auto (smaller micro-batches, "
             "same effective batch), or FSDP to shard the state",
         )
@@ -155,6 +158,12 @@ def _host_fix(on_gpu: bool, compiled: bool) -> str:
     return "less Python per sample: a larger batch, or torch.compile (--compile) to fuse small operations"
 
 
+def _full_width(precision: str) -> bool:
+    """Computes in float32 (fp32, tf32): a mixed precision would halve its bytes."""
+    spec = PRECISIONS.get(precision)
+    return spec is not None and not spec.mixed
+
+
 def _fast_low_precision(native: dict[str, bool | None] | None, on_gpu: bool) -> str | None:
     """The mixed precision worth advising on this device, or None: never one it only emulates."""
     if native is None:  # unknown: a GPU is assumed to be a recent one, a CPU to have neither
@@ -166,7 +175,7 @@ def _fast_low_precision(native: dict[str, bool | None] | None, on_gpu: bool) -> 
 
 def _bandwidth_fix(precision: str, compiled: bool, fast: str | None) -> str:
     parts = []
-    if precision in ("fp32", "tf32") and fast:
+    if _full_width(precision) and fast:
         parts.append(f"{fast} (half the bytes per element)")
     if not compiled:
         parts.append("torch.compile (--compile) to fuse element-wise operations")

@@ -19,10 +19,10 @@ from typing import Any
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.core.callbacks.base import Callback
 from gpulab.data.transfer import to_device
 from gpulab.errors import GpulabWarning
 from gpulab.runtime.memory_estimate import holds_shards
-from gpulab.train.callbacks.base import Callback
 
 
 class MfuCallback(Callback):
@@ -52,7 +52,7 @@ class MfuCallback(Callback):
         self._samples_at_start = 0
 
     def on_fit_start(self, trainer, state):
-        from gpulab.profiling.flops import device_peaks
+        from gpulab.measure.flops import device_peaks
 
         rt = trainer.runtime
         self.world_size = rt.world_size
@@ -82,7 +82,7 @@ class MfuCallback(Callback):
         return counter.get_total_flops()
 
     def _count(self, trainer) -> float | None:
-        from gpulab.profiling.flops import training_step_flops
+        from gpulab.measure.flops import training_step_flops
         from gpulab.runtime.memory_estimate import example_batch
 
         rows = trainer.settings.batch_size

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 _LOGGED = {
     "utilization_gpu_pct": "gpu_util_pct",
@@ -26,9 +26,9 @@ class NvmlSamplerCallback(Callback):
         self._summary: dict[str, Any] = {}
 
     def on_fit_start(self, trainer, state):
-        from gpulab.profiling.sampler import NvmlSampler
+        from gpulab.measure.sampler import NvmlSampler
 
-        self.sampler = NvmlSampler(trainer.runtime.device, self.interval_s).start()
+        self.sampler = NvmlSampler(trainer.context.gpu or "cpu", self.interval_s).start()
 
     def on_log(self, trainer, state, metrics):
         if self.sampler is None or not self.sampler.available:

@@ -1,9 +1,10 @@
 """Metrics to TensorBoard (``tensorboard --logdir OUT/tensorboard``).
 
-Records are handed to the SummaryWriter in batches, at most every ``hand_over_s`` seconds (and at the end
-of the fit): its writer thread then wakes once per batch rather than once per logged step, which kept
+Records are handed to the event file writer in batches, at most every ``hand_over_s`` seconds (and at the
+end of the fit): its writer thread then wakes once per batch rather than once per logged step, which kept
 taking the GIL from the training loop (measured ~10 us per step at log_every=50 on a 250 us CPU step).
 TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere.
+The writer is TensorBoard's own (what torch's SummaryWriter wraps), so no engine's framework is imported.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 import types
 from pathlib import Path
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 
 class TensorBoardLogger(Callback):
@@ -30,12 +31,11 @@ class TensorBoardLogger(Callback):
             # gpulab[tensorflow]) only to write event files, which its stub writes alike: ask for the stub, as
             # TensorBoard's own no-TensorFlow build does. A process that already runs TensorFlow keeps it.
             sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-        # Imported late: they take a second to load.
+        # Imported late: it takes a second to load.
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from torch.utils.tensorboard import SummaryWriter
 
         self._summary = Summary
-        self._writer = SummaryWriter(str(self.log_dir))
+        self._writer = _EventWriter(self.log_dir)
         self._last = time.monotonic()
 
     def _record(self, step: int, metrics: dict) -> None:
@@ -52,7 +52,7 @@ class TensorBoardLogger(Callback):
                 if isinstance(value, (int, float)) and not isinstance(value, bool)
             ]
             if values:
-                self._writer.file_writer.add_summary(self._summary(value=values), step)
+                self._writer.add_summary(self._summary(value=values), step)
         self._pending.clear()
         self._last = time.monotonic()
 
@@ -67,3 +67,22 @@ class TensorBoardLogger(Callback):
             self._hand_over()
             self._writer.close()
             self._writer = None
+
+
+class _EventWriter:
+    """An event file as torch's SummaryWriter writes it (events.out.tfevents.*, flushed every two minutes
+    and at close), through TensorBoard's writer alone."""
+
+    def __init__(self, log_dir: Path) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._event = Event
+        self._file = EventFileWriter(str(log_dir), max_queue_size=10, flush_secs=120)
+
+    def add_summary(self, summary, step: int) -> None:
+        self._file.add_event(self._event(summary=summary, step=step, wall_time=time.time()))
+
+    def close(self) -> None:
+        self._file.close()

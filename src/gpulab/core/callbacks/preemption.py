@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from gpulab.train.callbacks.base import Callback
+from gpulab.core.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from gpulab.train.preemption import SignalWatch
-    from gpulab.train.state import FitState
-    from gpulab.train.trainer import Trainer
+    from gpulab.core.callbacks.base import Trainer
+    from gpulab.core.preemption import SignalWatch
+    from gpulab.core.state import FitState
 
 
 class StopOnSignal(Callback):
@@ -23,8 +23,9 @@ class StopOnSignal(Callback):
 
     def on_step_end(self, trainer: Trainer, state: FitState) -> None:
         asked = self.watch.signum is not None
-        if trainer.runtime.world_size > 1:
-            asked = trainer.runtime.lagged_flag(asked)
+        context = trainer.context
+        if context.world_size > 1:
+            asked = context.agree_stop(asked)
         if asked:
             state.should_stop = True
             # A rank that was not signalled itself stops for its peers' SIGTERM.

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 import time
 
-from gpulab.train.callbacks.base import Callback
-from gpulab.train.callbacks.progress import speed_text
+from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.progress import speed_text
 
 
 class LogLines(Callback):

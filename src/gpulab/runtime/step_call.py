@@ -276,7 +276,7 @@ def accuracy_counts(
     host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
     that are neither class scores nor binary logits). ``shift``: a causal LM's logits at t against
     the label at t+1 (see ``shifts_labels``)."""
-    from gpulab.train.metrics import correct_count
+    from gpulab.runtime.metrics import correct_count
 
     logits, target = logits_of(output), target_of(batch)
     if shift and isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and target.dim() >= 2:

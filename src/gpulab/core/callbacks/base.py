@@ -1,12 +1,23 @@
-"""Callbacks: hooks the Trainer calls at fixed points of a fit. Override only what you need."""
+"""Callbacks: hooks a trainer calls at fixed points of a fit. Override only what you need.
+
+``trainer`` is the engine's own trainer (the torch ``Trainer``, the TensorFlow ``TfTrainer``); a callback
+meant for every engine reads only ``trainer.context`` (a ``FitContext``), an engine's own callback may
+read more.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from gpulab.train.state import FitResult, FitState
-    from gpulab.train.trainer import Trainer
+    from gpulab.core.context import FitContext
+    from gpulab.core.state import FitResult, FitState
+
+
+class Trainer(Protocol):
+    """What every engine's trainer offers its callbacks."""
+
+    context: FitContext
 
 
 class Callback:

@@ -1,0 +1,86 @@
+"""The TensorFlow engine's ``Engine`` (gpulab.engines): what each verb asks of it, TensorFlow imported only
+inside the methods that run it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpulab.engines.tensorflow.trainer import THREADS_HINT
+
+
+class TensorFlowEngine:
+    name = "tensorflow"
+    export_formats = ("savedmodel", "tflite")
+    export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
+    export_precisions = ("fp32",)
+    export_model = "the float32 Keras model"
+    launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
+    profile_view = "steps"
+    flop_counter = "TensorFlow's graph profiler's count"
+    cast_note = ("(layer dtype policy)", "that run")
+    compile_failure = "XLA could not compile the step"
+    threads_hint = THREADS_HINT
+
+    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
+        from gpulab.engines.tensorflow.run import resolve_tf_config
+
+        return resolve_tf_config(user)
+
+    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+        from gpulab.engines.tensorflow.run import run
+
+        return run(user)
+
+    def environment(self) -> dict[str, Any]:
+        from gpulab.engines.tensorflow.run import environment
+
+        return environment()
+
+    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        from gpulab.engines.tensorflow.profile import profile_tf
+
+        return profile_tf(user, out_dir, options)
+
+    def inspect(self, user: dict[str, Any]) -> Any:
+        from gpulab.engines.tensorflow.inspect import inspect_tf
+
+        return inspect_tf(user)
+
+    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.export.api import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
+        from gpulab.export.tf_api import export_tf
+
+        batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
+        return export_tf(path, module, fixed, request["out"], request["input_file"], SIDECAR, batch)
+
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        from gpulab.export.tf_api import keras_recipe  # its data in TensorFlow's layout (NHWC images)
+
+        return keras_recipe(name, dict(options))
+
+    def launch(self, spec: Any, options: dict[str, Any]) -> None:
+        from gpulab.engines.tensorflow.launch import launch_tf
+        from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT
+
+        port = options.get("base_port")
+        launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
+
+    def check_bench(self) -> None:
+        from gpulab.bench.tf.launch import require_tensorflow_installed
+
+        require_tensorflow_installed()
+
+    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        from gpulab.bench.tf.launch import run_tensorflow_side
+
+        run_tensorflow_side(names, ctx, config, doc, out, log)
+
+    def tuner(self) -> Any:
+        from gpulab.tune.engines import TensorFlowTuner
+
+        return TensorFlowTuner()
+
+
+ENGINE = TensorFlowEngine()

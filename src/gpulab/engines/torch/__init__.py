@@ -1,0 +1,86 @@
+"""The torch engine: ``Runtime`` (runtime/), the ``Trainer`` (train/) and each verb's torch side.
+
+Nothing here imports torch at module level: a method imports what it runs. The verbs' torch parts still
+live in the verbs (profiling/profiler.py, profiling/inspect_run.py, export/api.py, bench/, tune/), reached
+from here when called (docs/ARCHITECTURE.md lists these known upward calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpulab.train import NAME, THREADS_HINT
+
+
+class TorchEngine:
+    name = NAME
+    export_formats = ("exported", "onnx", "torchscript", "aoti")
+    export_refusal = "exports a torch model"  # a torch format asked of another engine's run
+    export_precisions = None  # any of export's dtypes (the model is cast)
+    export_model = "the torch model"
+    launch_options = (("--rdzv-endpoint", "rdzv_endpoint", None), ("--rdzv-id", "rdzv_id", None),
+                      ("--local-addr", "local_addr", None), ("--max-restarts", "max_restarts", 0),
+                      ("--print", "print_", None))  # fmt: skip
+    profile_view = "phases"
+    flop_counter = "the FLOP counter's figure"
+    cast_note = ("(autocast)", "autocast runs")
+    compile_failure = "torch.compile fell back to eager"
+    threads_hint = THREADS_HINT
+
+    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
+        from gpulab.train.run import resolve_config
+
+        return resolve_config(user)
+
+    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+        from gpulab.train.run import run
+
+        return run(user)
+
+    def environment(self) -> dict[str, Any]:
+        from gpulab.train.run import environment
+
+        return environment()
+
+    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        from gpulab.profiling.profiler import profile_recipe
+
+        return profile_recipe(user, out_dir, options)
+
+    def inspect(self, user: dict[str, Any]) -> Any:
+        from gpulab.profiling.inspect_run import inspect_torch
+
+        return inspect_torch(user)
+
+    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.export.api import export_torch
+
+        return export_torch(path, module, fixed, **request)
+
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        from gpulab.train.recipes.base import load_recipe
+
+        return load_recipe(name, dict(options))
+
+    def launch(self, spec: Any, options: dict[str, Any]) -> None:
+        from gpulab.distributed.launch import launch
+
+        launch(spec)
+
+    def check_bench(self) -> None:
+        return None
+
+    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        from gpulab.bench import run_torch_suites
+
+        run_torch_suites(names, ctx, config, doc, out, log)
+
+    def tuner(self) -> Any:
+        from gpulab.tune.engines import TorchTuner
+
+        return TorchTuner()
+
+
+ENGINE = TorchEngine()

@@ -1,0 +1,163 @@
+"""The import graph of src/gpulab keeps its layers (docs/ARCHITECTURE.md, "Layers"): no package imports one
+above it, and no modules import each other in a cycle. Every import counts: at module level, inside a
+function, and under ``if TYPE_CHECKING:``. A known exception is listed with why, so no new one appears."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
+
+# From the top floor down; a component may import its own floor and those below. A component is a package
+# under gpulab (engines' subpackages each on their own) or a top-level module.
+LAYERS = [
+    ("__main__", "cli"),
+    ("bench", "tune", "export", "profiling"),  # the verbs: engine-neutral logic, each engine's part
+    ("engines", "engines.torch", "engines.tensorflow", "train"),  # train/: the torch engine's loop
+    ("core",),  # what every engine's loop uses
+    ("measure",),  # timers, FLOPs and peaks, NVML sampling, diagnosis
+    ("runtime", "distributed"),  # torch's device x precision x strategy; process groups and launchers
+    ("checkpoint", "precisions", "config", "gpulab"),  # storage, the precision table, settings, __version__
+    ("hardware", "data", "errors"),
+]
+
+# Upward imports that stay for now, each inside a function: (importing component, imported component).
+KNOWN_UPWARD = {
+    # The engine objects reach each verb's part for their engine, which still lives in the verb: torch's
+    # profile, inspect, export, bench suites and tune hooks, TensorFlow's bench worker, export and tune
+    # hooks (they stand on the verb's machinery: bench's harness, export's parity, tune's space). Next:
+    # move those parts into engines/<name>/ with the machinery they need below the engines.
+    ("engines.torch", "profiling"),
+    ("engines.torch", "export"),
+    ("engines.torch", "bench"),
+    ("engines.torch", "tune"),
+    ("engines.tensorflow", "export"),
+    ("engines.tensorflow", "bench"),
+    ("engines.tensorflow", "tune"),
+    # TensorFlow's profile and inspect build the report types of profiling/ (ProfileResult, InspectReport,
+    # Inspection); those types belong below the engines, in measure/.
+    ("engines.tensorflow", "profiling"),
+}
+
+
+def component(module: str) -> str:
+    parts = module.split(".")[1:]  # without "gpulab"
+    if not parts:
+        return "gpulab"
+    if parts[0] == "engines" and len(parts) > 1:
+        return f"engines.{parts[1]}"
+    return parts[0]
+
+
+def floor(name: str) -> int:
+    for depth, members in enumerate(LAYERS):
+        if name in members:
+            return len(LAYERS) - depth
+    raise AssertionError(f"component {name!r} is in no layer: add it to LAYERS and docs/ARCHITECTURE.md")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the gpulab modules it imports. A registry that loads a built-in by name through importlib
+    (engines.get, export.formats.get, bench's SUITES, the built-in recipes) adds no edge: it is the plugin
+    seam, loaded when asked for."""
+    mods = modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in mods.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                # ``from package import module`` needs the module; ``from module import name``, the module
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in mods:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target.startswith("gpulab") and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def test_no_component_imports_one_above_it():
+    found = set()
+    for module, targets in import_graph().items():
+        for target in targets:
+            pair = (component(module), component(target))
+            if floor(pair[1]) > floor(pair[0]) and pair not in KNOWN_UPWARD:
+                found.add(f"{module} -> {target}")
+    assert not found, "upward imports (see LAYERS):\n" + "\n".join(sorted(found))
+
+
+def test_the_known_exceptions_still_exist():
+    """A fixed exception leaves the list, so it cannot come back unnoticed."""
+    pairs = {(component(m), component(t)) for m, ts in import_graph().items() for t in ts}
+    assert not KNOWN_UPWARD - pairs, f"no longer imported, remove from KNOWN_UPWARD: {KNOWN_UPWARD - pairs}"
+
+
+def test_no_import_cycle_between_modules():
+    """Cycles through the known upward imports aside (they are listed above), no module reaches itself."""
+    graph = {
+        m: {t for t in ts if (component(m), component(t)) not in KNOWN_UPWARD}
+        for m, ts in import_graph().items()
+    }
+    cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (the graph is deeper than Python's recursion limit allows for)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in list(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.append(member)
+                    if member == node:
+                        break
+                out.append(comp)
+    return out
