@@ -25,6 +25,7 @@ from gpulab.runtime.seed import seed_everything
 from gpulab.train.callbacks.preemption import StopOnSignal
 from gpulab.train.preemption import SignalWatch
 from gpulab.train.recipes.base import load_recipe
+from gpulab.train.recorded import with_recorded_settings
 from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
 from gpulab.train.trainer import Trainer
@@ -71,11 +72,11 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         from gpulab.engines.tensorflow.run import run as run_tensorflow
 
         return run_tensorflow(user)
-    config, recipe = resolve_config(default_resume(user))
+    config, recipe = resolve_config(with_recorded_settings(default_resume(user)))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     launch = LaunchEnv.from_env()
-    with claim(out, rank=launch.rank if launch else 0), SignalWatch() as signals:
+    with claim(out, launch.rank if launch else 0, config.checkpoint_dir), SignalWatch() as signals:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
         if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
