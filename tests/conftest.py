@@ -62,3 +62,30 @@ def scenario():
         return json.loads(lines[-1].removeprefix("RESULT "))
 
     return run
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size_bytes) -> Path``: a real small tmpfs mounted under ``tmp_path`` (a disk that really
+    fills), unmounted after the test; ``tmpfs.resize(path, size_bytes)`` remounts it bigger. Skipped, with
+    the reason, where mounting is not allowed (it needs root or CAP_SYS_ADMIN)."""
+    mounted: list[Path] = []
+
+    def mount(size: int, name: str = "disk") -> Path:
+        where = tmp_path / name
+        where.mkdir()
+        opts = f"size={size}"
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True)
+        if proc.returncode:
+            why = proc.stderr.decode(errors="replace").strip() or f"exit {proc.returncode}"
+            pytest.skip(f"cannot mount a small tmpfs here, so no real full disk ({why}): needs root")
+        mounted.append(where)
+        return where
+
+    def resize(where: Path, size: int) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(where)], check=True)
+
+    mount.resize = resize
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)

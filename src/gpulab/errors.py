@@ -38,6 +38,15 @@ class RunDirError(GpulabError):
     """The run directory is in use by another run, or holds a finished run this one would mix with."""
 
 
+class ValidationFailed(GpulabError):
+    """Validation raised after the step's checkpoint was written: the message names the step and that
+    checkpoint. The cause is the user's own error (their metric, their model's eval path), so the CLI
+    prints its traceback before the line, and the exit code is 1."""
+
+    exit_code = 1
+    show_cause = True
+
+
 class Preempted(GpulabError):
     """A run stopped by SIGTERM/SIGINT after saving a checkpoint: exit 128 + N, as a process killed by N.
 

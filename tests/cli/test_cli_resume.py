@@ -47,6 +47,29 @@ def test_resuming_a_finished_run_says_so_and_leaves_the_summary(run_dir):
     assert {name: (run_dir / name).read_bytes() for name in before} == before
 
 
+def test_resuming_a_finished_run_without_repeating_max_steps_changes_nothing(run_dir):
+    """The run was set up with --max-steps 30; its resume takes that from the record, not the recipe's
+    default (625), which trained on, pruned the finished checkpoint and rewrote the summary."""
+    root = run_dir / "checkpoints"
+    before = {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    proc = train(run_dir, "--resume", "latest", "--set", "keep_last=1")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to do" in proc.stdout and "step 30 of 30" in proc.stdout, proc.stdout
+    after = {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in root.iterdir()) == [
+        "latest",
+        "step-00000010",
+        "step-00000020",
+        "step-00000030",
+    ]
+
+
+def test_a_setting_given_again_on_resume_is_still_checked(run_dir):
+    proc = train(run_dir, "--resume", "latest", "--seed", "7")
+    assert proc.returncode == 2 and "seed 0 -> 7" in proc.stderr, proc.stderr
+
+
 def test_a_corrupt_latest_is_named_in_one_warning_and_kept_aside(run_dir):
     root = run_dir / "checkpoints"
     state = root / "step-00000030" / "state.pt"

@@ -169,3 +169,108 @@ def test_overwrite_clears_checkpoints_kept_outside_out(tmp_path):
     (elsewhere / "README").write_text("not a checkpoint")
     assert _train(out, "--max-steps", "1", *keep, "--overwrite")[0] == 0
     assert sorted(p.name for p in elsewhere.iterdir()) == ["README", "latest", "step-00000001"]
+
+
+def _paused_run(out: Path, cwd: Path, point: str, *args: str) -> tuple[subprocess.Popen, Path]:
+    """``gpulab train mlp`` held at ``point`` of its first checkpoint save (the save's test hook); returns
+    once it is there."""
+    signal_file = cwd / f"paused-{out.name}"
+    env = {**os.environ, "GPULAB_CHECKPOINT_PAUSE_AT": point, "GPULAB_CHECKPOINT_PAUSE_SIGNAL": str(signal_file),
+           "GPULAB_CHECKPOINT_PAUSE_SECONDS": "300"}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulab", "train", "mlp", "--out", str(out), *QUICK[2:], *args],
+        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not signal_file.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before its first checkpoint: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the run never reached its first checkpoint")
+        time.sleep(0.05)
+    return proc, signal_file
+
+
+@pytest.mark.slow
+def test_two_runs_sharing_a_checkpoint_dir_are_refused_naming_the_first(tmp_path):
+    """Different --out, one checkpoint_dir: the second run used to replace and prune the first's
+    checkpoints, both exiting 0. The checkpoint directory's own lock refuses it."""
+    a, b, ck = tmp_path / "a", tmp_path / "b", tmp_path / "ck"
+    shared = ["--max-steps", "300", "--set", "checkpoint_every=20", "--set", f"checkpoint_dir={ck}"]
+    first, _ = _paused_run(a, tmp_path, "before-latest", "--seed", "1", *shared)
+    try:
+        before = _snapshot(ck)
+        second = gpulab("train", "mlp", "--out", str(b), *QUICK[2:], "--seed", "2", *shared, cwd=tmp_path)
+        assert first.poll() is None  # the first run was not disturbed
+        assert _snapshot(ck) == before
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 2, second.stderr
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(
+        f"gpulab: error: checkpoint directory {ck} is in use by another run (the run into {a}"
+    )
+    assert f"pid {first.pid} on host {socket.gethostname()}" in line and "another checkpoint_dir" in line
+    assert not b.exists()  # refused before it wrote anything
+
+
+def test_a_checkpoint_dir_inside_another_runs_out_is_locked_too(tmp_path):
+    from gpulab.core.run_dir import claim
+    from gpulab.errors import RunDirError
+
+    a = tmp_path / "a"
+    busy = rf"checkpoint directory {a / 'checkpoints'} is in use by another run \(the run into {a}, pid"
+    # a run into a (checkpoints in a/checkpoints), then one into b with its checkpoint_dir there
+    with (
+        claim(a, 0),
+        pytest.raises(RunDirError, match=busy),
+        claim(tmp_path / "b", 0, str(a / "checkpoints")),
+    ):
+        pass
+    assert not a.exists()  # both locks released; the directories they made, empty, are gone
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_checkpoint_is_started_again_by_resume_latest(tmp_path):
+    """Killed inside its first save: the same command is refused offering --resume latest, which then
+    starts the run again from step 0 saying so in one line (it used to fail: no complete checkpoint)."""
+    out = tmp_path / "run"
+    run = ["--max-steps", "6", "--set", "checkpoint_every=3"]
+    first, _ = _paused_run(out, tmp_path, "after-weights", *run)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert not (out / "checkpoints" / "latest").exists()
+
+    again = gpulab("train", "mlp", "--out", str(out), *QUICK[2:], *run, cwd=tmp_path)
+    assert again.returncode == 2
+    (line,) = again.stderr.splitlines()
+    assert "it stopped before its first checkpoint: start it again from step 0 with --resume latest" in line
+
+    resumed = gpulab("train", "mlp", "--out", str(out), *QUICK[2:], *run, "--resume", "latest", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    (note,) = [ln for ln in resumed.stderr.splitlines() if ln.startswith("gpulab:")]
+    assert note == (
+        f"gpulab: warning: no checkpoint under {out / 'checkpoints'} yet (the run stopped before its first): "
+        "starting from step 0"
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6 and "resumed_from" not in summary
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == sorted(r["step"] for r in records)  # one run's records, in order
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "latest",
+        "step-00000003",
+        "step-00000006",
+    ]
+
+
+def test_resume_latest_where_no_run_ever_was_is_refused(tmp_path):
+    code, err = _train(tmp_path / "typo", "--resume", "latest")
+    assert code == 2
+    assert err.strip() == (
+        f"gpulab: error: --resume latest: {tmp_path / 'typo'} holds no run to continue (no checkpoint under "
+        f"{tmp_path / 'typo' / 'checkpoints'}); drop --resume to start one, or give the --out (and "
+        "checkpoint_dir) of the run"
+    )

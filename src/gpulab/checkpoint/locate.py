@@ -15,8 +15,28 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.checkpoint.io import LATEST, read_manifest, set_aside
-from gpulab.checkpoint.read import locate, problem
+from gpulab.checkpoint.read import has_checkpoint, locate, problem, step_dirs
 from gpulab.errors import CheckpointError, GpulabWarning
+
+AUTO = "auto"  # resume from the newest checkpoint when there is one, else start
+
+
+def choose_resume(root: Path, which: str, rank_zero: bool = True) -> str | None:
+    """``auto``: ``latest`` when ``root`` holds any ``step-*`` directory, else None (start fresh); any
+    directory counts, so damaged ones make ``latest`` say what is wrong rather than start over.
+    ``latest`` where no checkpoint was ever written (a run stopped before its first) is a fresh start too,
+    said in one line: there is nothing to lose, and nothing else would continue such a run."""
+    if which == AUTO:
+        return LATEST if step_dirs(root) else None
+    if which == LATEST and not has_checkpoint(Path(root)):
+        if rank_zero:
+            warnings.warn(
+                f"no checkpoint under {root} yet (the run stopped before its first): starting from step 0",
+                GpulabWarning,
+                stacklevel=3,
+            )
+        return None
+    return which
 
 
 def locate_for_resume(root: Path, which: str, runtime: Any, extras: dict[str, Any]) -> Path:

@@ -36,6 +36,12 @@ def step_dirs(root: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def has_checkpoint(root: Path) -> bool:
+    """Whether ``root`` holds a checkpoint, complete or not (``latest`` or a ``step-*`` directory): a run
+    stopped before its first one has none, and ``--resume latest`` starts it from step 0."""
+    return (root / LATEST).exists() or bool(step_dirs(root))
+
+
 def _is_root(path: Path) -> bool:
     """A directory is a checkpoint if it is named ``step-*`` or holds any checkpoint file; else a root."""
     if step_of(path) is not None:

@@ -28,6 +28,7 @@ from gpulab.checkpoint.io import (
     one_line,
     pause_point,
     remove_path,
+    step_of,
     write_bytes_durably,
     write_manifest,
     write_text_atomic,
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 # checkpoints through this module without torch.
 
 MODES = ("min", "max")
+# ROOT/best.json: the best checkpoint by a metric known only after its save (the Trainer validates after
+# checkpointing, so a failing validation never costs the epoch): {"checkpoint", "metric", "mode", "value"}.
+BEST = "best.json"
 
 
 def check_save_args(step: Any, state: Any, keep_last: Any, keep_best: Any) -> None:
@@ -134,10 +138,28 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """ENOSPC/EDQUOT as an OSError, or as the text of safetensors' own error (``StorageFull``)."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    return any(mark in str(exc) for mark in ("StorageFull", "No space left", "QuotaExceeded"))
+    """ENOSPC/EDQUOT anywhere in ``exc``'s chain: torch's zip writer replaces the OSError by its own
+    RuntimeError ("unexpected pos"), TensorFlow raises ResourceExhaustedError naming it, safetensors its
+    own ``StorageFull``, and DCP wraps every rank's error in a CheckpointException (``failures``)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        error = todo.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(mark in str(error) for mark in _FULL_MARKS):
+            return True
+        failures = getattr(error, "failures", None)  # torch.distributed.checkpoint's CheckpointException
+        if isinstance(failures, dict):
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        todo += [error.__cause__, error.__context__]
+    return False
+
+
+_FULL_MARKS = ("StorageFull", "No space left", "QuotaExceeded", "Disk quota exceeded")
 
 
 def _is_tensor(tree: Any) -> bool:
@@ -164,15 +186,26 @@ def disk_full_as_error(root: Path, name: str, needed: int) -> Iterator[None]:
     (the callers remove their temporary directory first, and ``latest`` has not moved)."""
     try:
         yield
-    except Exception as exc:
-        if not is_disk_full(exc):
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) or not is_disk_full(exc):
             raise
-        free = shutil.disk_usage(root).free if root.exists() else 0
+        free = free_bytes(root)
         raise CheckpointError(
             f"{root}: no space left on the device to write checkpoint {name} (it needs about "
             f"{needed:,} bytes, {free:,} are free); free space there, lower keep_last, or set "
             f"checkpoint_dir on a bigger disk. {read_latest_name(root)} stays the latest checkpoint"
         ) from None
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem of ``path`` (its nearest existing parent); 0 when unreadable."""
+    for place in (path, *path.parents):
+        if place.exists():
+            try:
+                return shutil.disk_usage(place).free
+            except OSError:
+                return 0
+    return 0
 
 
 def read_latest_name(root: Path) -> str:
@@ -211,6 +244,8 @@ def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_sa
     if keep_best is not None:
         best = _best(complete, *keep_best)
         keep |= {best} if best is not None else set()
+        marked = read_best(root, *keep_best)
+        keep |= {root / marked["checkpoint"]} if marked is not None else set()
     finite = _newest_finite(complete)
     keep |= {finite} if finite is not None else set()
     for directory in complete:
@@ -218,6 +253,34 @@ def prune(root: Path, keep_last: int, keep_best: tuple[str, str] | None, just_sa
             doomed = directory.with_name(f"{TMP_PREFIX}prune-{directory.name}-{os.getpid()}")
             os.rename(directory, doomed)
             remove_path(doomed)
+
+
+def read_best(root: Path, metric: str, mode: str) -> dict[str, Any] | None:
+    """``ROOT/best.json`` when it names a checkpoint by this metric and mode, else None."""
+    try:
+        best = json.loads((root / BEST).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(best, dict) and step_of(Path(str(best.get("checkpoint")))) is not None
+    return best if ok and (best.get("metric"), best.get("mode")) == (metric, mode) else None
+
+
+def mark_best(root: Path, name: str, metric: str, mode: str, value: float) -> bool:
+    """Record checkpoint ``name`` (already committed) as the best when ``value`` beats the recorded best
+    (or that one is gone); atomic like ``latest``. Pruning keeps the checkpoint it names."""
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    best = read_best(root, metric, mode)
+    standing = best is not None and (root / best["checkpoint"]).is_dir()
+    if standing and isinstance(best.get("value"), (int, float)) and not _beats(value, best["value"], mode):
+        return False
+    doc = {"checkpoint": name, "metric": metric, "mode": mode, "value": value}
+    write_text_atomic(root / BEST, json.dumps(doc) + "\n")
+    return True
+
+
+def _beats(value: float, other: float, mode: str) -> bool:
+    return value < other if mode == "min" else value > other
 
 
 def _newest_finite(directories: list[Path]) -> Path | None:

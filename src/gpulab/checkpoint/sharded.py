@@ -30,11 +30,18 @@ from gpulab.checkpoint.io import (
     DCP_METADATA,
     TMP_PREFIX,
     one_line,
+    remove_path,
     remove_stale_tmp,
     step_dir_name,
 )
 from gpulab.checkpoint.read import unpickler_reason
-from gpulab.checkpoint.save import check_save_args, commit_checkpoint, meta_bytes
+from gpulab.checkpoint.save import (
+    check_save_args,
+    commit_checkpoint,
+    disk_full_as_error,
+    meta_bytes,
+    payload_bytes,
+)
 from gpulab.errors import CheckpointError
 
 
@@ -65,8 +72,16 @@ def save_sharded_checkpoint(
         return str(tmp)
 
     tmp = Path(strategy.broadcast(strategy.run_on_rank_zero(prepare, name=f"checkpoint {name}: prepare")))
-    with strategy.collective(f"checkpoint {name}: shards (torch.distributed.checkpoint.save)"):
-        dcp.save(shards, checkpoint_id=tmp)
+    # A full disk on any rank fails every rank's dcp.save alike (its CheckpointException carries each
+    # rank's error): each says so in one line, and rank 0 removes the temporary directory.
+    with disk_full_as_error(root, name, payload_bytes(shards)):
+        try:
+            with strategy.collective(f"checkpoint {name}: shards (torch.distributed.checkpoint.save)"):
+                dcp.save(shards, checkpoint_id=tmp)
+        except BaseException:
+            if strategy.is_rank_zero:
+                remove_path(tmp)
+            raise
 
     def finish() -> Path:
         return commit_checkpoint(

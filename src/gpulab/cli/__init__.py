@@ -7,6 +7,7 @@ environment problem) into one line on stderr and exit code 2; ``--debug`` keeps 
 from __future__ import annotations
 
 import sys
+import traceback
 import warnings
 
 import typer
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     except GpulabError as exc:
         if debug:
             raise
+        if getattr(exc, "show_cause", False) and exc.__cause__ is not None:  # the user's own bug
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         if str(exc):
             print(f"gpulab: {getattr(exc, 'label', 'error')}: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -7,7 +7,11 @@
   ``flock`` on ``OUT/.gpulab.lock``, which holds the holder's pid and host for the refusal message. The
   kernel drops an ``flock`` when its process dies, however it dies, so a lock file left by a killed run is
   stale by construction and simply taken over. Only rank 0 of a launch takes it (one process per run), so
-  the ranks of one job never refuse each other, and a restarted attempt's rank 0 takes it anew.
+  the ranks of one job never refuse each other, and a restarted attempt's rank 0 takes it anew. The
+  checkpoint directory is locked too (``ROOT/.gpulab.lock``), wherever it lives: two runs with different
+  ``--out`` and one ``checkpoint_dir`` would otherwise replace and prune each other's checkpoints.
+- A full disk anywhere in the run (the lock file, a log, a checkpoint) is one line naming the directory and
+  the bytes free, not a traceback.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
-from gpulab.checkpoint.io import LATEST, TMP_PREFIX, step_of
-from gpulab.errors import ConfigError, RunDirError
+from gpulab.checkpoint.io import LATEST, REFUSED_SUFFIX, TMP_PREFIX, step_of
+from gpulab.checkpoint.read import has_checkpoint
+from gpulab.checkpoint.save import BEST, free_bytes, is_disk_full
+from gpulab.errors import ConfigError, GpulabError, RunDirError
 
 LOCK_FILE = ".gpulab.lock"
 # What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes
@@ -46,14 +53,37 @@ def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:
 
 
 class RunDirLock:
-    """An exclusive claim on a run directory for the length of a run (a context manager)."""
+    """An exclusive claim on a run directory (or a run's checkpoint directory, ``option="checkpoint_dir"``)
+    for the length of a run (a context manager). ``out``: the run directory of the claiming run, named
+    to a run that finds it held."""
 
-    def __init__(self, out: Path) -> None:
-        self.path = Path(out) / LOCK_FILE
+    def __init__(self, directory: Path, option: str = "--out", out: Path | None = None) -> None:
+        self.path = Path(directory) / LOCK_FILE
+        self.option = option
+        self.out = Path(out if out is not None else directory)
         self._fd: int | None = None
+        self._made_dir = False
 
     def __enter__(self) -> RunDirLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._made_dir = not self.path.parent.exists()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock()
+            record = json.dumps(_me(self.out)).encode()
+            os.ftruncate(self._fd, 0)
+            os.write(self._fd, record)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self.__exit__()
+            raise RunDirError(
+                f"{self.path.parent}: no space left on the device to start a run (its lock file needs "
+                f"{len(json.dumps(_me(self.out)))} bytes, {free_bytes(self.path.parent):,} are free); free "
+                f"space there or give another {self.option}"
+            ) from None
+        return self
+
+    def _lock(self) -> None:
         while self._fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -69,9 +99,6 @@ class RunDirLock:
                 self._fd = fd
             else:
                 os.close(fd)
-        os.ftruncate(self._fd, 0)
-        os.write(self._fd, json.dumps(_me()).encode())
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._fd is not None:
@@ -79,19 +106,24 @@ class RunDirLock:
                 self.path.unlink()  # while still holding it, so no one locks a file about to vanish
             os.close(self._fd)
             self._fd = None
+            if self._made_dir:  # a checkpoint directory no checkpoint went into is not left behind
+                with contextlib.suppress(OSError):
+                    self.path.parent.rmdir()
 
     def _busy(self, holder: str) -> RunDirError:
+        what = "" if self.option == "--out" else "checkpoint directory "
         return RunDirError(
-            f"{self.path.parent} is in use by another run ({holder}); wait for it to finish, stop it, "
-            "or give another --out"
+            f"{what}{self.path.parent} is in use by another run ({holder}); wait for it to finish, stop "
+            f"it, or give another {self.option}"
         )
 
 
-def _me() -> dict[str, object]:
+def _me(out: Path) -> dict[str, object]:
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "out": str(out.resolve()),
     }
 
 
@@ -107,7 +139,8 @@ def _describe(holder: dict[str, object]) -> str:
     if not holder.get("pid"):
         return "a run that is just starting"
     since = f", since {holder['since']}" if holder.get("since") else ""
-    return f"pid {holder['pid']} on host {holder.get('host', '?')}{since}"
+    into = f"the run into {holder['out']}, " if holder.get("out") else ""
+    return f"{into}pid {holder['pid']} on host {holder.get('host', '?')}{since}"
 
 
 def _holder_alive(path: Path) -> bool:
@@ -133,9 +166,17 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
+def checkpoint_root(out: Path, checkpoint_dir: str | None) -> Path:
+    """Where a run's checkpoints go: ``checkpoint_dir``, else ``OUT/checkpoints`` (as the Trainers say)."""
+    return Path(checkpoint_dir) if checkpoint_dir else out / "checkpoints"
+
+
 def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite: bool) -> None:
-    """On rank 0, holding the lock: refuse to mix with a previous run, or clear it for ``overwrite``."""
-    root = Path(checkpoint_dir) if checkpoint_dir else out / "checkpoints"
+    """On rank 0, holding the lock: refuse to mix with a previous run, or clear it for ``overwrite``.
+
+    ``--resume latest`` into a run that stopped before its first checkpoint starts it again from step 0
+    (the Trainer says so): its logs are cleared here, as they would be mixed with the new run's."""
+    root = checkpoint_root(out, checkpoint_dir)
     if overwrite:
         if resume == "latest" or (resume and resume != "auto" and _inside(Path(resume), out, root)):
             raise ConfigError(
@@ -144,27 +185,47 @@ def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite
         _clear(out, root)
         return
     found = _previous(out, root)
+    no_checkpoint = not has_checkpoint(root)
     if found and not resume:
         listing = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        raise RunDirError(
-            f"{out} already holds a run ({listing}): continue it with --resume latest, or start afresh "
-            "with --overwrite (removes its summary, metrics, TensorBoard logs and checkpoints), or give "
-            "another --out"
+        how = (
+            "it stopped before its first checkpoint: start it again from step 0 with --resume latest"
+            if no_checkpoint
+            else "continue it with --resume latest"
         )
+        raise RunDirError(
+            f"{out} already holds a run ({listing}): {how}, or start afresh with --overwrite (removes its "
+            "summary, metrics, TensorBoard logs and checkpoints), or give another --out"
+        )
+    if resume == "latest" and no_checkpoint:
+        if not found:
+            raise RunDirError(
+                f"--resume latest: {out} holds no run to continue (no checkpoint under {root}); drop "
+                "--resume to start one, or give the --out (and checkpoint_dir) of the run"
+            )
+        if "summary.json" in found:  # a finished run that wrote no checkpoint (checkpoints: false)
+            raise RunDirError(
+                f"--resume latest: {out} holds a finished run that wrote no checkpoint (under {root}), so "
+                "nothing can continue it; train it again with --overwrite, or give another --out"
+            )
+        _clear(out, root)
 
 
 def _previous(out: Path, root: Path) -> list[str]:
     """A previous run's outputs in the run directory, and checkpoints kept outside it. A user's own files
     (``--out .`` in a project) are no previous run: outputs are written beside them."""
-    found = sorted(p.name for p in out.iterdir() if p.name in RUN_OUTPUTS) if out.is_dir() else []
-    if root.is_dir() and not _inside(root, out):
-        found += [str(p) for p in sorted(root.iterdir()) if _is_checkpoint_entry(p)]
-    return found
+    # The checkpoint directory counts by its checkpoints (a run's lock file alone is none).
+    names = {n for n in RUN_OUTPUTS if not _same_path(out / n, root) and (out / n).exists()}
+    entries = sorted(p for p in root.iterdir() if _is_checkpoint_entry(p)) if root.is_dir() else []
+    if entries and _inside(root, out):
+        names.add(str(root.resolve().relative_to(out.resolve())))
+    return sorted(names) + ([] if _inside(root, out) else [str(p) for p in entries])
 
 
 def _clear(out: Path, root: Path) -> None:
-    doomed = [out / name for name in RUN_OUTPUTS]
-    if root.is_dir() and not _inside(root, out):
+    # Entry by entry: the checkpoint directory holds this run's lock file.
+    doomed = [out / name for name in RUN_OUTPUTS if not _same_path(out / name, root)]
+    if root.is_dir():
         doomed += [p for p in root.iterdir() if _is_checkpoint_entry(p)]
     for path in doomed:
         if path.is_dir() and not path.is_symlink():
@@ -174,7 +235,13 @@ def _clear(out: Path, root: Path) -> None:
 
 
 def _is_checkpoint_entry(path: Path) -> bool:
-    return path.name == LATEST or path.name.startswith(TMP_PREFIX) or step_of(path) is not None
+    """``latest``, ``step-*`` (refused ones kept aside too) and the ``.tmp-*`` leftovers of a save."""
+    step = step_of(path.with_name(path.name.split(REFUSED_SUFFIX)[0]))
+    return path.name in (LATEST, BEST) or path.name.startswith(TMP_PREFIX) or step is not None
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
 
 def _inside(path: Path, *dirs: Path) -> bool:
@@ -183,10 +250,40 @@ def _inside(path: Path, *dirs: Path) -> bool:
 
 
 @contextlib.contextmanager
-def claim(out: Path, rank: int) -> Iterator[None]:
-    """Hold ``out``'s lock for the run on rank 0; the other ranks of the job share rank 0's claim."""
-    if rank != 0:
+def claim(out: Path, rank: int, checkpoint_dir: str | None = None) -> Iterator[None]:
+    """Hold the locks of ``out`` and of the checkpoint directory for the run on rank 0 (the other ranks of
+    the job share rank 0's claim); on every rank, a full disk ends the run in one line."""
+    with _full_disk_in_one_line(out):
+        if rank != 0:
+            yield
+            return
+        root = checkpoint_root(out, checkpoint_dir)
+        same = _same_path(root, out)  # one directory, one lock (a second flock would refuse this run)
+        with RunDirLock(out), nullcontext() if same else RunDirLock(root, "checkpoint_dir", out):
+            yield
+
+
+@contextlib.contextmanager
+def _full_disk_in_one_line(out: Path) -> Iterator[None]:
+    """A write that found the disk full (a log, the summary, the weights) ends the run in one line; a
+    checkpoint's own message (``checkpoint.save``) says more, and passes through."""
+    try:
         yield
-        return
-    with RunDirLock(out):
-        yield
+    except Exception as exc:
+        if isinstance(exc, GpulabError) or not is_disk_full(exc):
+            raise
+        where = next((e.filename for e in _chain(exc) if getattr(e, "filename", None)), None)
+        place = Path(where).parent if where else out
+        raise RunDirError(
+            f"{place}: no space left on the device{f' to write {Path(where).name}' if where else ''} "
+            f"({free_bytes(place):,} bytes free); free space there, or give --out (and checkpoint_dir) "
+            "on a bigger disk"
+        ) from None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

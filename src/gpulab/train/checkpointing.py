@@ -14,7 +14,9 @@ for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, ever
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +30,15 @@ from gpulab.checkpoint.api import (
     restore_rng,
     save_checkpoint,
 )
-from gpulab.checkpoint.io import LATEST
-from gpulab.checkpoint.locate import locate_for_resume
-from gpulab.checkpoint.read import step_dirs
+from gpulab.checkpoint.io import step_dir_name
+from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.rng import capture_rng, validate_rng
+from gpulab.checkpoint.save import mark_best
 from gpulab.errors import CheckpointError
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
 Trainer = Any
-
-AUTO = "auto"  # resume from the newest checkpoint when there is one, else start
 
 # Settings that change which samples meet which weights: a resume with any of them changed is not the
 # same run, so it is refused unless forced.
@@ -83,19 +83,25 @@ class Checkpointer:
                 "device": str(trainer.runtime.device),
             },
         }
-        metrics = {k: v for k, v in state.metrics.items() if isinstance(v, (int, float))}
-        meta = {"epoch": state.epoch, "metrics": metrics}
+        # Validation runs after the save: its figures here would be an earlier step's (keep_best learns
+        # this step's through record_validation).
+        metrics = {
+            k: v for k, v in state.metrics.items() if isinstance(v, (int, float)) and not k.startswith("val_")
+        }
+        meta = {"epoch": state.epoch, "metrics": metrics, **_settings_record(trainer)}
         layout = _LAYOUTS[trainer.runtime.strategy.checkpoint_layout]
         path = layout.save(self, trainer, payload, meta)
         self.last_saved_step = state.global_step
         return path or self.root
 
-    def choose(self, which: str) -> str | None:
-        """``auto``: ``latest`` when this root holds any ``step-*`` directory, else None (start fresh).
-        Any directory counts, so damaged ones make ``latest`` say what is wrong rather than start over."""
-        if which != AUTO:
-            return which
-        return LATEST if step_dirs(self.root) else None
+    def record_validation(self, step: int, metrics: dict[str, float]) -> None:
+        """After the validation that follows checkpoint ``step``: mark it best when it is (``keep_best``)."""
+        if self.keep_best is not None and self.keep_best[0] in metrics:
+            mark_best(self.root, step_dir_name(step), *self.keep_best, metrics[self.keep_best[0]])
+
+    def choose(self, which: str, rank_zero: bool = True) -> str | None:
+        """What ``which`` resumes from, or None for a fresh start (``checkpoint.locate.choose_resume``)."""
+        return choose_resume(self.root, which, rank_zero)
 
     def locate(self, which: str, trainer: Trainer) -> Path:
         """``latest`` under this run's root, or a checkpoint directory (or root) given by path: verified by
@@ -142,6 +148,29 @@ class Checkpointer:
         restore_rng(rng, cuda_devices=_own_cuda(trainer))
         self.last_saved_step = trainer.state.global_step
         return ckpt.path
+
+
+def _settings_record(trainer: Trainer) -> dict[str, Any]:
+    """The run's settings in meta.json (as the TensorFlow engine's), so a resume can take the ones the
+    user does not repeat (``core/recorded.py``) without unpickling state.pt; a trajectory JSON cannot
+    hold (a library caller's own objects) stays in state.pt only."""
+    record: dict[str, Any] = {"config": trainer.settings.model_dump(mode="json")}
+    try:
+        json.dumps(trainer.trajectory)
+    except (TypeError, ValueError):
+        return record
+    return {**record, "trajectory": trainer.trajectory}
+
+
+@contextlib.contextmanager
+def training_rng_untouched(trainer: Trainer) -> Iterator[None]:
+    """Every generator this rank draws from (Python, NumPy, torch CPU, its CUDA device) as it was before:
+    what runs inside (validation) leaves the training's random streams alone."""
+    saved = capture_rng(cuda_devices=_own_cuda(trainer))
+    try:
+        yield
+    finally:
+        restore_rng(saved, cuda_devices=_own_cuda(trainer))
 
 
 def _own_rng(st: dict[str, Any], trainer: Trainer) -> Any:

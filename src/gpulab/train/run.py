@@ -16,6 +16,7 @@ import torch
 from gpulab.config import RunConfig, merge, parse_config
 from gpulab.core.callbacks.preemption import StopOnSignal
 from gpulab.core.preemption import SignalWatch
+from gpulab.core.recorded import with_recorded_settings
 from gpulab.core.run_dir import check_output_dirs, claim, prepare
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
@@ -63,11 +64,11 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
     the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
     """
-    config, recipe = resolve_config(default_resume(user))
+    config, recipe = resolve_config(with_recorded_settings(default_resume(user)))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     launch = LaunchEnv.from_env()
-    with claim(out, rank=launch.rank if launch else 0), SignalWatch() as signals:
+    with claim(out, launch.rank if launch else 0, config.checkpoint_dir), SignalWatch() as signals:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
         if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from gpulab.checkpoint.io import one_line
 from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.context import FitContext
@@ -32,7 +33,7 @@ from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
-from gpulab.errors import ConfigError, DataError
+from gpulab.errors import ConfigError, DataError, ValidationFailed
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
@@ -68,7 +69,7 @@ from gpulab.runtime.step_call import (
     step_loss,
 )
 from gpulab.train import NAME, THREADS_HINT
-from gpulab.train.checkpointing import Checkpointer
+from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -193,7 +194,7 @@ class Trainer:
         if resume:
             if self.checkpointer is None:
                 raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
-            resume = self.checkpointer.choose(resume)  # auto: latest if there is a checkpoint, else None
+            resume = self.checkpointer.choose(resume, rt.is_rank_zero)  # auto/none yet: None, fresh
         if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
             self.extras["resumed_from"] = str(self.resumed_from)
@@ -232,12 +233,18 @@ class Trainer:
             finishing = self._done() and state.stop_signal is None
             if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            if epoch_complete or finishing:
-                val_metrics = self._validate(val) if val is not None else {}
+            # Checkpoint first, then validate: a validation that fails (a user's metric, an eval path
+            # that differs) never costs the epoch's training.
+            if epoch_complete:
+                with self._at_next_epoch():  # the checkpoint resumes at the next epoch's start
+                    self._save_checkpoint()
+            elif finishing and self.checkpointer is not None and not self._saved_this_step():
+                self._save_checkpoint()
+            if (epoch_complete or finishing) and val is not None:
+                val_metrics = self._validate_after_save(val)
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-                self._save_checkpoint()
         if state.stop_signal is None:
             self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
@@ -344,6 +351,48 @@ class Trainer:
         if rt.is_rank_zero:
             self.callbacks.on_log(self, state, metrics)  # may add to metrics (mfu, GPU utilisation) ...
         self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})  # ... kept here
+
+    @contextlib.contextmanager
+    def _at_next_epoch(self) -> Iterator[None]:
+        """The state as the next epoch starts (what an epoch-end checkpoint records), then back: validation
+        and ``on_epoch_end`` still see the epoch that ended."""
+        state = self.state
+        kept = state.epoch, state.batch_in_epoch
+        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
+        try:
+            yield
+        finally:
+            state.epoch, state.batch_in_epoch = kept
+
+    def _validate_after_save(self, val) -> dict[str, float]:
+        """Validation after the checkpoint: it draws nothing from the training's random streams (the
+        checkpoint holds them as they are, and a resumed run continues as this one does); a failure
+        names itself and the checkpoint that keeps the training; a best metric is recorded for
+        ``keep_best`` now that it is known."""
+        try:
+            with training_rng_untouched(self):
+                metrics = self._validate(val)
+        except Exception as exc:
+            raise ValidationFailed(self._validation_failure(exc)) from exc
+        if self._saved_this_step() and self.is_rank_zero and self.settings.checkpoints:
+            self.checkpointer.record_validation(self.state.global_step, metrics)
+        return metrics
+
+    def _saved_this_step(self) -> bool:
+        return self.checkpointer is not None and self.checkpointer.last_saved_step == self.state.global_step
+
+    def _validation_failure(self, exc: BaseException) -> str:
+        state = self.state
+        where = (
+            f"checkpoint {self.last_checkpoint} holds the training up to it: fix the validation, then "
+            "continue with --resume latest"
+            if self._saved_this_step() and self.last_checkpoint is not None
+            else "no checkpoint holds this step (checkpoints are off)"
+        )
+        return (
+            f"validation failed at step {state.global_step} (epoch {state.epoch}): {type(exc).__name__}: "
+            f"{one_line(exc)}; {where}"
+        )
 
     @torch.inference_mode()
     def _validate(self, val) -> dict[str, float]:

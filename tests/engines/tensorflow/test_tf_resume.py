@@ -76,3 +76,14 @@ def test_a_tampered_checkpoint_or_a_changed_setting_is_refused_in_one_line(check
     changed = checks["changed_batch"]
     assert "refused, the run would differ: batch_size 32 -> 16" in changed and "force_resume" in changed
     assert "\n" not in changed
+
+
+def test_a_failing_validation_leaves_the_epochs_checkpoint_and_resumes_exactly(checks):
+    v = checks["validation"]
+    assert v["message"].startswith(
+        "validation failed at step 5 (epoch 0): KeyError: 'my_metric'; checkpoint "
+    )
+    assert v["message"].endswith("step-00000005 holds the training up to it: fix the validation, then continue "
+                                 "with --resume latest")  # fmt: skip
+    assert v["cause"] == "KeyError" and v["latest_at_failure"] == "step-00000005"
+    assert v["weights_equal"]

@@ -13,12 +13,14 @@ batches already taken.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gpulab.checkpoint.io import (
-    LATEST,
     META,
     TF_LAYOUT,
     TF_PREFIX,
@@ -29,14 +31,13 @@ from gpulab.checkpoint.io import (
     remove_stale_tmp,
     step_dir_name,
 )
-from gpulab.checkpoint.locate import locate_for_resume
-from gpulab.checkpoint.read import load_meta, step_dirs
+from gpulab.checkpoint.locate import choose_resume, locate_for_resume
+from gpulab.checkpoint.read import load_meta
 from gpulab.checkpoint.refuse import refuse_if_changed
-from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
+from gpulab.checkpoint.save import commit_checkpoint, disk_full_as_error, meta_bytes
 from gpulab.errors import CheckpointError
 
 LAYOUT = TF_LAYOUT
-AUTO = "auto"
 # As torch's TRAJECTORY_SETTINGS (micro_batch does not exist here): a resume that changes one is refused.
 TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
 
@@ -60,14 +61,16 @@ class TfCheckpointer:
         if chief:
             remove_stale_tmp(self.root)
         tmp = self.root / f"{TMP_PREFIX}{name}-{os.getpid()}"
-        try:
-            tmp.mkdir()
-            tf_checkpoint.write(str(tmp / TF_PREFIX))
-            for path in tmp.iterdir():
-                fsync_file(path)
-        except BaseException:
-            remove_path(tmp)
-            raise
+        # TensorFlow's SaveV2 names a full disk in a ResourceExhaustedError: one line, as torch's saves.
+        with disk_full_as_error(self.root, name, _variable_bytes(tf_checkpoint)):
+            try:
+                tmp.mkdir()
+                tf_checkpoint.write(str(tmp / TF_PREFIX))
+                for path in tmp.iterdir():
+                    fsync_file(path)
+            except BaseException:
+                remove_path(tmp)
+                raise
         if not chief:
             remove_path(tmp)
             self.last_saved_step = state.global_step
@@ -80,7 +83,10 @@ class TfCheckpointer:
             "world_size": trainer.dist.num_workers,
             "total_steps": state.total_steps,
         }
-        metrics = {k: v for k, v in state.metrics.items() if isinstance(v, (int, float))}
+        # Validation runs after the save: its figures would be an earlier step's.
+        metrics = {
+            k: v for k, v in state.metrics.items() if isinstance(v, (int, float)) and not k.startswith("val_")
+        }
         meta = {
             "engine": "tensorflow",
             "epoch": state.epoch,
@@ -99,11 +105,9 @@ class TfCheckpointer:
         self.last_saved_step = state.global_step
         return path
 
-    def choose(self, which: str) -> str | None:
-        """``auto``: ``latest`` when this root holds any ``step-*`` directory, else None (start fresh)."""
-        if which != AUTO:
-            return which
-        return LATEST if step_dirs(self.root) else None
+    def choose(self, which: str, rank_zero: bool = True) -> str | None:
+        """What ``which`` resumes from, or None for a fresh start (``checkpoint.locate.choose_resume``)."""
+        return choose_resume(self.root, which, rank_zero)
 
     def resume(self, trainer: Any, which: str, tf_checkpoint: Any, force: bool) -> Path:
         """Verify (MANIFEST), check the settings, then restore variables and progress."""
@@ -133,6 +137,14 @@ class TfCheckpointer:
         trainer.loss_window = window if isinstance(window, list) else []
         self.last_saved_step = state.global_step
         return path
+
+
+def _variable_bytes(tf_checkpoint: Any) -> int:
+    """About what a checkpoint of these variables needs on disk (for the message of a full disk)."""
+    model, optimizer = tf_checkpoint.model, tf_checkpoint.optimizer
+    variables = [*model.variables, *getattr(optimizer, "variables", [])]
+    # Keras 3 gives a dtype as a name ("float32"), TensorFlow as a DType: NumPy reads both by name.
+    return sum(math.prod(v.shape) * np.dtype(getattr(v.dtype, "name", v.dtype)).itemsize for v in variables)
 
 
 def _refuse_if_changed(path: Path, meta: dict, trainer: Any) -> None:

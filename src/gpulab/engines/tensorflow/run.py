@@ -21,15 +21,16 @@ WEIGHTS_FILE = "model.weights.h5"
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.core.recorded import with_recorded_settings
     from gpulab.core.run_dir import check_output_dirs, claim, prepare
     from gpulab.core.summary import write_summary
     from gpulab.engines.tensorflow.trainer import TfTrainer
 
-    config, recipe = resolve_tf_config(user)
+    config, recipe = resolve_tf_config(with_recorded_settings(user))
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     rank, _ = tf_config_task()
-    with claim(out, rank=rank):
+    with claim(out, rank, config.checkpoint_dir):
         if rank == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
         settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})

@@ -163,7 +163,8 @@ class TfTrainer:
         )
         if resume and self.checkpointer is None:
             raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
-        resume = self.checkpointer.choose(resume) if resume else None  # auto: latest if any, else start
+        # auto, or latest where no checkpoint was written yet: None, a fresh start
+        resume = self.checkpointer.choose(resume, self.is_rank_zero) if resume else None
         if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, self.tf_checkpoint, s.force_resume)
             self.extras["resumed_from"] = str(self.resumed_from)
@@ -232,12 +233,23 @@ class TfTrainer:
             complete, finishing = state.batch_in_epoch >= self.per_epoch, self._done()
             if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
+            # Checkpoint first, then validate (as torch's): a failing validation never costs the epoch.
+            if complete:
+                kept = state.epoch, state.batch_in_epoch
+                state.epoch, state.batch_in_epoch = state.epoch + 1, 0  # where the checkpoint resumes
+                self._save_checkpoint()
+                state.epoch, state.batch_in_epoch = kept  # validation still names the epoch that ended
+            elif (
+                finishing
+                and self.checkpointer is not None
+                and self.checkpointer.last_saved_step != state.global_step
+            ):
+                self._save_checkpoint()
             if (complete or finishing) and self.val_data is not None:
-                val_metrics = self._validate()
+                val_metrics = self._validate_after_save()
             if complete:
                 self.callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-                self._save_checkpoint()
         self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
@@ -374,6 +386,28 @@ class TfTrainer:
         opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         # Keras gives a schedule's value at the current iteration; read outside any replica context.
         return float(self._tf.convert_to_tensor(opt.learning_rate))
+
+    def _validate_after_save(self) -> dict[str, float]:
+        """Validation after the checkpoint; a failure names itself and the checkpoint that keeps the
+        training (the user's own traceback is the cause)."""
+        from gpulab.checkpoint.io import one_line
+        from gpulab.errors import ValidationFailed
+
+        try:
+            return self._validate()
+        except Exception as exc:
+            state, ckpt = self.state, self.checkpointer
+            saved = ckpt is not None and ckpt.last_saved_step == state.global_step
+            where = (
+                f"checkpoint {self.last_checkpoint} holds the training up to it: fix the validation, then "
+                "continue with --resume latest"
+                if saved and getattr(self, "last_checkpoint", None) is not None
+                else "no checkpoint holds this step (checkpoints are off)"
+            )
+            raise ValidationFailed(
+                f"validation failed at step {state.global_step} (epoch {state.epoch}): "
+                f"{type(exc).__name__}: {one_line(exc)}; {where}"
+            ) from exc
 
     def _validate(self) -> dict[str, float]:
         totals = [0.0, 0.0, 0.0, 0.0]  # loss sum, samples, right, predictions
