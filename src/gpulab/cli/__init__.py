@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except GpulabError as exc:
         if debug:
             raise
-        if str(exc):
-            print(f"gpulab: {getattr(exc, 'label', 'error')}: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # several mistakes (a config file's): one line each
+            print(f"gpulab: {getattr(exc, 'label', 'error')}: {line}", file=sys.stderr)
         return exc.exit_code
     return 0
