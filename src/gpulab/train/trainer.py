@@ -30,7 +30,7 @@ from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
-from gpulab.errors import ConfigError, DataError
+from gpulab.errors import ConfigError, DataError, GpulabError
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.profiling.diagnosis import Diagnosis, diagnose_fit
@@ -60,6 +60,7 @@ from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
+from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
 from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -111,6 +112,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
         self.last_checkpoint = None  # the checkpoint this fit wrote last
+        self._position = FitPosition()  # named under the traceback if the fit fails (failure.py)
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -148,6 +150,7 @@ class Trainer:
         except BaseException as error:
             if self.callbacks is not None:
                 self.callbacks.on_exception(self, self.state, error)
+                self._note_failure(error)
             raise
         finally:
             if self._given_runtime is None:
@@ -225,6 +228,7 @@ class Trainer:
         while not self._done():
             train.set_epoch(state.epoch)
             ran_out = self._train_epoch(train)
+            self._position.between()
             n = self._batches_per_epoch
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
             # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
@@ -256,7 +260,7 @@ class Trainer:
         if n is None and self.runtime.world_size > 1:  # streams end unevenly: ranks stop together
             batches = stop_together(batches, self.runtime.reduce_flag)
         start = state.batch_in_epoch
-        for batch in batches:
+        for batch in self._position.track("training", batches, start):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
@@ -350,7 +354,7 @@ class Trainer:
         rt = self.runtime
         self.model.eval()
         loss, correct, count = Mean(), None, 0
-        for batch in val:
+        for batch in self._position.track("validation", val):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
@@ -450,6 +454,24 @@ class Trainer:
     def load_micro_batch_state(self, saved: dict[str, Any] | None) -> None:
         if saved and self.guarded is not None:
             self.guarded.load_state_dict(saved)
+
+    def _note_failure(self, error: BaseException) -> None:
+        """Under a bug's traceback (a user's forward raising, a batch of another shape, memory running
+        out), one line naming the step, the batch and the checkpoint to resume from. A GpulabError is
+        already one line that says what to do; an interrupt is not a failure."""
+        if not isinstance(error, Exception) or isinstance(error, GpulabError):
+            return
+        saved = self.last_checkpoint or self.resumed_from
+        line = failure_line(
+            self._position,
+            step=self.state.global_step,
+            epoch=self.state.epoch,
+            batches_per_epoch=self._batches_per_epoch,
+            checkpoint=saved,
+            checkpoints_on=self.checkpointer is not None and self.settings.checkpoints,
+            out_of_memory=is_out_of_memory(error),
+        )
+        add_failure_note(error, line)
 
     def _done(self) -> bool:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
