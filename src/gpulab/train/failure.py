@@ -71,12 +71,13 @@ def failure_line(
     epoch: int,
     batches_per_epoch: int | None,
     checkpoint: Path | str | None,
-    checkpoints_on: bool,
+    checkpoints_off: str | None = None,
     out_of_memory: bool = False,
 ) -> str:
     """``gpulab: the fit failed in step 45 (epoch 1, batch 45/125: ...); safe to resume from ...``.
 
-    ``step`` counts finished optimizer steps; a training failure is in the next one.
+    ``step`` counts finished optimizer steps; a training failure is in the next one. ``checkpoints_off``:
+    why this fit writes none (None: it does).
     """
     of = f"/{batches_per_epoch}" if batches_per_epoch else ""
     number = position.index + 1
@@ -94,10 +95,10 @@ def failure_line(
         what = ", while the data loader made it)"
     if checkpoint is not None:
         safe = f"safe to resume from {checkpoint} (--resume latest)"
-    elif checkpoints_on:
+    elif checkpoints_off is None:
         safe = "no checkpoint yet to resume from"
     else:
-        safe = "no checkpoint (checkpoints are off)"
+        safe = f"no checkpoint ({checkpoints_off})"
     memory = (
         "; out of memory: a smaller batch_size (with a larger accumulate, the same step) needs less"
         if out_of_memory

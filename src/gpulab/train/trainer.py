@@ -461,17 +461,24 @@ class Trainer:
         already one line that says what to do; an interrupt is not a failure."""
         if not isinstance(error, Exception) or isinstance(error, GpulabError):
             return
-        saved = self.last_checkpoint or self.resumed_from
-        line = failure_line(
-            self._position,
-            step=self.state.global_step,
-            epoch=self.state.epoch,
-            batches_per_epoch=self._batches_per_epoch,
-            checkpoint=saved,
-            checkpoints_on=self.checkpointer is not None and self.settings.checkpoints,
-            out_of_memory=is_out_of_memory(error),
-        )
+        try:
+            line = failure_line(
+                self._position,
+                step=self.state.global_step,
+                epoch=self.state.epoch,
+                batches_per_epoch=self._batches_per_epoch,
+                checkpoint=self.last_checkpoint or self.resumed_from,
+                checkpoints_off=self._checkpoints_off(),
+                out_of_memory=is_out_of_memory(error),
+            )
+        except Exception:  # an odd batch we cannot describe: never put our error in place of the user's
+            return
         add_failure_note(error, line)
+
+    def _checkpoints_off(self) -> str | None:
+        if self.checkpointer is None:
+            return "no out_dir or checkpoint_dir to write them to"
+        return None if self.settings.checkpoints else "checkpoints are off"
 
     def _done(self) -> bool:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
