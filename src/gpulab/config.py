@@ -1,7 +1,8 @@
 """Validated settings (pydantic), free of any framework so that a second engine can share them.
 
-Every model forbids unknown keys. ``parse_config`` turns pydantic's multi-line report into one line that
-names the key, what was given, and the valid choices (for a typo'd key, the closest valid ones first).
+Every model forbids unknown keys, and no number setting takes a boolean. ``parse_config`` turns pydantic's
+report into one line per wrong setting that names the key, what was given, and the valid choices (for a
+typo'd key, the closest valid ones first). YAML is read as UTF-8, and a key given twice is refused.
 """
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gpulab import precisions as precision_table
 from gpulab.errors import ConfigError, choices
@@ -29,6 +30,16 @@ class Settings(BaseModel):
     """Base for every settings model: unknown keys are errors, assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads True as 1 for an int (or float) field; YAML reads yes/on/true as True, so
+        ``checkpoint_every: yes`` would silently become 1. A number is never a boolean here."""
+        annotation = cls.model_fields[info.field_name].annotation
+        if isinstance(value, bool) and _takes_a_number_not_a_bool(annotation):
+            raise ValueError("Input should be a number, not a boolean (YAML reads yes/no/on/off as booleans)")
+        return value
 
 
 def _validate_device(value: str) -> str:
@@ -60,6 +71,12 @@ def _validate_memory_limit(value: Any) -> int | float | None:
             "must be bytes (a positive integer) or a fraction of the device's memory (a float in (0, 1])"
         )
     return value
+
+
+def _takes_a_number_not_a_bool(annotation: Any) -> bool:
+    """``int``, ``float``, ``int | None``, ``int | Literal['auto']``, ...: a number type and no ``bool``."""
+    args = set(get_args(annotation)) or {annotation}
+    return bool(args & {int, float}) and bool not in args
 
 
 class TrainerSettings(Settings):
@@ -278,15 +295,26 @@ def _closest(word: str, valid: list[str]) -> list[str]:
     return near + [v for v in valid if v not in near]
 
 
-def _one_line(model: type[Settings], data: dict[str, Any], exc: ValidationError, prefix: str) -> str:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"]]
-    depth = _field_depth(model, loc)
-    if 0 < depth < len(loc):  # a union (bool | 'auto'): pydantic names each branch after the field
-        branches = [e for e in exc.errors() if [str(p) for p in e["loc"][:depth]] == loc[:depth]]
-        given = err.get("input")
-        key = prefix + ".".join(loc[:depth])
-        return f"setting {key!r} = {given!r} is invalid: valid choices: {choices(_union_choices(branches))}"
+def _lines(model: type[Settings], data: dict[str, Any], exc: ValidationError, prefix: str) -> list[str]:
+    """One line per wrong setting, all of them (a file with three mistakes is fixed in one edit)."""
+    errors, lines, told = exc.errors(), [], set()
+    for err in errors:
+        loc = [str(p) for p in err["loc"]]
+        depth = _field_depth(model, loc)
+        if 0 < depth < len(loc):  # a union (bool | 'auto'): pydantic names each branch after the field
+            if tuple(loc[:depth]) in told:
+                continue
+            told.add(tuple(loc[:depth]))
+            branches = [e for e in errors if [str(p) for p in e["loc"][:depth]] == loc[:depth]]
+            key = prefix + ".".join(loc[:depth])
+            shown = choices(_union_choices(branches))
+            lines.append(f"setting {key!r} = {err.get('input')!r} is invalid: valid choices: {shown}")
+        else:
+            lines.append(_one_line(model, data, err, loc, prefix))
+    return lines
+
+
+def _one_line(model: type[Settings], data: dict[str, Any], err: Any, loc: list[str], prefix: str) -> str:
     key = prefix + (".".join(loc) or "(root)")
     if err["type"] == "extra_forbidden":
         valid = _closest(loc[-1], list(_fields_at(model, loc[:-1])))
@@ -350,7 +378,7 @@ def _fields_at(model: type[BaseModel], path: list[str]) -> dict:
 
 
 def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") -> S:
-    """Validate ``data`` against ``model``; any problem becomes one ``ConfigError`` line.
+    """Validate ``data`` against ``model``; each problem becomes one line of a ``ConfigError``.
 
     ``prefix`` names where ``data`` sits in the whole config (``"options."`` for a recipe's settings).
     """
@@ -358,20 +386,64 @@ def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_one_line(model, data, exc, prefix)) from None
+        raise ConfigError("\n".join(_lines(model, data, exc, prefix))) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, noting a key given twice in one mapping (PyYAML keeps the last silently, so
+    the first value a user wrote would be ignored without a word)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[str] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: overriding it is the point
+                continue
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            if not isinstance(key, (str, int, float)):  # a list or mapping as a key: PyYAML refuses it
+                continue
+            if key in first:
+                self.duplicates.append(f"key {key!r} is given twice, at line {first[key]} and line {line}")
+            first.setdefault(key, line)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _safe_load(text: str) -> tuple[Any, list[str]]:
+    """``yaml.safe_load`` with duplicate keys collected (each described with both line numbers)."""
+    loader = _UniqueKeyLoader(text)
+    try:
+        return loader.get_single_data(), loader.duplicates
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping, with one-line errors for a missing file or bad YAML."""
+    """Read a YAML mapping, with one-line errors for a missing file, bytes that are not UTF-8 text, bad
+    YAML and keys given twice (one line each)."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    raw = p.read_bytes()
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {str(p)!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+            "save it as UTF-8"
+        ) from None
+    try:
+        data, duplicates = _safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from None
+    if duplicates:
+        raise ConfigError("\n".join(f"config file {str(p)!r}: {d}; keep one" for d in duplicates))
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(
             f"config file {str(p)!r} must hold a mapping of settings, not {type(data).__name__}"
@@ -390,8 +462,18 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(raw) if raw else ""
+        node[leaf] = _override_value(pair, raw) if raw else ""
     return out
+
+
+def _override_value(pair: str, raw: str) -> Any:
+    try:
+        value, duplicates = _safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {pair!r}: the value is not valid YAML") from None
+    if duplicates:
+        raise ConfigError(f"--set {pair!r}: {duplicates[0]}; keep one")
+    return value
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

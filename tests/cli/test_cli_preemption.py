@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -104,17 +105,43 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     }
 
 
+def stderr_lines(proc: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """``proc``'s stderr lines as they come (a thread reads them), so a test can wait for one."""
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
+
+
+def wait_for_line(proc: subprocess.Popen, lines: list[str], part: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(part in line for line in lines):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"never printed {part!r}: {''.join(lines)[-2000:]}")
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path):
-    slow = [*RUN, "--set", "options.pause=3", "--set", "log_every=1"]  # a 3 s step
+    pause = 10  # seconds a step takes: the second signal lands inside the one the first signal finishes
+    slow = [*RUN, "--set", f"options.pause={pause}", "--set", "log_every=1"]
     proc = start(*slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
+    lines, reader = stderr_lines(proc)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(1.2)  # well inside the 3 s step
+    wait_for_line(proc, lines, "finishing this step")  # the first signal was handled: send the second
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    assert time.monotonic() - sent < 2.0  # did not wait for the 3 s step
+    proc.wait(timeout=120)
+    reader.join(timeout=60)
+    stderr = "".join(lines)
+    assert time.monotonic() - sent < pause / 2, stderr  # did not wait for the step to end
     assert proc.returncode == 143
     assert "second SIGTERM: stopping now, without a checkpoint" in stderr
     assert not (tmp_path / "run" / "checkpoints").exists() or not any(

@@ -221,6 +221,13 @@ def run_fsdp2(out: Path, rank: int) -> dict:
     }
 
 
+# A loaded machine can hold one rank in start-up (imports, rank 0's loggers) for longer than the short limit
+# a stall test wants, which would name a rank that is only slow, before the deliberate stall. The stall
+# jobs start with a generous limit and shorten it once every rank has finished a step.
+START_UP_TIMEOUT_S = 120
+STALL_TIMEOUT_S = 5
+
+
 def run_stall(out: Path, rank: int) -> dict:
     from gpulab.core.callbacks import Callback
     from gpulab.train.trainer import Trainer
@@ -229,11 +236,14 @@ def run_stall(out: Path, rank: int) -> dict:
 
     class Stall(Callback):
         def on_step_end(self, trainer, state):
+            if state.global_step == 1:  # both ranks are past start-up: the short limit applies from here
+                trainer.runtime.strategy.watchdog.timeout_s = STALL_TIMEOUT_S
             if state.global_step == 2 and trainer.runtime.rank == stall_rank:
                 (out / "stalled_at").write_text(str(time.time()))
                 time.sleep(3600)
 
-    trainer = Trainer(strategy="auto", callbacks=[Stall()], **settings(collective_timeout_s=5))
+    options = settings(collective_timeout_s=START_UP_TIMEOUT_S)
+    trainer = Trainer(strategy="auto", callbacks=[Stall()], **options)
     trainer.fit(Recorder(), dataset(), loss_fn=nn.functional.cross_entropy, optimizer=sgd)
     return {"finished": True}
 
@@ -266,9 +276,11 @@ def run_stall_async(out: Path, rank: int) -> dict:
     from gpulab.runtime.runtime import Runtime
 
     stall_rank = int(os.environ["STALL_RANK"])
-    options = {"collective_timeout_s": ASYNC_TIMEOUT_S}
+    options = {"collective_timeout_s": START_UP_TIMEOUT_S}
     rt = Runtime("cpu", precision="fp32", strategy="ddp", strategy_options=options)
     for step in range(1000):
+        if step == 1:  # every rank's first all-reduce completed: past start-up
+            rt.strategy.watchdog.timeout_s = ASYNC_TIMEOUT_S
         if rank == stall_rank and step == 2:
             (out / "stalled_at").write_text(str(time.time()))
             time.sleep(3600)

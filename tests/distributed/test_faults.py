@@ -21,7 +21,7 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
 from gpulab.train.trainer import Trainer
 
-TIMEOUT_S = 5  # ddp_job's stall scenario sets collective_timeout_s=5
+TIMEOUT_S = ddp_job.STALL_TIMEOUT_S  # the stall scenario's limit once every rank is past start-up
 
 
 @pytest.mark.distributed

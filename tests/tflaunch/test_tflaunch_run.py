@@ -62,7 +62,9 @@ def test_a_worker_exiting_3_ends_the_job_naming_it(tmp_path):
         "gpulab: error: the job failed: worker 1 (node 0, local 1) exited with code 3; worker(s) 0 stopped by "
         f"the launcher; each worker's own output is in {logs}/workerN.log"
     )
-    assert time.monotonic() - start < 30  # worker 0 (sleeping 120 s) was stopped, not waited for
+    # Worker 0 sleeps 120 s (tflaunch_exit_job.py): ending in under half of that, it was stopped, not waited
+    # for, however long a loaded machine takes to start the launcher and the workers.
+    assert time.monotonic() - start < 120 / 2
     seen = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in (0, 1)]
     assert seen[0]["cluster"] == seen[1]["cluster"] and [s["task"]["index"] for s in seen] == [0, 1]
     assert [(logs / f"worker{i}.log").read_text() for i in (0, 1)] == [

@@ -129,4 +129,6 @@ def test_a_recompile_at_the_first_validation_is_counted_and_left_out_of_samples_
     working = result.train_seconds - report["recompile_seconds_excluded"]
     # Only milliseconds of work in all: the clock's bookkeeping around them is a few percent of it.
     assert result.samples_per_s == pytest.approx(timed / working, rel=0.15)
-    assert result.samples_per_s > 2 * timed / result.train_seconds  # what it was with the recompile in
+    # Higher than with the recompile in (by the recompile's share of this run's own wall time; a fixed
+    # factor failed where a loaded machine stretched the steps themselves beyond the compilation).
+    assert result.samples_per_s > timed / result.train_seconds

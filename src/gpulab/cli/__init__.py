@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if getattr(exc, "show_cause", False) and exc.__cause__ is not None:  # the user's own bug
             traceback.print_exception(exc.__cause__, file=sys.stderr)
-        if str(exc):
-            print(f"gpulab: {getattr(exc, 'label', 'error')}: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # several mistakes (a config file's): one line each
+            print(f"gpulab: {getattr(exc, 'label', 'error')}: {line}", file=sys.stderr)
         return exc.exit_code
     return 0

@@ -37,9 +37,23 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
         raise ConfigError(
             "no recipe given: name one (mlp|digits|chargpt|module:function) or set 'recipe' in --config"
         )
+    # The user's own settings first (a bad seed is a one-line error, not int()'s traceback); every
+    # mistake is told at once, the recipe's (its name, its options) with the rest.
+    mistakes: list[str] = []
+    try:
+        seed = parse_config(RunConfig, user).seed
+    except ConfigError as exc:
+        mistakes, seed = [str(exc)], 0
     # Seed before the recipe builds its model, so initial weights follow --seed too.
-    seed_everything(int(user.get("seed", 0)))
-    recipe = load_recipe(user["recipe"], user.get("options"))
+    seed_everything(seed)
+    try:
+        recipe = load_recipe(user["recipe"], user.get("options"))
+    except ConfigError as exc:
+        if not mistakes:
+            raise
+        raise ConfigError("\n".join([*mistakes, str(exc)])) from None
+    if mistakes:
+        raise ConfigError(mistakes[0])
     config = parse_config(RunConfig, merge(recipe.defaults, user))
     if config.engine != NAME:  # each verb asks gpulab.engines for the engine; a direct call may not
         raise ConfigError(

@@ -33,7 +33,7 @@ from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
-from gpulab.errors import ConfigError, DataError, ValidationFailed
+from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
@@ -70,6 +70,7 @@ from gpulab.runtime.step_call import (
 )
 from gpulab.train import NAME, THREADS_HINT
 from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
+from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -111,6 +112,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
         self.last_checkpoint = None  # the checkpoint this fit wrote last
+        self._position = FitPosition()  # named under the traceback if the fit fails (failure.py)
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -148,6 +150,7 @@ class Trainer:
         except BaseException as error:
             if self.callbacks is not None:
                 self.callbacks.on_exception(self, self.state, error)
+                self._note_failure(error)
             raise
         finally:
             if self._given_runtime is None:
@@ -226,6 +229,7 @@ class Trainer:
         while not self._done():
             train.set_epoch(state.epoch)
             ran_out = self._train_epoch(train)
+            self._position.between()
             n = self._batches_per_epoch
             epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
             # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
@@ -263,7 +267,7 @@ class Trainer:
         if n is None and self.runtime.world_size > 1:  # streams end unevenly: ranks stop together
             batches = stop_together(batches, self.runtime.reduce_flag)
         start = state.batch_in_epoch
-        for batch in batches:
+        for batch in self._position.track("training", batches, start):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
@@ -399,7 +403,7 @@ class Trainer:
         rt = self.runtime
         self.model.eval()
         loss, correct, count = Mean(), None, 0
-        for batch in val:
+        for batch in self._position.track("validation", val):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
@@ -499,6 +503,31 @@ class Trainer:
     def load_micro_batch_state(self, saved: dict[str, Any] | None) -> None:
         if saved and self.guarded is not None:
             self.guarded.load_state_dict(saved)
+
+    def _note_failure(self, error: BaseException) -> None:
+        """Under a bug's traceback (a user's forward raising, a batch of another shape, memory running
+        out), one line naming the step, the batch and the checkpoint to resume from. A GpulabError is
+        already one line that says what to do; an interrupt is not a failure."""
+        if not isinstance(error, Exception) or isinstance(error, GpulabError):
+            return
+        try:
+            line = failure_line(
+                self._position,
+                step=self.state.global_step,
+                epoch=self.state.epoch,
+                batches_per_epoch=self._batches_per_epoch,
+                checkpoint=self.last_checkpoint or self.resumed_from,
+                checkpoints_off=self._checkpoints_off(),
+                out_of_memory=is_out_of_memory(error),
+            )
+        except Exception:  # an odd batch we cannot describe: never put our error in place of the user's
+            return
+        add_failure_note(error, line)
+
+    def _checkpoints_off(self) -> str | None:
+        if self.checkpointer is None:
+            return "no out_dir or checkpoint_dir to write them to"
+        return None if self.settings.checkpoints else "checkpoints are off"
 
     def _done(self) -> bool:
         return self.state.global_step >= self.state.total_steps or self.state.should_stop
