@@ -21,6 +21,7 @@ from gpulab.export import data as export_data
 from gpulab.export import formats, parity
 from gpulab.export.formats.base import DTYPES, Deployable
 from gpulab.export.rebuild import rebuild, run_engine
+from gpulab.train.recipes.trust import RecipeTrust
 
 EXAMPLE_BATCH = 2  # torch.export specialises a size-1 dimension; 2 keeps the batch symbolic
 PARITY_BATCH = 64
@@ -71,15 +72,20 @@ def export(
     batch_dim: str | int = "dynamic",
     precision: str = "fp32",
     input_file: str | Path | None = None,
+    recipe: str | None = None,
+    trust_recipe: bool = False,
 ) -> ExportResult:
+    """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the run names
+    (``train/recipes/trust.py``); without it such a run is refused before anything is imported."""
     path = Path(path)
+    trust = RecipeTrust(recipe, trust_recipe)
     module, fixed = check_request(path, fmt, out, batch_dim, precision)
     if fmt in formats.TENSORFLOW_FORMATS:
         from gpulab.export.tf_api import export_tf
 
         batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
-        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch)
-    source = rebuild(path)
+        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
+    source = rebuild(path, trust)
     inputs, target = (
         export_data.from_npz(input_file)
         if input_file
@@ -153,8 +159,12 @@ def check_parity(module, artifact, model, inputs, target, precision: str, fixed:
     return parity.compare(eager, got, target, precision)
 
 
+def sidecar_path(artifact: Path) -> Path:
+    return artifact.with_name(artifact.name + SIDECAR)
+
+
 def read_sidecar(artifact: Path) -> dict[str, Any]:
-    path = artifact.with_name(artifact.name + SIDECAR)
+    path = sidecar_path(artifact)
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -13,7 +13,8 @@ import numpy as np
 from gpulab.errors import ConfigError, DataError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
-from gpulab.export.api import read_sidecar
+from gpulab.export.api import read_sidecar, sidecar_path
+from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 
 @dataclass
@@ -41,7 +42,11 @@ def infer(
     batch_size: int = 64,
     out: str | Path | None = None,
     runtime: str = "cpu",
+    recipe: str | None = None,
+    trust_recipe: bool = False,
 ) -> InferResult:
+    """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the artifact's
+    .export.json names, which ``recipe_data`` would import (``train/recipes/trust.py``)."""
     artifact = Path(artifact)
     if not (artifact.is_file() or (artifact / "saved_model.pb").is_file()):  # a SavedModel is a directory
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
@@ -53,7 +58,7 @@ def infer(
     if input_file is not None:
         inputs, target = export_data.from_npz(input_file)
     else:
-        inputs, target = _recipe_data(artifact, sidecar)
+        inputs, target = _recipe_data(artifact, sidecar, RecipeTrust(recipe, trust_recipe))
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
     runner = _load(module, artifact, runtime)
@@ -94,14 +99,15 @@ def _loaded(module, artifact: Path, cuda: bool):
         raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
 
 
-def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
+def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust):
     if not sidecar.get("recipe"):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
+    name = check_recorded(str(sidecar["recipe"]), str(sidecar_path(artifact)), trust)
     if sidecar.get("engine") == "tensorflow":  # its recipe's data in TensorFlow's layout (NHWC images)
         from gpulab.export.tf_api import keras_recipe as build
     else:
         from gpulab.train.recipes.base import load_recipe as build
-    recipe = build(sidecar["recipe"], sidecar.get("options") or {})
-    return export_data.from_recipe(recipe.val_data, sidecar["recipe"])
+    recipe = build(name, sidecar.get("options") or {})
+    return export_data.from_recipe(recipe.val_data, name)
