@@ -116,7 +116,6 @@ def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(t
 def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_as_resume_does(tmp_path):
     """The manifest verifies and .metadata is clean: only reading the byte item, as resume does, finds it."""
     from gpulab.checkpoint.api import inspect_checkpoint
-    from gpulab.checkpoint.dcp_safe import refused
     from gpulab.checkpoint.rng import capture_rng
     from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
 
@@ -128,10 +127,12 @@ def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_
     )
     read_metadata(step / ".metadata")  # the index itself is clean
     report = inspect_checkpoint(step)
-    assert not marker.exists()
+    assert not report["valid"] and not marker.exists()
+    from gpulab.checkpoint.dcp_safe import refused  # resume's line for what its load raises
+
     with pytest.raises(CheckpointException) as resumed:  # what resume's load reads, and its line
         dcp.load({"extra": None}, storage_reader=SafeFileSystemReader(step), planner=SafeLoadPlanner())
-    assert not report["valid"] and report["problems"] == [str(refused(step, resumed.value))]
+    assert report["problems"] == [str(refused(step, resumed.value))]
     assert "sharded state refused" in report["problems"][0] and "posix.system" in report["problems"][0]
     assert not marker.exists()
 
