@@ -78,10 +78,45 @@ def test_a_parity_failure_or_a_truncated_weights_file(checks):
     bad = checks["off_by_half"]
     assert bad["code"] == 1 and bad["passed"] is False
     assert "parity FAILED on 360 samples: max abs error 0.5" in bad["err"]
-    cut = checks["truncated_weights"]
-    assert (
-        cut["code"] == 2 and cut["err"].count("\n") == 0 and "cannot load into the digits model" in cut["err"]
+    cut = checks["truncated_weights"]  # refused by its manifest before Keras reads it
+    assert cut["code"] == 2 and cut["err"].count("\n") == 0
+    assert "model.weights.h5: size mismatch (model.weights.manifest.json says" in cut["err"]
+
+
+@needs_tf
+def test_weights_changed_in_place_are_refused_by_their_manifest(checks):
+    """The trial's case: the first conv kernel's values changed, same size; it exported with "parity ok"."""
+    bad = checks["tampered_weights"]
+    assert bad["size_same"] and bad["code"] == 2 and bad["err"].count("\n") == 0, bad
+    assert bad["err"].endswith(
+        "model.weights.h5: checksum mismatch (sha256 differs from model.weights.manifest.json: the file was "
+        "changed or corrupted)"
     )
+    assert not bad["exported"]
+
+
+@needs_tf
+def test_a_tensorflow_run_naming_code_runs_nothing(checks):
+    t = checks["trust"]
+    assert t["marker"] is False
+    for verb, source in (
+        ("export", "payload/summary.json"),
+        ("inspect", "meta.json"),
+        ("infer", "digits.savedmodel.export.json"),
+    ):
+        assert t[verb]["code"] == 2 and t[verb]["err"].count("\n") == 0, (verb, t[verb])
+        assert "names recipe 'logging.config:dictConfig' (imports module 'logging.config'" in t[verb]["err"]
+        assert source in t[verb]["err"].split(" names recipe")[0], (verb, t[verb]["err"])
+    resume = t["resume"]
+    assert resume["code"] == 2 and "recipe 'logging.config:dictConfig' -> 'digits'" in resume["err"]
+
+
+@needs_tf
+def test_a_tensorflow_run_of_the_users_own_recipe_exports_when_the_user_says_so(checks):
+    t = checks["trust"]
+    assert t["own_refused"]["code"] == 2
+    assert "names recipe 'my_tf_digits:build' (imports module 'my_tf_digits'" in t["own_refused"]["err"]
+    assert t["own_repeated"]["code"] == 0 and t["own_trusted"]["code"] == 0
 
 
 def test_tensorflow_absent_names_the_pip_line(tmp_path, monkeypatch, capsys):

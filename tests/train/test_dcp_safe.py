@@ -111,3 +111,35 @@ def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(t
         f"{step / '.metadata'}: refused pickle content (posix.system is not allowed); a sharded "
         "checkpoint's .metadata may hold only torch.distributed.checkpoint's metadata classes"
     ]
+
+
+def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_as_resume_does(tmp_path):
+    """The manifest verifies and .metadata is clean: only reading the byte item, as resume does, finds it."""
+    from gpulab.checkpoint.api import inspect_checkpoint
+    from gpulab.checkpoint.rng import capture_rng
+    from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
+
+    marker = tmp_path / "ran"
+    tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
+    dcp.save({**_state(), "extra": Payload(marker)}, checkpoint_id=tmp)  # torch.save'd as a byte item
+    step = commit_checkpoint(
+        tmp, tmp_path, "step-00000001", state, meta_bytes(1, state, {}), layout="sharded"
+    )
+    read_metadata(step / ".metadata")  # the index itself is clean
+    report = inspect_checkpoint(step)
+    assert not report["valid"] and not marker.exists()
+    from gpulab.checkpoint.dcp_safe import refused  # resume's line for what its load raises
+
+    with pytest.raises(CheckpointException) as resumed:  # what resume's load reads, and its line
+        dcp.load({"extra": None}, storage_reader=SafeFileSystemReader(step), planner=SafeLoadPlanner())
+    assert report["problems"] == [str(refused(step, resumed.value))]
+    assert "sharded state refused" in report["problems"][0] and "posix.system" in report["problems"][0]
+    assert not marker.exists()
+
+
+def test_inspect_reads_every_item_of_a_clean_sharded_checkpoint_in_batches(tmp_path):
+    from gpulab.checkpoint.dcp_safe import check_items
+
+    dcp.save(_state(), checkpoint_id=tmp_path)
+    metadata = check_items(tmp_path / ".metadata", batch_bytes=1)  # one item a batch: every batch loads
+    assert "optimizer.param_groups.0.lr" in metadata.state_dict_metadata

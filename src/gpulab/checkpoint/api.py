@@ -217,6 +217,8 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         return report
     report["files"] = file_reports(directory, manifest)
     report["problems"] += [f"{f['name']}: {f['status']}" for f in report["files"] if f["status"] != "ok"]
+    report.update({"recipe": None, "recipe_file": None})  # what it names (code, if module:function)
+    meta: dict[str, Any] = {}
     try:  # JSON: safe to read even when other files are damaged, and it names step and epoch
         meta = load_meta(directory / META)
         for key, kind in _META_FIELDS.items():
@@ -228,20 +230,30 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except CheckpointError as exc:
         report["problems"].append(str(exc))
     if not report["problems"] and manifest_layout(directory) == TF_LAYOUT:
-        pass  # TensorFlow's own files: read only by TensorFlow (the TF engine's resume), not here
+        # TensorFlow's own files: read only by TensorFlow (the TF engine's resume), not here.
+        _named_recipe(report, meta.get("trajectory"), directory / META)
     elif not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
-        if manifest_layout(directory) != "full":  # sharded: DCP's index through the restricted unpickler
-            from gpulab.checkpoint.dcp_safe import read_metadata
+        if manifest_layout(directory) != "full":  # sharded: everything resume reads, as resume reads it
+            from gpulab.checkpoint.dcp_safe import check_items
 
-            checks = ((read_metadata, DCP_METADATA), checks[1])
+            checks = ((check_items, DCP_METADATA), checks[1])
         for check, name in checks:
             try:
-                check(directory / name)
+                found = check(directory / name)
             except CheckpointError as exc:
                 report["problems"].append(str(exc))
+                continue
+            if name == STATE:
+                _named_recipe(report, found.get("trajectory"), directory / STATE)
     report["valid"] = not report["problems"]
     return report
+
+
+def _named_recipe(report: dict[str, Any], trajectory: Any, where: Path) -> None:
+    """The recipe the checkpoint records (data: the CLI applies the trust rule to it)."""
+    if isinstance(trajectory, dict) and trajectory.get("recipe"):
+        report["recipe"], report["recipe_file"] = str(trajectory["recipe"]), str(where)
 
 
 def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:

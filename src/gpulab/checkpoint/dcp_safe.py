@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from gpulab.checkpoint.io import DCP_METADATA, one_line
+from gpulab.checkpoint.read import unpickler_reason
 from gpulab.errors import CheckpointError
 
 _METADATA_CLASSES = (
@@ -89,6 +93,44 @@ def _check_storage_paths(path: Path, metadata: Metadata) -> None:
         name = getattr(info, "relative_path", None)
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise CheckpointError(f"{path}: storage entry {name!r} is not a file in the checkpoint")
+
+
+def check_items(path: Path, batch_bytes: int = 256 << 20) -> Metadata:
+    """What a sharded resume reads, read the same way (``read_metadata``, then every tensor and byte item
+    through ``SafeFileSystemReader`` and ``SafeLoadPlanner``) into throw-away templates, a batch of about
+    ``batch_bytes`` at a time; CheckpointError with resume's own line on anything it would refuse.
+    ``path`` is the ``.metadata`` file. For ``checkpoint inspect``: no process group needed."""
+    metadata = read_metadata(path)
+    batch: dict[str, Any] = {}
+    size = 0
+    for fqn, item in metadata.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            batch[fqn] = torch.empty(item.size, dtype=item.properties.dtype)
+            size += batch[fqn].nbytes
+        else:  # a byte item: torch.save'd, read back with weights_only
+            batch[fqn] = None
+        if size >= batch_bytes:
+            _load_batch(path.parent, batch)
+            batch, size = {}, 0
+    if batch:
+        _load_batch(path.parent, batch)
+    return metadata
+
+
+def _load_batch(directory: Path, batch: dict[str, Any]) -> None:
+    try:
+        with warnings.catch_warnings():  # "assuming ... a single process": what inspect means
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            dcp.load(batch, storage_reader=SafeFileSystemReader(directory), planner=SafeLoadPlanner())
+    except CheckpointException as exc:
+        raise refused(directory, exc) from None
+
+
+def refused(directory: Path, exc: CheckpointException) -> CheckpointError:
+    """``DIR: sharded state refused (reason)``: the first rank's failure of a DCP load, in one line."""
+    first = next(iter(exc.failures.values()), (exc, None))[0]
+    reason = unpickler_reason(first) if isinstance(first, pickle.UnpicklingError) else one_line(first)
+    return CheckpointError(f"{directory}: sharded state refused ({reason})")
 
 
 class SafeFileSystemReader(FileSystemReader):

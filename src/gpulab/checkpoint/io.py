@@ -176,16 +176,54 @@ def verify_manifest(
     root when pruning, but it does not catch same-size corruption. ``hash_only``: hash just these files
     (a rank's share, when the ranks split the hashing) and check the others' sizes.
     """
-    for name, record in read_manifest(directory).items():
+    _verify_records(directory, read_manifest(directory), hash_files, hash_only)
+
+
+def _verify_records(
+    directory: Path, records: dict[str, dict[str, Any]], hash_files: bool, hash_only: Collection[str] | None,
+    manifest: str = MANIFEST,
+) -> None:  # fmt: skip
+    said = "MANIFEST" if manifest == MANIFEST else manifest
+    for name, record in records.items():
         hashed = hash_files and (hash_only is None or name in hash_only)
         status = file_status(directory, name, record, hash_files=hashed)
         if status == "size mismatch":
             found = (directory / name).stat().st_size
-            status += f" (MANIFEST says {record['size']} bytes, file has {found})"
+            status += f" ({said} says {record['size']} bytes, file has {found})"
         elif status == "checksum mismatch":
-            status += " (sha256 differs from MANIFEST.json: the file was changed or corrupted)"
+            status += f" (sha256 differs from {manifest}: the file was changed or corrupted)"
         if status != "ok":
             raise CheckpointError(f"{directory / name}: {status}")
+
+
+def write_files_manifest(directory: Path, manifest: str, names: Collection[str]) -> None:
+    """A manifest of chosen files of a directory that holds other things too (a TensorFlow run's
+    ``model.weights.h5``), in the checkpoint MANIFEST's format; replaced atomically."""
+    files = {n: {"size": (directory / n).stat().st_size, "sha256": sha256_of(directory / n)} for n in names}
+    doc = {"format": "gpulab-files", "version": 1, "files": files}
+    write_text_atomic(directory / manifest, json.dumps(doc, indent=2) + "\n")
+
+
+def verify_files(directory: Path, manifest: str) -> None:
+    """Raise CheckpointError naming the manifest that is missing or unreadable, or the first file that
+    differs from it (the same lines as ``verify_manifest``)."""
+    path = directory / manifest
+    try:
+        files = json.loads(path.read_text())["files"]
+        ok = isinstance(files, dict) and all(
+            Path(n).name == n and isinstance(r, dict) and isinstance(r.get("size"), int)
+            and isinstance(r.get("sha256"), str)
+            for n, r in files.items()
+        )  # fmt: skip
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{path}: missing manifest (the run never finished, or an older gpulab wrote it: train it again)"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: unreadable manifest ({one_line(exc)})") from exc
+    if not ok or not files:
+        raise CheckpointError(f"{path}: malformed manifest (expected files: {{name: {{size, sha256}}}})")
+    _verify_records(directory, files, True, None, manifest)
 
 
 def is_complete(directory: Path, *, hash_files: bool = True) -> bool:

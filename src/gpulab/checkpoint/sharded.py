@@ -18,23 +18,20 @@ unpickles freely: ``.metadata`` and the non-tensor items go through ``dcp_safe``
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gpulab.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from gpulab.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata, refused
 from gpulab.checkpoint.io import (
     DCP_METADATA,
     TMP_PREFIX,
-    one_line,
     remove_path,
     remove_stale_tmp,
     step_dir_name,
 )
-from gpulab.checkpoint.read import unpickler_reason
 from gpulab.checkpoint.save import (
     check_save_args,
     commit_checkpoint,
@@ -42,7 +39,6 @@ from gpulab.checkpoint.save import (
     meta_bytes,
     payload_bytes,
 )
-from gpulab.errors import CheckpointError
 
 
 def save_sharded_checkpoint(
@@ -112,7 +108,5 @@ def load_sharded_checkpoint(path: Path, model: Any, optimizer: Any, strategy: An
         try:
             dcp.load(shards, storage_reader=SafeFileSystemReader(path), planner=SafeLoadPlanner())
         except CheckpointException as exc:  # a BaseException that carries each rank's own error
-            first = next(iter(exc.failures.values()), (exc, None))[0]
-            reason = unpickler_reason(first) if isinstance(first, pickle.UnpicklingError) else one_line(first)
-            raise CheckpointError(f"{path}: sharded state refused ({reason})") from None
+            raise refused(path, exc) from None
     strategy.load_sharded_state(model, optimizer, shards)

@@ -9,7 +9,9 @@ import typer
 from rich.table import Table
 
 from gpulab.cli.console import make_console
+from gpulab.cli.export import recipe_option, trust_option
 from gpulab.cli.text import number
+from gpulab.train.recipes.trust import UntrustedRecipeError
 
 checkpoint_app = typer.Typer(
     help="Inspect and export checkpoints.", no_args_is_help=True, rich_markup_mode=None
@@ -19,39 +21,75 @@ checkpoint_app = typer.Typer(
 WHERE = "A run directory (its checkpoints), a checkpoints root (uses 'latest'), or one checkpoint directory"
 
 
-def _checkpoints(path: Path) -> Path:
-    """A run directory means its checkpoints, as for `gpulab export RUN`: inspecting runs/x itself said
-    INVALID ("no complete checkpoint") about a run whose checkpoints are fine."""
+def _checkpoints(path: Path) -> tuple[Path, Path | None]:
+    """(checkpoints, run directory or None). A run directory means its checkpoints, as for `gpulab export
+    RUN`: inspecting runs/x itself said INVALID ("no complete checkpoint") about a run whose checkpoints
+    are fine."""
     from gpulab.export.rebuild import checkpoint_root
 
-    return checkpoint_root(path)[0] if path.is_dir() else path
+    return checkpoint_root(path) if path.is_dir() else (path, None)
 
 
 @checkpoint_app.command()
 def inspect(
     path: Path = typer.Argument(..., help=WHERE),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    recipe: str = recipe_option(),
+    trust_recipe: bool = trust_option(),
 ) -> None:
-    """Step, epoch, metrics and every file with its checksum status. Exit 1 when it does not verify."""
-    from gpulab.checkpoint.api import inspect_checkpoint
+    """Step, epoch, metrics and every file with its checksum status. Exit 1 when it does not verify.
 
-    report = inspect_checkpoint(_checkpoints(path))
+    A checkpoint that names a module:function recipe names code that export would import: it is said,
+    and exit 2, unless you repeat the recipe with --recipe or pass --trust-recipe.
+    """
+    from gpulab.checkpoint.api import inspect_checkpoint
+    from gpulab.train.recipes.trust import RecipeTrust, names_code, refusal
+
+    root, run_dir = _checkpoints(path)
+    report = inspect_checkpoint(root)
+    named = _named(report, run_dir)
+    refused = refusal(*named, RecipeTrust(recipe, trust_recipe)) if named and report["valid"] else None
+    if named:
+        report["recipe"], report["recipe_file"] = named
+    report["names_code"] = bool(named and names_code(named[0]))
+    report["recipe_refused"] = refused
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
-        console = make_console()
-        status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
-        console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
-        for key, value in (report.get("metrics") or {}).items():
-            console.print(f"  {key} = {number(value)}")
-        table = Table("file", "size", "sha256", "status")
-        for f in report.get("files", []):
-            table.add_row(f["name"], str(f.get("size")), (f.get("sha256") or "")[:16], f["status"])
-        console.print(table)
-        for problem in report.get("problems", []):
-            console.print(f"[red]problem:[/] {problem}")
+        _render(report)
     if not report["valid"]:
         raise typer.Exit(1)
+    if refused:
+        raise UntrustedRecipeError(refused)
+
+
+def _named(report: dict, run_dir: Path | None) -> tuple[str, str] | None:
+    """(recipe, the file naming it): the checkpoint's own record, else the run's summary.json."""
+    from gpulab.export.rebuild import recorded_recipe
+
+    trajectory = {"recipe": report["recipe"]} if report.get("recipe") else None
+    found = recorded_recipe(trajectory, Path(report.get("recipe_file") or report["path"]), run_dir)
+    return (found[0], found[2]) if found else None
+
+
+def _render(report: dict) -> None:
+    from gpulab.train.recipes.trust import describe
+
+    console = make_console()
+    status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
+    if report["valid"] and report["names_code"]:
+        status += ", [bold yellow]names code[/]"
+    console.print(f"{report['path']}: {status}, step {report.get('step')}, epoch {report.get('epoch')}")
+    for key, value in (report.get("metrics") or {}).items():
+        console.print(f"  {key} = {number(value)}")
+    table = Table("file", "size", "sha256", "status")
+    for f in report.get("files", []):
+        table.add_row(f["name"], str(f.get("size")), (f.get("sha256") or "")[:16], f["status"])
+    console.print(table)
+    if report["names_code"]:
+        console.print(f"names code: {report['recipe_file']} names {describe(report['recipe'])}", markup=False)
+    for problem in report.get("problems", []):
+        console.print(f"[red]problem:[/] {problem}")
 
 
 @checkpoint_app.command()
@@ -65,7 +103,7 @@ def export(
     """
     from gpulab.checkpoint.api import export_weights
 
-    written = export_weights(_checkpoints(path), to)
+    written = export_weights(_checkpoints(path)[0], to)  # weights only: no recipe is read or imported
     make_console().print(f"wrote {written}")
 
 

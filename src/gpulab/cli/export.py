@@ -8,6 +8,17 @@ import typer
 
 from gpulab.cli.console import make_console
 
+RECIPE_HELP = "Repeat the module:function recipe the files name, to let gpulab import it"
+TRUST_HELP = "Import whatever module:function recipe the files name (only for files you trust)"
+
+
+def recipe_option() -> str | None:
+    return typer.Option(None, "--recipe", help=RECIPE_HELP)
+
+
+def trust_option() -> bool:
+    return typer.Option(False, "--trust-recipe", help=TRUST_HELP)
+
 
 def export(
     path: Path = typer.Argument(..., help="A run directory (gpulab train --out) or a checkpoint directory"),
@@ -22,17 +33,25 @@ def export(
         "--input",
         help="Check parity on this .npz (inputs; 'target' optional) [default: validation set]",
     ),
+    recipe: str = recipe_option(),
+    trust_recipe: bool = trust_option(),
 ) -> None:
     """Export a trained model to a deployable file, parity-checked.
 
     The checkpoint is verified against its manifest, the model rebuilt from the run's recipe and weights,
     exported, loaded back in the format's own runtime and run on the recipe's validation set (or --input)
     beside the eager model. Writes PATH, PATH.export.json and PATH.parity.json; exit 1 when parity fails.
+
+    A module:function recipe the checkpoint or summary.json names is code: it is refused (exit 2) unless
+    you repeat it with --recipe or pass --trust-recipe. Built-in recipes need neither.
     """
     from gpulab.export import parity
     from gpulab.export.api import export as run_export
 
-    result = run_export(path, fmt, out=out, batch_dim=batch_dim, precision=precision, input_file=input_file)
+    result = run_export(
+        path, fmt, out=out, batch_dim=batch_dim, precision=precision, input_file=input_file,
+        recipe=recipe, trust_recipe=trust_recipe,
+    )  # fmt: skip
     console = make_console()
     info, report = result.info, result.parity
     extra = f", opset {info['opset']}" if "opset" in info else ""
@@ -61,11 +80,14 @@ def infer(
     ),
     out: Path = typer.Option(None, "--out", help="Predictions .npz [default: ARTIFACT.predictions.npz]"),
     runtime: str = typer.Option("cpu", "--runtime", help="cpu|cuda (cuda: ONNX Runtime's CUDA provider)"),
+    recipe: str = recipe_option(),
+    trust_recipe: bool = trust_option(),
 ) -> None:
     """Run an exported model on inputs; write its predictions.
 
     Writes an .npz with `output` (and `top1` for class scores); prints the time, throughput and, where the
-    inputs carry a target, the accuracy.
+    inputs carry a target, the accuracy. --recipe-data builds the recipe the artifact's .export.json
+    names: a module:function one only with --recipe repeating it or --trust-recipe.
     """
     from gpulab.export.infer import infer as run_infer
 
@@ -76,6 +98,8 @@ def infer(
         batch_size=batch_size,
         out=out,
         runtime=runtime,
+        recipe=recipe,
+        trust_recipe=trust_recipe,
     )
     acc = f", accuracy {r.accuracy:.2%}" if r.accuracy is not None else ""
     rate = r.samples / r.seconds if r.seconds else float("inf")

@@ -36,7 +36,14 @@ from gpulab.errors import ConfigError, GpulabError, RunDirError
 LOCK_FILE = ".gpulab.lock"
 # What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes
 # these and nothing else, so a mistyped --out (a home directory) loses no file gpulab did not write.
-RUN_OUTPUTS = ("summary.json", "metrics.jsonl", "tensorboard", "checkpoints", "model.weights.h5")
+RUN_OUTPUTS = (
+    "summary.json",
+    "metrics.jsonl",
+    "tensorboard",
+    "checkpoints",
+    "model.weights.h5",
+    "model.weights.manifest.json",
+)
 
 
 def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:

@@ -62,7 +62,7 @@ class Engine(Protocol):
 
     def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
         """``gpulab export`` of a run of this engine to ``module``'s format (``request``: out, precision,
-        input_file): an ``ExportResult``."""
+        input_file, trust: the user's word on a recipe the run names): an ``ExportResult``."""
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         """A built-in or user recipe by name (its validation data in this engine's layout)."""

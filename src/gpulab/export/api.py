@@ -23,6 +23,7 @@ from gpulab.export import data as export_data
 from gpulab.export import formats, parity
 from gpulab.export.formats.base import DTYPES, Deployable
 from gpulab.export.rebuild import rebuild, run_engine
+from gpulab.train.recipes.trust import RecipeTrust
 
 if TYPE_CHECKING:
     from gpulab.engines import Engine
@@ -74,17 +75,31 @@ def export(
     batch_dim: str | int = "dynamic",
     precision: str = "fp32",
     input_file: str | Path | None = None,
+    recipe: str | None = None,
+    trust_recipe: bool = False,
 ) -> ExportResult:
+    """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the run names
+    (``train/recipes/trust.py``); without it such a run is refused before anything is imported."""
     path = Path(path)
+    trust = RecipeTrust(recipe, trust_recipe)
     engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)
-    return engine.export(path, module, fixed, out=out, precision=precision, input_file=input_file)
+    return engine.export(
+        path, module, fixed, out=out, precision=precision, input_file=input_file, trust=trust
+    )
 
 
 def export_torch(
-    path: Path, module: Any, fixed: int | None, *, out: Any, precision: str, input_file: Any
+    path: Path,
+    module: Any,
+    fixed: int | None,
+    *,
+    out: Any,
+    precision: str,
+    input_file: Any,
+    trust: RecipeTrust,
 ) -> ExportResult:
     """The torch engine's export (``gpulab.engines.torch``): rebuild the model, write, check parity."""
-    source = rebuild(path)
+    source = rebuild(path, trust)
     inputs, target = (
         export_data.from_npz(input_file)
         if input_file
@@ -159,8 +174,12 @@ def check_parity(module, artifact, model, inputs, target, precision: str, fixed:
     return parity.compare(eager, got, target, precision)
 
 
+def sidecar_path(artifact: Path) -> Path:
+    return artifact.with_name(artifact.name + SIDECAR)
+
+
 def read_sidecar(artifact: Path) -> dict[str, Any]:
-    path = artifact.with_name(artifact.name + SIDECAR)
+    path = sidecar_path(artifact)
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

@@ -14,7 +14,8 @@ from gpulab import engines
 from gpulab.errors import ConfigError, DataError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
-from gpulab.export.api import read_sidecar
+from gpulab.export.api import read_sidecar, sidecar_path
+from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 
 @dataclass
@@ -42,7 +43,11 @@ def infer(
     batch_size: int = 64,
     out: str | Path | None = None,
     runtime: str = "cpu",
+    recipe: str | None = None,
+    trust_recipe: bool = False,
 ) -> InferResult:
+    """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the artifact's
+    .export.json names, which ``recipe_data`` would import (``train/recipes/trust.py``)."""
     artifact = Path(artifact)
     if not (artifact.is_file() or (artifact / "saved_model.pb").is_file()):  # a SavedModel is a directory
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
@@ -54,7 +59,7 @@ def infer(
     if input_file is not None:
         inputs, target = export_data.from_npz(input_file)
     else:
-        inputs, target = _recipe_data(artifact, sidecar)
+        inputs, target = _recipe_data(artifact, sidecar, RecipeTrust(recipe, trust_recipe))
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
     runner = _load(module, artifact, runtime)
@@ -95,11 +100,12 @@ def _loaded(module, artifact: Path, cuda: bool):
         raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
 
 
-def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
+def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust):
     if not sidecar.get("recipe"):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
+    name = check_recorded(str(sidecar["recipe"]), str(sidecar_path(artifact)), trust)
     # The recipe's data in its engine's layout (TensorFlow's images are NHWC).
-    recipe = engines.get(sidecar.get("engine")).recipe(sidecar["recipe"], sidecar.get("options") or {})
-    return export_data.from_recipe(recipe.val_data, sidecar["recipe"])
+    recipe = engines.get(sidecar.get("engine")).recipe(name, sidecar.get("options") or {})
+    return export_data.from_recipe(recipe.val_data, name)

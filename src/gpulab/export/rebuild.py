@@ -1,6 +1,7 @@
 """The trained model again, from a run directory or a checkpoint: recipe + options from the checkpoint's
 own record (``state.pt``'s ``trajectory``, else the run's ``summary.json``), weights from
-``model.safetensors``.
+``model.safetensors``. A recipe those files name is code: it is imported only as the trust rule allows
+(``train/recipes/trust.py``).
 
 The checkpoint's MANIFEST is verified before anything is built; a tampered or truncated checkpoint is
 refused, never replaced by an older one without saying so.
@@ -15,7 +16,9 @@ from typing import Any
 
 from torch import nn
 
+from gpulab.checkpoint.io import STATE
 from gpulab.errors import CheckpointError, ConfigError
+from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 SUMMARY_FILE = "summary.json"  # as train/run.py writes it (not imported: that would pull in the Trainer)
 
@@ -88,21 +91,36 @@ def verified_checkpoint(path: Path):
     return ckpt
 
 
-def recipe_of(ckpt, run_dir: Path | None) -> tuple[str, dict[str, Any]]:
-    trajectory = ckpt.state.get("trajectory") or {}
+def recorded_recipe(
+    trajectory: Any, where: Path, run_dir: Path | None
+) -> tuple[str, dict[str, Any], str] | None:
+    """(recipe, options, the file that names them): a checkpoint's ``trajectory`` (from its ``where`` file),
+    else the run's summary.json; None when neither records one. Data only: nothing is imported here."""
+    trajectory = trajectory if isinstance(trajectory, dict) else {}
     if trajectory.get("recipe"):
-        return str(trajectory["recipe"]), dict(trajectory.get("options") or {})
+        return str(trajectory["recipe"]), dict(trajectory.get("options") or {}), str(where)
     summary = run_summary(run_dir) if run_dir else None
     if summary and summary.get("recipe"):
-        return str(summary["recipe"]), dict(summary.get("config", {}).get("options") or {})
-    raise ConfigError(
-        f"{ckpt.path}: the checkpoint does not record its recipe (it was not written by `gpulab train`); "
-        "export the run directory whose summary.json names it"
-    )
+        options = dict(summary.get("config", {}).get("options") or {})
+        return str(summary["recipe"]), options, str(run_dir / SUMMARY_FILE)
+    return None
 
 
-def rebuild(path: str | Path) -> Source:
-    """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights."""
+def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict[str, Any]]:
+    """The recipe to rebuild ``ckpt`` with, once the trust rule allows importing it."""
+    found = recorded_recipe(ckpt.state.get("trajectory"), ckpt.path / STATE, run_dir)
+    if found is None:
+        raise ConfigError(
+            f"{ckpt.path}: the checkpoint does not record its recipe (it was not written by `gpulab train`); "
+            "export the run directory whose summary.json names it"
+        )
+    name, options, source = found
+    return check_recorded(name, source, trust), options
+
+
+def rebuild(path: str | Path, trust: RecipeTrust = RecipeTrust()) -> Source:
+    """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights. A recipe the
+    files name is imported only as ``trust`` allows (``train/recipes/trust.py``)."""
     from gpulab.checkpoint.api import apply_model_state
     from gpulab.train.recipes.base import load_recipe
 
@@ -111,7 +129,7 @@ def rebuild(path: str | Path) -> Source:
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
     root, run_dir = checkpoint_root(path)
     ckpt = verified_checkpoint(root)
-    name, options = recipe_of(ckpt, run_dir)
+    name, options = recipe_of(ckpt, run_dir, trust)
     recipe = load_recipe(name, options)
     apply_model_state(recipe.model, ckpt.model_state)
     recipe.model.eval()  # dropout off: an export computes inference

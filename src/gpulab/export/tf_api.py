@@ -15,14 +15,16 @@ from typing import Any
 
 import torch
 
+from gpulab.checkpoint.io import verify_files
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.export import data as export_data
 from gpulab.export import parity
-from gpulab.export.rebuild import run_summary
+from gpulab.export.rebuild import SUMMARY_FILE, run_summary
+from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
-WEIGHTS_FILE = (
-    "model.weights.h5"  # as engines/tensorflow/run.py writes it (not imported: keeps this module light)
-)
+# As engines/tensorflow/run.py writes them (not imported: keeps this module light).
+WEIGHTS_FILE = "model.weights.h5"
+WEIGHTS_MANIFEST = "model.weights.manifest.json"
 
 
 @dataclass
@@ -36,8 +38,9 @@ class KerasSource:
     val_data: Any
 
 
-def check_run(path: Path) -> tuple[dict[str, Any], Path]:
-    """(summary, weights file), refused in one line before TensorFlow is imported."""
+def check_run(path: Path, trust: RecipeTrust) -> tuple[dict[str, Any], Path]:
+    """(summary, weights file), refused in one line before TensorFlow is imported: no weights, weights
+    that differ from their manifest, or a recipe the user has not trusted."""
     summary = run_summary(path) or {}
     weights = path / WEIGHTS_FILE
     if not weights.is_file():
@@ -47,6 +50,8 @@ def check_run(path: Path) -> tuple[dict[str, Any], Path]:
         )
     if not summary.get("recipe"):
         raise ConfigError(f"{path}/summary.json does not name the run's recipe; export a gpulab train run")
+    check_recorded(str(summary["recipe"]), str(path / SUMMARY_FILE), trust)
+    verify_files(path, WEIGHTS_MANIFEST)
     return summary, weights
 
 
@@ -58,8 +63,8 @@ def keras_recipe(name: str, options: dict[str, Any]):
     return load_tf_recipe(name, options)
 
 
-def rebuild_keras(path: Path) -> KerasSource:
-    summary, weights = check_run(path)
+def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
+    summary, weights = check_run(path, trust)
     name = str(summary["recipe"])
     options = dict(summary.get("config", {}).get("options") or {})
     recipe = keras_recipe(name, options)
@@ -83,10 +88,12 @@ def eager_runner(model: Any):
     return run
 
 
-def export_tf(path: Path, module, fixed: int | None, out, input_file, sidecar: str, batch: dict):
+def export_tf(
+    path: Path, module, fixed: int | None, out, input_file, sidecar: str, batch: dict, trust: RecipeTrust
+):
     from gpulab.export.api import ExportResult
 
-    source = rebuild_keras(path)
+    source = rebuild_keras(path, trust)
     if input_file:
         inputs, target = export_data.from_npz(input_file)
     else:

@@ -64,6 +64,7 @@ def test_two_workers_write_one_run_equal_to_one_worker_at_twice_the_batch(tmp_pa
         "checkpoints",
         "metrics.jsonl",
         "model.weights.h5",
+        "model.weights.manifest.json",
         "summary.json",
         "tensorboard",
     ]

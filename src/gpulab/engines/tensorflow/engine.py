@@ -53,7 +53,8 @@ class TensorFlowEngine:
         from gpulab.export.tf_api import export_tf
 
         batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
-        return export_tf(path, module, fixed, request["out"], request["input_file"], SIDECAR, batch)
+        out, input_file, trust = request["out"], request["input_file"], request["trust"]
+        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.export.tf_api import keras_recipe  # its data in TensorFlow's layout (NHWC images)

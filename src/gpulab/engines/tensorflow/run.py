@@ -2,7 +2,8 @@
 
 The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
 same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
-the end as ``model.weights.h5`` (atomically); checkpoints and resume: ``engines/tensorflow/checkpoints.py``.
+the end as ``model.weights.h5`` (atomically, with ``model.weights.manifest.json``); checkpoints and
+resume: ``engines/tensorflow/checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpulab.engines.tensorflow.strategy import tf_config_task
 from gpulab.errors import ConfigError
 
 WEIGHTS_FILE = "model.weights.h5"
+WEIGHTS_MANIFEST = "model.weights.manifest.json"  # its size and sha256: export verifies it before use
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
@@ -72,10 +74,16 @@ def environment() -> dict[str, Any]:
 
 
 def save_weights(model: Any, out: Path) -> Path:
-    """``out/model.weights.h5``, written to a temporary name and renamed: never half a file."""
+    """``out/model.weights.h5``, written to a temporary name, fsync'd and renamed (never half a file), then
+    its manifest (size and sha256), which export checks before it reads a byte of the weights."""
+    from gpulab.checkpoint.io import fsync_dir, fsync_file, write_files_manifest
+
     out.mkdir(parents=True, exist_ok=True)
     path = out / WEIGHTS_FILE
     tmp = out / f".tmp-{os.getpid()}.weights.h5"  # Keras wants the .weights.h5 suffix
     model.save_weights(str(tmp))
+    fsync_file(tmp)
     tmp.replace(path)
+    fsync_dir(out)
+    write_files_manifest(out, WEIGHTS_MANIFEST, [WEIGHTS_FILE])
     return path
