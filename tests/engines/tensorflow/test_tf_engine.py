@@ -113,6 +113,12 @@ def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: 
     assert list((tf_out / "tensorboard").glob("events.out.tfevents.*"))
     assert (tf_out / "model.weights.h5").stat().st_size > 4 * summary["parameters"]
     assert not list(tf_out.glob(".tmp-*"))
+    # Its manifest (size and sha256) holds the weights file, and it verifies.
+    from gpulab.checkpoint.io import verify_files
+
+    manifest = json.loads((tf_out / "model.weights.manifest.json").read_text())
+    assert list(manifest["files"]) == ["model.weights.h5"]
+    verify_files(tf_out, "model.weights.manifest.json")
 
 
 def test_your_own_module_function_returning_a_tfrecipe_trains_and_a_torch_recipe_is_one_line(checks):

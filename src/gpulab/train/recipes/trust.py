@@ -50,7 +50,7 @@ def refusal(name: str, source: str, trust: RecipeTrust) -> str | None:
     if trust.named is not None and trust.named != name:
         return (
             f"{RECIPE_FLAG} {trust.named!r} differs from the recipe {source} names, {name!r}; repeat that "
-            f"name ({RECIPE_FLAG} {name}) to use it, or pass {TRUST_FLAG}"
+            f"name ({RECIPE_FLAG} {name}) to use it, or leave {RECIPE_FLAG} out"
         )
     if not names_code(name) or trust.named == name or trust.trust_all:
         return None
