@@ -6,7 +6,8 @@ its own hostname), used as a user would from its login node: sbatch, srun, scanc
   each worker's TF_CONFIG from SLURM's variables);
 - `scancel` mid-run leaves a checkpoint and the resubmitted job resumes it bit-exactly; a node that dies
   mid-run ends the job with a line naming it;
-- `gpulab launch` in an srun step reads nodes, rank and rendezvous host from SLURM without being told.
+- `gpulab launch` in an srun step reads nodes, rank and rendezvous host from SLURM without being told (the
+  resubmitted job of the scancel test).
 
 Skips (one reason) where the packages, root or namespaces are missing; `make test` installs the packages.
 """
@@ -17,6 +18,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launch_job import JOB, job_env  # noqa: E402
+from launch_job import job_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "scripts" / "slurm_cluster.sh"
@@ -58,9 +60,9 @@ class Cluster:
         return subprocess.run([str(CLUSTER), "login", str(self.root), *cmd], capture_output=True, text=True,
                               cwd=cwd, env=user_env(), timeout=timeout)  # fmt: skip
 
-    def sbatch(self, script: str, cwd: Path) -> str:
+    def sbatch(self, script: str, cwd: Path, *flags: str) -> str:
         (cwd / "job.sh").write_text(script)
-        r = self.login("sbatch", "--parsable", "job.sh", cwd=cwd)
+        r = self.login("sbatch", "--parsable", *flags, "job.sh", cwd=cwd)
         assert r.returncode == 0, r.stderr
         return r.stdout.strip().split(";")[0]
 
@@ -173,50 +175,44 @@ def test_the_rendered_tensorflow_script_trains_over_two_nodes_like_one_worker_at
         np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)  # as tests/tflaunch: 1 worker at batch 16
 
 
-def test_scancel_mid_run_leaves_a_checkpoint_and_the_resubmitted_job_resumes_it_bit_exactly(
+def test_scancel_mid_run_leaves_a_checkpoint_and_a_resubmitted_launch_resumes_it_bit_exactly(
     cluster, tmp_path
 ):
+    """The resubmitted job is a user's own script, `srun gpulab launch -- CMD` with no node, rank or endpoint
+    flags: the launchers read them from SLURM's variables."""
     run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]
-    script = rendered("--", "gpulab", *run)
-    job = cluster.sbatch(script, tmp_path)
+    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
     wait_for_training(cluster, job, tmp_path / "run")
-    r = cluster.login("scancel", job)
+    r = cluster.login("scancel", job)  # SIGTERM to every process of the job, SIGKILL after KillWait
     assert r.returncode == 0, r.stderr
     assert cluster.wait(job) == "CANCELLED"
-    # An uninterrupted 2-process run on one node (gloo's 2-rank sums are the same over any link).
-    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
     log = output(tmp_path, job)
+    assert "stopping now" not in log, log[-3000:]  # SLURM's, srun's and the launcher's SIGTERM are one
     stopped = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGTERM at step ")]
     assert len(stopped) == 1, log[-3000:]  # rank 0 reports, once
     step = int(stopped[0].split(" at step ")[1].split(":")[0])
     assert 0 < step < 200
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
 
-    again = cluster.sbatch(rendered("--", "gpulab", *run, "--resume", "latest"), tmp_path)
+    script = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=gpulab-%j.out\n"
+    script += f"srun --ntasks-per-node=1 gpulab launch -- gpulab {shlex.join(run)} --resume latest\n"
+    again = cluster.sbatch(script, tmp_path)
+    # Meanwhile, an uninterrupted 2-process run on this machine (gloo's 2-rank sums are the same over any link).
+    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
     assert cluster.wait(again) == "COMPLETED", output(tmp_path, again)[-3000:]
+    log = output(tmp_path, again)
+    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
     got, want = final_weights(tmp_path / "run"), final_weights(tmp_path / "ref")
     assert got.keys() == want.keys()
     assert all(got[k].equal(want[k]) for k in got)
 
 
-def test_gpulab_launch_in_an_srun_step_reads_nodes_rank_and_rendezvous_from_slurm(cluster, tmp_path):
-    script = f"#!/bin/bash\nsrun --ntasks-per-node=1 python -m gpulab launch -- {JOB} allreduce {tmp_path}\n"
-    (tmp_path / "job.sh").write_text(script)
-    r = cluster.login("sbatch", "--parsable", "--nodes=2", "--output=gpulab-%j.out", "job.sh", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    job = r.stdout.strip()
-    assert cluster.wait(job) == "COMPLETED", output(tmp_path, job)[-3000:]
-    seen = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
-    assert [s["world_size"] for s in seen] == [2, 2] and [s["sum"] for s in seen] == [3.0, 3.0]
-    log = output(tmp_path, job)
-    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
-
-
 def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_path):
     run = ["train", *PREEMPT, "--max-steps", "100000", "--out", "run"]
-    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
+    # --no-requeue: by default SLURM requeues a job whose node failed, and it would wait for the node.
+    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path, "--no-requeue")
     wait_for_training(cluster, job, tmp_path / "run")
     try:
         subprocess.run([str(CLUSTER), "kill-node", str(cluster.root), "n2"], check=True, timeout=30)
@@ -225,6 +221,6 @@ def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_pa
         back = subprocess.run([str(CLUSTER), "start-node", str(cluster.root), "n2"], capture_output=True,
                               text=True, timeout=120)  # fmt: skip
     log = output(tmp_path, job)
-    assert state in ("FAILED", "NODE_FAIL"), log[-3000:]
-    assert [line for line in log.splitlines() if "n2" in line and "error" in line], log[-3000:]
+    assert state == "NODE_FAIL", log[-3000:]
+    assert "srun: error: Node failure on n2" in log.splitlines(), log[-3000:]
     assert back.returncode == 0, back.stderr
