@@ -25,7 +25,9 @@ conf=$dir/slurm.conf
 
 unable() { echo "slurm_cluster: $*" >&2; exit 3; }
 die() { echo "slurm_cluster: $*" >&2; exit 1; }
-# The namespace names carry a tag kept in DIR, so several clusters (test sessions) never share one.
+# The namespace names carry a tag kept in DIR, so several clusters (test sessions) never share one: the pid of
+# the process that ran `up` (the test session), so that a later `up` can remove a cluster whose owner was
+# killed before it could run `down`. Every daemon of the cluster, munged too, runs inside its namespaces.
 tag() { cat "$dir/tag"; }
 ns() { echo "gsl$(tag)-$1"; }
 # Run in host $1's network namespace, with its hostname (a UTS namespace of its own) and the cluster's
@@ -122,15 +124,16 @@ up() {
         command -v "$tool" >/dev/null || unable "$tool is not installed (scripts/setup_slurm.sh installs slurm-wlm and munge)"
     done
     [ -e "$dir/tag" ] && die "$dir already holds a cluster: run down first"
+    remove_orphans
     mkdir -p "$dir/munge" "$dir/ctl/state"
     chmod 700 "$dir/munge"
-    echo $$ >"$dir/tag"
+    echo "$PPID" >"$dir/tag"
     network
     write_conf
     for n in "${NODES[@]}"; do mkdir -p "$dir/$n/spool"; done
     # One key for the whole cluster: every daemon authenticates through the same munged.
     mungekey --create --keyfile="$dir/munge/munge.key" 2>/dev/null || die "mungekey failed"
-    munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+    on ctl munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
         --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
         --seed-file="$dir/munge/munged.seed" 2>"$dir/munge/start.err" ||
         die "munged did not start: $(cat "$dir/munge/start.err" "$dir/munge/munged.log" 2>/dev/null | tail -n 3)"
@@ -143,9 +146,16 @@ up() {
     wait_idle "${GPULAB_SLURM_UP_TIMEOUT:-60}" "${NODES[@]}"
 }
 
-kill_pidfile() {
-    [ -s "$1" ] && kill -9 "$(cat "$1")" 2>/dev/null
-    return 0
+remove_orphans() {  # clusters whose owner is gone (killed before `down`): their processes, their namespaces
+    local name owner
+    for name in $(ip netns list | grep -oE '^gsl[0-9]+-(ctl|n1|n2)'); do
+        owner=${name#gsl}
+        owner=${owner%%-*}
+        kill -0 "$owner" 2>/dev/null && continue
+        pids=$(ip netns pids "$name" 2>/dev/null || true)
+        [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+        ip netns del "$name" 2>/dev/null || true
+    done
 }
 
 kill_host() {  # SIGKILL every process in host $1's network namespace
@@ -159,7 +169,6 @@ down() {
     [ -e "$dir/tag" ] || return 0
     set +e
     for host in "${NODES[@]}" ctl; do kill_host "$host"; done
-    kill_pidfile "$dir/munge/munged.pid"
     for host in ctl "${NODES[@]}"; do
         ip netns del "$(ns "$host")" 2>/dev/null  # the veth pairs and the bridge go with them
     done
