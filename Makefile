@@ -7,7 +7,7 @@ DEV := $(VENV)/.installed-dev
 MODELS_VENV ?= .venv-models
 MODELS := $(MODELS_VENV)/.installed-vision
 
-.PHONY: run test test-models lint setup clean
+.PHONY: run test test-models lint setup clean slurm-packages
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
@@ -27,7 +27,7 @@ run: $(BASE)
 
 # Two pytest-xdist workers: most tests wait on subprocesses, so one process leaves a core idle (7 vs 11 min
 # on 2 cores); loadfile keeps a file's tests, and its module fixtures, in one worker.
-test: $(DEV)
+test: $(DEV) slurm-packages
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile
@@ -39,6 +39,11 @@ $(MODELS): pyproject.toml scripts/setup_env.sh
 # The vision examples (torchvision ResNet-18, timm ViT): train, resume and export, in their own venv.
 test-models: $(MODELS)
 	$(MODELS_VENV)/bin/python -m pytest -q -m vision tests/examples
+
+# Debian's SLURM and munge for tests/distributed/test_slurm.py's cluster: installed when missing, as root with
+# apt (about 50 s once); elsewhere one line, and those tests skip.
+slurm-packages:
+	@scripts/setup_slurm.sh
 
 lint: $(DEV)
 	$(VENV)/bin/ruff check --fix src tests benchmarks examples

@@ -17,7 +17,9 @@ def launch(
     nproc_per_node: int = typer.Option(
         None, "--nproc-per-node", help="Processes per node (default: the GPU count, else 1)"
     ),
-    nnodes: str = typer.Option("1", "--nnodes", help="Nodes: N, or MIN:MAX for an elastic job"),
+    nnodes: str = typer.Option(
+        None, "--nnodes", help="Nodes: N, or MIN:MAX for an elastic job (default: 1, or the SLURM step's)"
+    ),
     node_rank: int = typer.Option(
         None, "--node-rank", help="This node's index; 0 hosts the rendezvous (default: from the endpoint)"
     ),
@@ -39,6 +41,11 @@ def launch(
     no_python: bool = typer.Option(False, "--no-python", help="CMD is an executable, not Python"),
     log_dir: str = typer.Option(None, "--log-dir", help="Directory for each rank's logs and error files"),
     print_: str = typer.Option(None, "--print", help="slurm|k8s: print an sbatch script or a PyTorchJob"),
+    gpus_per_node: int = typer.Option(
+        None,
+        "--gpus-per-node",
+        help="GPUs a --print template asks per node (default: one per process; 0: none)",
+    ),
     job_name: str = typer.Option("gpulab", "--job-name", help="Job name in a --print template"),
     image: str = typer.Option("", "--image", help="Container image in the k8s template"),
     engine: str = typer.Option(
@@ -58,13 +65,13 @@ def launch(
     Uses torch.distributed.run's own API: c10d rendezvous (standalone on one node), elastic restarts,
     gloo on CPUs and NCCL on GPUs. `--print slurm|k8s` prints a cluster template instead.
     """
-    from gpulab.distributed.launch import LaunchSpec, local_accelerator
+    from gpulab.distributed.launch import LaunchSpec, local_accelerator, with_slurm
 
     _check_engine_options(engine, locals())
     spec = LaunchSpec(
         command=list(command or []),
         nproc_per_node=nproc_per_node,
-        nnodes=nnodes,
+        nnodes=nnodes or "1",
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         rdzv_id=rdzv_id,
@@ -76,14 +83,19 @@ def launch(
         no_python=no_python,
         log_dir=log_dir,
     )
-    if print_ is None:
-        engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
-        return
-    from gpulab.distributed.cluster_templates import render
+    if print_ is not None:
+        from gpulab.distributed.cluster_templates import render
 
-    # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
-    nproc = nproc_per_node or max(local_accelerator()[1], 1)
-    typer.echo(render(print_, spec, nproc, job_name=job_name, image=image), nl=False)
+        # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
+        nproc = nproc_per_node or max(local_accelerator()[1], 1)
+        text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port)
+        typer.echo(text, nl=False)
+        return
+    # Told nothing of where this node stands: inside a SLURM step, SLURM says.
+    told = nnodes is not None or node_rank is not None or rdzv_endpoint is not None or hosts is not None
+    spec, step = (spec, None) if told else with_slurm(spec)
+    hosts = ",".join(step.hosts) if step else hosts
+    engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
 
 
 def _check_engine_options(engine: str, given: dict) -> None:

@@ -18,6 +18,8 @@ What gpulab adds around it:
   addresses the user gives.
 - checks before anything starts, so the common mistakes are one line and exit 2: bad ``--nnodes``, no
   command, the store's port already taken on the hosting node, the endpoint unreachable from another.
+- inside a SLURM step (``srun``, one task per node) and told nothing of nodes, ranks or endpoint, it reads
+  them from SLURM's variables (``with_slurm``; ``slurm.py`` says which).
 - when workers fail and no restart is left, torchrun's ``ChildFailedError`` becomes one line naming
   each failed rank and its exit code (exit 1: the command line was fine, the job was not).
 """
@@ -31,13 +33,14 @@ import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
+from gpulab.distributed.slurm import SlurmStep, outside_step_note, scontrol_hostnames, slurm_step
 from gpulab.errors import LaunchError, WorkersFailedError
 from gpulab.hardware.load import usable_cores
 
@@ -142,6 +145,33 @@ def parse_endpoint(text: str) -> tuple[str, int]:
     if not host or not 0 <= port <= 65535:
         raise LaunchError(f"--rdzv-endpoint {text!r} is not HOST:PORT (e.g. node0.cluster:29400)")
     return host, port
+
+
+def with_slurm(
+    spec: LaunchSpec,
+    environ: Mapping[str, str] | None = None,
+    hostnames: Callable[[str], list[str]] = scontrol_hostnames,
+) -> tuple[LaunchSpec, SlurmStep | None]:
+    """``spec`` placed by the SLURM step this process is a task of: nodes, node rank, the first host's
+    rendezvous and the step's run id. Unchanged (and the step None) outside a multi-node step.
+
+    For a spec the user gave no ``--nnodes``, ``--node-rank`` or ``--rdzv-endpoint``: what they say wins.
+    """
+    environ = os.environ if environ is None else environ
+    step = slurm_step(environ, hostnames)
+    if step is None:
+        note = outside_step_note(environ)
+        if note:
+            print(note, file=sys.stderr, flush=True)
+        return spec, None
+    placed = replace(
+        spec,
+        nnodes=str(step.nnodes),
+        node_rank=step.node_rank,
+        rdzv_endpoint=f"{step.hosts[0]}:{DEFAULT_RDZV_PORT}",
+        rdzv_id=spec.rdzv_id or step.run_id,
+    )
+    return placed, step
 
 
 def resolve_command(command: list[str], module: bool = False, no_python: bool = False):

@@ -1,0 +1,226 @@
+"""A real SLURM cluster (scripts/slurm_cluster.sh: slurmctld + two slurmd, each node a network namespace with
+its own hostname), used as a user would from its login node: sbatch, srun, scancel, scontrol.
+
+- the sbatch script `gpulab launch --print slurm` renders trains mlp with DDP over the two nodes (gloo) and
+  ends on the weights of one process at twice the batch; the same for TensorFlow (MultiWorkerMirroredStrategy,
+  each worker's TF_CONFIG from SLURM's variables);
+- `scancel` mid-run leaves a checkpoint and the resubmitted job resumes it bit-exactly; a node that dies
+  mid-run ends the job with a line naming it;
+- `gpulab launch` in an srun step reads nodes, rank and rendezvous host from SLURM without being told (the
+  resubmitted job of the scancel test).
+
+Skips (one reason) where the packages, root or namespaces are missing; `make test` installs the packages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_job import job_env  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "scripts" / "slurm_cluster.sh"
+MWMS_JOB = ROOT / "tests" / "tflaunch" / "tflaunch_mwms_job.py"
+PREEMPT = ["preempt_recipe:build", "--set", "mfu=false", "--set", "options.pause=0.02"]
+TOL = 1e-5  # as tests/distributed/test_ddp.py: 2 ranks vs one process at twice the batch
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+}
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def login(self, *cmd: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        """CMD on the login node (the controller's namespace), with the jobs' environment."""
+        return subprocess.run([str(CLUSTER), "login", str(self.root), *cmd], capture_output=True, text=True,
+                              cwd=cwd, env=user_env(), timeout=timeout)  # fmt: skip
+
+    def sbatch(self, script: str, cwd: Path, *flags: str) -> str:
+        (cwd / "job.sh").write_text(script)
+        r = self.login("sbatch", "--parsable", *flags, "job.sh", cwd=cwd)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().split(";")[0]
+
+    def state(self, job: str) -> str:
+        r = self.login("scontrol", "show", "job", "-o", job)
+        found = re.search(r"JobState=(\S+)", r.stdout)
+        return found.group(1) if found else "UNKNOWN"
+
+    def wait(self, job: str, timeout: float = 120) -> str:
+        """Poll the job's state until it has ended; its final state."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.state(job)
+            if state in ENDED:
+                return state
+            time.sleep(0.2)
+        self.login("scancel", job)
+        pytest.fail(f"job {job} still {state} after {timeout} s")
+
+
+def user_env() -> dict[str, str]:
+    """A user's shell: the venv's python first on PATH (the script runs `python -m gpulab`), no SLURM_*
+    inherited from an outer job; preempt_recipe importable."""
+    env = {k: v for k, v in job_env(TF_CPP_MIN_LOG_LEVEL="2").items() if not k.startswith("SLURM_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "tests" / "cli"), env.get("PYTHONPATH")) if p)
+    return env
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm")
+    try:
+        up = subprocess.run([str(CLUSTER), "up", str(root)], capture_output=True, text=True, timeout=120)
+        if up.returncode == 3:  # this machine cannot: no root, no packages or no namespaces
+            pytest.skip(up.stderr.strip().splitlines()[-1])
+        assert up.returncode == 0, up.stderr
+        yield Cluster(root)
+    finally:
+        subprocess.run([str(CLUSTER), "down", str(root)], capture_output=True, timeout=60)
+
+
+def rendered(*args: str) -> str:
+    """The sbatch script `gpulab launch --print slurm` writes for 2 nodes x 1 process on a CPU cluster."""
+    cmd = [sys.executable, "-m", "gpulab", "launch", "--nnodes", "2", "--nproc-per-node", "1",
+           "--gpus-per-node", "0", "--print", "slurm", *args]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, env=user_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def output(cwd: Path, job: str) -> str:
+    return (cwd / f"gpulab-{job}.out").read_text()
+
+
+def gpulab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "gpulab", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=user_env(), timeout=180)
+
+
+def final_weights(out: Path) -> dict:
+    latest = (out / "checkpoints" / "latest").read_text().strip()
+    return load_file(out / "checkpoints" / latest / "model.safetensors")
+
+
+def wait_for_training(cluster: Cluster, job: str, out: Path, timeout: float = 120) -> None:
+    """Until the job's run has logged a step (it is inside the training loop on both nodes)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip():
+            return
+        if cluster.state(job) in ENDED:
+            pytest.fail(f"job {job} ended before it trained: {output(out.parent, job)[-3000:]}")
+        time.sleep(0.1)
+    pytest.fail(f"job {job} never logged a step")
+
+
+def test_the_rendered_sbatch_script_trains_mlp_over_two_nodes_like_one_process_at_twice_the_batch(
+    cluster, tmp_path
+):
+    run = ["train", "mlp", "--max-steps", "20", "--set", "mfu=false", "--set", "tensorboard=false"]
+    job = cluster.sbatch(rendered("--", "gpulab", *run, "--out", "ddp", "--batch-size", "32"), tmp_path)
+    ref = gpulab(*run, "--out", "ref", "--batch-size", "64", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert cluster.wait(job) == "COMPLETED", output(tmp_path, job)[-3000:]
+    log = output(tmp_path, job)
+    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
+    summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
+    assert summary["steps"] == 20
+    got, want = final_weights(tmp_path / "ddp"), final_weights(tmp_path / "ref")
+    assert got.keys() == want.keys()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=TOL, msg=name)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
+def test_the_rendered_tensorflow_script_trains_over_two_nodes_like_one_worker_at_twice_the_batch(
+    cluster, tmp_path
+):
+    job = cluster.sbatch(rendered("--engine", "tensorflow", "--", str(MWMS_JOB), "tf", "8", "5"), tmp_path)
+    assert cluster.wait(job, timeout=150) == "COMPLETED", output(tmp_path, job)[-3000:]
+    w0, w1 = (json.loads((tmp_path / "tf" / f"worker{i}.json").read_text()) for i in (0, 1))
+    assert [w["tf_config"]["cluster"]["worker"] for w in (w0, w1)] == [["n1:23456", "n2:23456"]] * 2
+    assert [w0["tf_config"]["task"]["index"], w1["tf_config"]["task"]["index"]] == [0, 1]
+    summary = json.loads((tmp_path / "tf" / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    for a, b, ref in zip(w0["weights"], w1["weights"], summary["reference"], strict=True):
+        a, b, ref = map(np.asarray, (a, b, ref))
+        assert np.array_equal(a, b)
+        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)  # as tests/tflaunch: 1 worker at batch 16
+
+
+def test_scancel_mid_run_leaves_a_checkpoint_and_a_resubmitted_launch_resumes_it_bit_exactly(
+    cluster, tmp_path
+):
+    """The resubmitted job is a user's own script, `srun gpulab launch -- CMD` with no node, rank or endpoint
+    flags: the launchers read them from SLURM's variables."""
+    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]
+    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
+    wait_for_training(cluster, job, tmp_path / "run")
+    r = cluster.login("scancel", job)  # SIGTERM to every process of the job, SIGKILL after KillWait
+    assert r.returncode == 0, r.stderr
+    assert cluster.wait(job) == "CANCELLED"
+    log = output(tmp_path, job)
+    assert "stopping now" not in log, log[-3000:]  # SLURM's, srun's and the launcher's SIGTERM are one
+    stopped = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGTERM at step ")]
+    assert len(stopped) == 1, log[-3000:]  # rank 0 reports, once
+    step = int(stopped[0].split(" at step ")[1].split(":")[0])
+    assert 0 < step < 200
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
+
+    script = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=gpulab-%j.out\n"
+    script += f"srun --ntasks-per-node=1 gpulab launch -- gpulab {shlex.join(run)} --resume latest\n"
+    again = cluster.sbatch(script, tmp_path)
+    # Meanwhile, an uninterrupted 2-process run on this machine (gloo's 2-rank sums are the same over any link).
+    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert cluster.wait(again) == "COMPLETED", output(tmp_path, again)[-3000:]
+    log = output(tmp_path, again)
+    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
+    got, want = final_weights(tmp_path / "run"), final_weights(tmp_path / "ref")
+    assert got.keys() == want.keys()
+    assert all(got[k].equal(want[k]) for k in got)
+
+
+def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_path):
+    run = ["train", *PREEMPT, "--max-steps", "100000", "--out", "run"]
+    # --no-requeue: by default SLURM requeues a job whose node failed, and it would wait for the node.
+    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path, "--no-requeue")
+    wait_for_training(cluster, job, tmp_path / "run")
+    try:
+        subprocess.run([str(CLUSTER), "kill-node", str(cluster.root), "n2"], check=True, timeout=30)
+        state = cluster.wait(job)
+    finally:  # the node comes back for whatever runs next (ReturnToService=2)
+        back = subprocess.run([str(CLUSTER), "start-node", str(cluster.root), "n2"], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    log = output(tmp_path, job)
+    assert state == "NODE_FAIL", log[-3000:]
+    assert "srun: error: Node failure on n2" in log.splitlines(), log[-3000:]
+    assert back.returncode == 0, back.stderr
