@@ -113,6 +113,9 @@ def test_print_slurm_for_tensorflow_runs_the_tensorflow_launcher_on_each_node(ca
 
 def test_print_k8s_for_tensorflow_and_negative_gpus_are_one_line(capsys):
     assert main(["launch", "--engine", "tensorflow", "--print", "k8s", "--", "t.py"]) == 2
-    assert "renders a PyTorchJob (torch only); use --print slurm for tensorflow" in capsys.readouterr().err
+    assert (
+        "--print k8s has no template for the tensorflow engine; valid for it: slurm"
+        in capsys.readouterr().err
+    )
     assert main(["launch", "--print", "slurm", "--gpus-per-node", "-1", "--", "t.py"]) == 2
     assert "--gpus-per-node must be >= 0" in capsys.readouterr().err

@@ -88,7 +88,9 @@ def launch(
 
         # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
-        text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port)
+        chosen = engines.get(engine)
+        text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
+                      chosen.launch_by_torchrun, chosen.launch_templates)  # fmt: skip
         typer.echo(text, nl=False)
         return
     # Told nothing of where this node stands: inside a SLURM step, SLURM says.

@@ -53,8 +53,9 @@ def _port(spec: LaunchSpec) -> int:
     return parse_endpoint(spec.rdzv_endpoint)[1] if spec.rdzv_endpoint else DEFAULT_RDZV_PORT
 
 
-def _tf_launcher_line(spec: LaunchSpec, nproc: int, base_port: int | None) -> str:
-    words = ["exec python -m gpulab launch --engine tensorflow", f"--nproc-per-node {nproc}"]
+def _engine_launcher_line(spec: LaunchSpec, nproc: int, engine: str, base_port: int | None) -> str:
+    """``gpulab launch --engine ENGINE`` on each node, for an engine whose launcher reads SLURM itself."""
+    words = [f"exec python -m gpulab launch --engine {engine}", f"--nproc-per-node {nproc}"]
     if base_port is not None:
         words.append(f"--base-port {base_port}")
     if spec.module:
@@ -71,7 +72,10 @@ def render_slurm(
     gpus_per_node: int | None = None,
     engine: str = "torch",
     base_port: int | None = None,
+    torchrun: bool = True,
 ) -> str:
+    """``torchrun``: the engine's workers meet through torchrun's rendezvous on the first host; otherwise each
+    node runs ``gpulab launch --engine ENGINE``, which reads the step's nodes and its rank from SLURM."""
     lo, hi = parse_nnodes(spec.nnodes)
     gpus = nproc if gpus_per_node is None else gpus_per_node
     header = [
@@ -85,8 +89,8 @@ def render_slurm(
         "set -euo pipefail",
         "",
     ]
-    if engine == "tensorflow":
-        inner = _tf_launcher_line(spec, nproc, base_port)
+    if not torchrun:
+        inner = _engine_launcher_line(spec, nproc, engine, base_port)
         body = ["# One task per node; each reads the step's nodes and its rank from SLURM's variables."]
     else:
         inner = _launcher_line(
@@ -172,18 +176,21 @@ def render(
     gpus_per_node: int | None = None,
     engine: str = "torch",
     base_port: int | None = None,
+    torchrun: bool = True,
+    kinds: tuple[str, ...] = TEMPLATES,
 ) -> str:
-    """The sbatch script (``slurm``) or PyTorchJob manifest (``k8s``) for ``spec``."""
+    """The sbatch script (``slurm``) or PyTorchJob manifest (``k8s``) for ``spec``; ``kinds``: those the
+    engine renders, ``torchrun``: whether its workers meet through torchrun's rendezvous."""
     if kind not in TEMPLATES:
         raise LaunchError(f"--print {kind!r} is not a template; choose {choices(TEMPLATES)}")
     if not spec.command:
         raise LaunchError("no command to put in the template: give it after --")
     if gpus_per_node is not None and gpus_per_node < 0:
         raise LaunchError(f"--gpus-per-node must be >= 0 (0: a CPU cluster), got {gpus_per_node}")
+    if kind not in kinds:
+        raise LaunchError(
+            f"--print {kind} has no template for the {engine} engine; valid for it: {choices(kinds)}"
+        )
     if kind == "k8s":
-        if engine != "torch":
-            raise LaunchError(
-                "--print k8s renders a PyTorchJob (torch only); use --print slurm for tensorflow"
-            )
         return render_k8s(spec, nproc, job_name, image, gpus_per_node)
-    return render_slurm(spec, nproc, job_name, gpus_per_node, engine, base_port)
+    return render_slurm(spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun)

@@ -39,6 +39,8 @@ class Engine(Protocol):
     export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
     export_model: str  # what its export writes, as an error names it
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
+    launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
+    launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
     profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
     flop_counter: str  # how inspect counted FLOPs, as printed
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype

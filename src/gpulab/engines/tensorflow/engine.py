@@ -17,6 +17,8 @@ class TensorFlowEngine:
     export_precisions = ("fp32",)
     export_model = "the float32 Keras model"
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
+    launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
+    launch_by_torchrun = False
     profile_view = "steps"
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")

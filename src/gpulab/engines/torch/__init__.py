@@ -20,9 +20,14 @@ class TorchEngine:
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
     export_model = "the torch model"
-    launch_options = (("--rdzv-endpoint", "rdzv_endpoint", None), ("--rdzv-id", "rdzv_id", None),
-                      ("--local-addr", "local_addr", None), ("--max-restarts", "max_restarts", 0),
-                      ("--print", "print_", None))  # fmt: skip
+    launch_options = (
+        ("--rdzv-endpoint", "rdzv_endpoint", None),
+        ("--rdzv-id", "rdzv_id", None),
+        ("--local-addr", "local_addr", None),
+        ("--max-restarts", "max_restarts", 0),
+    )
+    launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
+    launch_by_torchrun = True
     profile_view = "phases"
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")
