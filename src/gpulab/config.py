@@ -24,6 +24,8 @@ STRATEGIES = tuple(precision_table.STRATEGIES)
 Strategy = Literal[STRATEGIES]  # the table's names (precisions.py)
 ENGINES = ("torch", "tensorflow")
 Engine = Literal["torch", "tensorflow"]
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+Tracker = Literal["tensorboard", "mlflow", "wandb"]
 
 
 class Settings(BaseModel):
@@ -77,6 +79,36 @@ def _takes_a_number_not_a_bool(annotation: Any) -> bool:
     """``int``, ``float``, ``int | None``, ``int | Literal['auto']``, ...: a number type and no ``bool``."""
     args = set(get_args(annotation)) or {annotation}
     return bool(args & {int, float}) and bool not in args
+
+
+class MlflowSettings(Settings):
+    """Where ``trackers: [mlflow]`` logs (gpulab[mlflow])."""
+
+    tracking_uri: str | None = Field(
+        None, description="tracking server or store; None: MLFLOW_TRACKING_URI, else MLflow's default"
+    )
+    experiment: str | None = Field(
+        None, description="experiment name; None: MLFLOW_EXPERIMENT_NAME, else 'gpulab'"
+    )
+    checkpoint_max_mb: float = Field(
+        512.0, ge=0, description="the final checkpoint becomes an artifact when at most this size; 0: never"
+    )
+
+
+class WandbSettings(Settings):
+    """Where ``trackers: [wandb]`` logs (gpulab[wandb])."""
+
+    project: str | None = Field(None, description="W&B project; None: WANDB_PROJECT, else 'gpulab'")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="online|offline|disabled; None: WANDB_MODE, else W&B's default (online)"
+    )
+
+
+def _tracker_list(value: Any) -> Any:
+    """One name is a list of one; each name once, in the order given."""
+    if isinstance(value, str):
+        value = [value]
+    return list(dict.fromkeys(value)) if isinstance(value, (list, tuple)) else value
 
 
 class TrainerSettings(Settings):
@@ -143,6 +175,13 @@ class TrainerSettings(Settings):
     )
     out_dir: str | None = Field(None, description="where metrics.jsonl, TensorBoard logs and checkpoints go")
     tensorboard: bool = Field(True, description="also log to TensorBoard under out_dir/tensorboard")
+    trackers: list[Tracker] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="experiment trackers besides metrics.jsonl: tensorboard|mlflow|wandb (a list; "
+        "tensorboard: false also drops TensorBoard)",
+    )
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="trackers: [mlflow]")
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="trackers: [wandb]")
     checkpoints: bool = Field(True, description="write checkpoints (resuming from one works either way)")
     checkpoint_dir: str | None = Field(None, description="where checkpoints go; None: out_dir/checkpoints")
     checkpoint_every: int | None = Field(
@@ -205,6 +244,7 @@ class TrainerSettings(Settings):
     _check_memory_limit = field_validator("memory_limit", mode="before")(
         classmethod(lambda cls, v: _validate_memory_limit(v))
     )
+    _check_trackers = field_validator("trackers", mode="before")(classmethod(lambda cls, v: _tracker_list(v)))
     # One class name is a list of one (`--set activation_checkpointing=Block`, as users write it).
     _one_name_is_a_list = field_validator("activation_checkpointing", "fsdp_shard_modules", mode="before")(
         classmethod(lambda cls, v: [v] if isinstance(v, str) else v)
@@ -301,7 +341,9 @@ def _lines(model: type[Settings], data: dict[str, Any], exc: ValidationError, pr
     for err in errors:
         loc = [str(p) for p in err["loc"]]
         depth = _field_depth(model, loc)
-        if 0 < depth < len(loc):  # a union (bool | 'auto'): pydantic names each branch after the field
+        # A union (bool | 'auto'): pydantic names each branch after the field (an unknown key in a nested
+        # model, such as mlflow.experimnt, also ends past the fields, and is told as unknown below).
+        if 0 < depth < len(loc) and err["type"] != "extra_forbidden":
             if tuple(loc[:depth]) in told:
                 continue
             told.add(tuple(loc[:depth]))

@@ -7,7 +7,7 @@ The engine-neutral callbacks read this, never the trainer's own objects (a torch
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.core.state import FitState
@@ -24,6 +24,7 @@ class FitContext:
     settings: Any  # TrainerSettings
     state: FitState
     resumed_from: Any = None  # the checkpoint's path when the fit resumed
+    trajectory: dict[str, Any] = field(default_factory=dict)  # the recipe and its options, as checkpointed
     # Agrees a stop flag across ranks (read one step late, so no step waits); needed when world_size > 1.
     agree_stop: Callable[[bool], bool] | None = None
 

@@ -43,6 +43,8 @@ RUN_OUTPUTS = (
     "checkpoints",
     "model.weights.h5",
     "model.weights.manifest.json",
+    "trackers.json",  # the MLflow / W&B run ids a resume continues (core/callbacks/trackers.py)
+    "wandb",  # W&B's own files for this run
 )
 
 

@@ -27,6 +27,11 @@ def environment(versions: dict[str, str], device_name: str | None) -> dict[str, 
     }
 
 
+def run_files(out: Path) -> list[Path]:
+    """What a finished run hands its trackers as files: summary.json, metrics.jsonl, plots it wrote."""
+    return [out / SUMMARY_FILE, out / "metrics.jsonl", *sorted(out.glob("*.png"))]
+
+
 def write_summary(
     out: Path, config: RunConfig, result: FitResult, info: dict[str, Any], env: dict[str, Any]
 ) -> Path:

@@ -21,6 +21,7 @@ worker's TF_CONFIG from them; TensorFlow has no rendezvous, so there is no host 
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import yaml
@@ -29,6 +30,7 @@ from gpulab.distributed.launch import DEFAULT_RDZV_PORT, LaunchSpec, parse_endpo
 from gpulab.errors import LaunchError, choices
 
 K8S_PORT_NAME = "pytorchjob-port"  # the port name the training operator reads MASTER_PORT from
+K8S_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1035 label
 
 
 def _launcher_line(spec: LaunchSpec, nproc: int, *, nnodes: str, node_rank: str, endpoint: str, run_id: str):
@@ -130,6 +132,11 @@ def _k8s_replica(command: str, image: str, gpus: int, port: int, replicas: int) 
 def render_k8s(
     spec: LaunchSpec, nproc: int, job_name: str = "gpulab", image: str = "", gpus_per_node: int | None = None
 ) -> str:
+    if not K8S_NAME.fullmatch(job_name):  # the PyTorchJob webhook refuses any other name
+        raise LaunchError(
+            f"--job-name {job_name!r} is not a Kubernetes job name: 1-63 lower-case letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit (e.g. mnist-run-2)"
+        )
     lo, hi = parse_nnodes(spec.nnodes)
     gpus = nproc if gpus_per_node is None else gpus_per_node
     port = _port(spec)

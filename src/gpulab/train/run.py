@@ -15,12 +15,13 @@ import torch
 
 from gpulab.config import RunConfig, merge, parse_config
 from gpulab.core.callbacks.preemption import StopOnSignal
+from gpulab.core.callbacks.trackers import attach_files
 from gpulab.core.preemption import SignalWatch
 from gpulab.core.recorded import with_recorded_settings
 from gpulab.core.run_dir import check_output_dirs, claim, prepare
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
-from gpulab.core.summary import write_summary
+from gpulab.core.summary import run_files, write_summary
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.errors import Preempted
 from gpulab.runtime.seed import seed_everything
@@ -100,6 +101,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
             return config, result, out
         write_summary(out, config, result, recipe.info, environment())
+        attach_files(trainer.callbacks, run_files(out))
     return config, result, out
 
 

@@ -548,6 +548,7 @@ class Trainer:
             settings=self.settings,
             state=self.state,
             resumed_from=self.resumed_from,
+            trajectory=self.trajectory,
             agree_stop=rt.lagged_flag,
         )
 

@@ -36,8 +36,16 @@ from gpulab.runtime.memory_estimate import _num_rows
 from gpulab.train.run import resolve_config
 from gpulab.tune.engines import engine_for
 
-# Settings every trial runs with: no files, no progress display, no MFU count (it costs a second).
-QUIET = {"out_dir": None, "progress": False, "mfu": False, "tensorboard": False, "checkpoints": False}
+# Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
+# tracker (a trial is no run of the user's: it would be one MLflow / W&B run per trial).
+QUIET = {
+    "out_dir": None,
+    "progress": False,
+    "mfu": False,
+    "tensorboard": False,
+    "trackers": [],
+    "checkpoints": False,
+}
 INTERVALS = 6  # log reads per trial: the first is warm-up, the rest are the repeats
 
 

@@ -10,7 +10,7 @@ from gpulab.core.callbacks.jsonl import JsonlLogger
 from gpulab.core.callbacks.log_lines import LogLines
 from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.core.callbacks.progress import ProgressBar
-from gpulab.core.callbacks.tensorboard import TensorBoardLogger
+from gpulab.core.callbacks.trackers import tracker_callbacks
 
 
 def default_callbacks(
@@ -30,6 +30,4 @@ def default_callbacks(
         out.append(LogLines())
     if s.out_dir:
         out.append(JsonlLogger(f"{s.out_dir}/metrics.jsonl"))
-        if s.tensorboard:
-            out.append(TensorBoardLogger(f"{s.out_dir}/tensorboard"))
-    return out
+    return out + tracker_callbacks(s)  # TensorBoard, MLflow, W&B as `trackers` says

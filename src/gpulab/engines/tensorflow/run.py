@@ -23,9 +23,10 @@ WEIGHTS_MANIFEST = "model.weights.manifest.json"  # its size and sha256: export 
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.core.callbacks.trackers import attach_files
     from gpulab.core.recorded import with_recorded_settings
     from gpulab.core.run_dir import check_output_dirs, claim, prepare
-    from gpulab.core.summary import write_summary
+    from gpulab.core.summary import run_files, write_summary
     from gpulab.engines.tensorflow.trainer import TfTrainer
 
     config, recipe = resolve_tf_config(with_recorded_settings(user))
@@ -45,6 +46,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         info = {"parameters": int(trainer.model.count_params()), **recipe.info}
         info["weights"] = str(save_weights(trainer.model, out))
         write_summary(out, config, result, info, environment())
+        attach_files(trainer.callbacks, run_files(out))
     return config, result, out
 
 

@@ -454,6 +454,7 @@ class TfTrainer:
             settings=self.settings,
             state=self.state,
             resumed_from=self.resumed_from,
+            trajectory=self.trajectory,
         )
 
     def _reset_peak(self) -> None:

@@ -1,0 +1,103 @@
+"""Metrics and settings to Weights & Biases (``trackers: [wandb]``, ``pip install 'gpulab[wandb]'``).
+
+The run's files go under ``OUT/wandb/`` (``WANDB_MODE=offline`` or ``wandb.mode: offline`` writes the whole
+run there, for ``wandb sync`` later, and needs no network). The config is the resolved settings and the
+recipe, flattened; metrics are what the JSONL logger writes, handed over in batches at most every
+``hand_over_s`` seconds (W&B's own process then sends them); the FitResult's figures become the run's
+summary. A run of its own (``reinit="create_new"``): a user's run in the same process is left alone.
+
+Resume: the run id goes to ``OUT/trackers.json``; a resumed fit opens the same W&B run id again
+(``resume="allow"``), so its history goes on from the checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.trackers import TrackerIds, cannot_start, flat_settings, numeric
+
+DEFAULT_PROJECT = "gpulab"
+
+
+class WandbLogger(Callback):
+    def __init__(self, settings: Any, out_dir: str | None, hand_over_s: float = 5.0) -> None:
+        self.settings = settings
+        self.ids = TrackerIds(out_dir)
+        self.out_dir = out_dir
+        self.hand_over_s = hand_over_s
+        self.run = None
+        self._pending: list[tuple[int, dict[str, float]]] = []
+        self._last = 0.0
+
+    def on_fit_start(self, trainer, state):
+        import wandb
+
+        entry = self.ids.read("wandb") if trainer.context.resumed_from is not None else None
+        if self.out_dir:
+            Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            self.run = self._init(wandb, trainer, entry)
+        except Exception as exc:  # no login for online mode, a server that does not answer
+            mode = self.settings.mode or os.environ.get("WANDB_MODE") or "online"
+            fix = "run `wandb login`, or set WANDB_MODE=offline (wandb.mode: offline)"
+            raise cannot_start("wandb", f"mode {mode}", exc, fix) from exc
+        self.ids.write("wandb", run_id=self.run.id, project=self.run.project or "")
+        self._last = time.monotonic()
+
+    def _init(self, wandb: Any, trainer: Any, entry: dict[str, str] | None) -> Any:
+        return wandb.init(
+            project=self.settings.project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+            dir=self.out_dir,
+            id=entry["run_id"] if entry else None,
+            resume="allow" if entry else None,
+            name=Path(self.out_dir).name if self.out_dir else trainer.context.trajectory.get("recipe"),
+            config=flat_settings(trainer.context.settings, trainer.context.trajectory),
+            allow_val_change=True,  # a resumed run may change max_steps
+            mode=self.settings.mode,
+            reinit="create_new",
+            settings=wandb.Settings(console="off"),  # gpulab prints its own lines; no stdout wrapping
+        )
+
+    def _record(self, step: int, metrics: dict) -> None:
+        values = numeric(metrics)
+        if self._pending and self._pending[-1][0] == step:  # validation at a logged step: one row
+            self._pending[-1][1].update(values)
+        else:
+            self._pending.append((step, values))
+        if time.monotonic() - self._last >= self.hand_over_s:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        pending, self._pending = self._pending, []
+        for step, values in pending:
+            self.run.log(values, step=step)
+        self._last = time.monotonic()
+
+    def on_log(self, trainer, state, metrics):
+        self._record(state.global_step, metrics)
+
+    def on_validation_end(self, trainer, state, metrics):
+        self._record(state.global_step, metrics)
+
+    def on_fit_end(self, trainer, state, result):
+        if self.run is None:
+            return
+        self._hand_over()
+        self.run.summary.update(numeric(result.to_json()))
+        if state.stop_signal is not None:
+            self.run.mark_preempting()
+        self.run.finish(exit_code=0)
+        self.run = None
+
+    def on_exception(self, trainer, state, error):
+        if self.run is None:
+            return
+        try:
+            self._hand_over()
+        finally:
+            self.run.finish(exit_code=1)
+            self.run = None
