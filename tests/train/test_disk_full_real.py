@@ -9,8 +9,6 @@ import errno
 import json
 import math
 import os
-import subprocess
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -118,37 +116,6 @@ def test_a_disk_filling_in_dcp_shard_writes_is_one_line_and_keeps_the_previous_c
     assert f"needs about {64 * PAGE * 4:,} bytes" in line and "step-00000001 stays the latest" in line
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000001"]
     assert inspect_checkpoint(root / "step-00000001")["valid"]
-
-
-@pytest.mark.slow
-def test_a_disk_filling_in_tensorflows_save_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, tmpfs):
-    pytest.importorskip("tensorflow")
-
-    def train(out: Path, *args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "gpulab", "train", "mlp", "--engine", "tensorflow", "--out", str(out),
-               "--set", "checkpoint_every=4", *QUIET, *args]  # fmt: skip
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
-
-    probe = train(tmp_path / "probe", "--max-steps", "4")
-    assert probe.returncode == 0, probe.stderr
-    pages = _pages(tmp_path / "probe" / "checkpoints" / "step-00000004")
-    size = (2 * sum(pages.values()) + 2) * PAGE - PAGE * (pages["ckpt.data-00000-of-00001"] // 2)
-    disk = tmpfs(size)
-    root = disk / "ck"
-    failed = train(tmp_path / "run", "--max-steps", "12", "--set", f"checkpoint_dir={root}")
-    line = [ln for ln in failed.stderr.splitlines() if ln.startswith("gpulab: ")]
-    assert failed.returncode == 2, failed.stderr
-    assert "Traceback" not in failed.stderr and len(line) == 1, failed.stderr
-    assert line[0].startswith(f"gpulab: error: {root}: no space left on the device to write checkpoint")
-    assert "step-00000004 stays the latest checkpoint" in line[0] and " are free" in line[0]
-    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000004"]
-
-    tmpfs.resize(disk, 4 * size)
-    resumed = train(
-        tmp_path / "run", "--max-steps", "12", "--set", f"checkpoint_dir={root}", "--resume", "latest"
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 12
 
 
 # --- the exception shapes, without a disk ----------------------------------------------------------------

@@ -404,9 +404,12 @@ class TfTrainer:
                 if saved and getattr(self, "last_checkpoint", None) is not None
                 else "no checkpoint holds this step (checkpoints are off)"
             )
+            # A Python error while tf.function traces is a StagingError "in user code: ... KeyError: ..."
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            staged = lines[0] == "in user code:" if lines else False
+            error = lines[-1] if staged else f"{type(exc).__name__}: {one_line(exc)}"
             raise ValidationFailed(
-                f"validation failed at step {state.global_step} (epoch {state.epoch}): "
-                f"{type(exc).__name__}: {one_line(exc)}; {where}"
+                f"validation failed at step {state.global_step} (epoch {state.epoch}): {error}; {where}"
             ) from exc
 
     def _validate(self) -> dict[str, float]:
