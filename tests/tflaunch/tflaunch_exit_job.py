@@ -20,7 +20,7 @@ print(f"worker {index} started", flush=True)
 out.mkdir(parents=True, exist_ok=True)  # as the README runs it, into a new directory
 (out / f"worker{index}.json").write_text(json.dumps({**config, "pid": os.getpid()}))
 if index == fail:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # generous: every worker must have written before this one fails
     while (
         len(list(out.glob("worker*.json"))) < len(config["cluster"]["worker"]) and time.monotonic() < deadline
     ):

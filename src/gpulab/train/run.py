@@ -39,10 +39,10 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
             "no recipe given: name one (mlp|digits|chargpt|module:function) or set 'recipe' in --config"
         )
     # The user's own settings first (a bad seed is a one-line error, not int()'s traceback); every
-    # mistake is told at once, the recipe's (its name, its options) with the rest.
+    # mistake is told at once, the recipe's (its name, its options: the recipe checks those) with the rest.
     mistakes: list[str] = []
     try:
-        seed = parse_config(RunConfig, user).seed
+        seed = parse_config(RunConfig, {k: v for k, v in user.items() if k != "options"}).seed
     except ConfigError as exc:
         mistakes, seed = [str(exc)], 0
     # Seed before the recipe builds its model, so initial weights follow --seed too.
