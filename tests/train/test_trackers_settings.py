@@ -12,7 +12,7 @@ import torch
 
 from gpulab import Trainer
 from gpulab.config import RunConfig, TrainerSettings, parse_config
-from gpulab.core.callbacks.trackers import TrackerIds
+from gpulab.core.callbacks.tracker_record import TrackerIds
 from gpulab.errors import ConfigError, MissingPackageError
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
-from gpulab.core.callbacks.trackers import TrackerIds, cannot_start, flat_settings, numeric
+from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, flat_settings, numeric
 from gpulab.errors import GpulabError, GpulabWarning
 
 DEFAULT_EXPERIMENT = "gpulab"

@@ -2,26 +2,19 @@
 
 - ``tracker_callbacks``: the callbacks the settings ask for (rank 0 only: the trainers build none on the
   other ranks). A tracker whose package is missing is one line with the pip command, before any step.
-- ``TrackerIds``: ``OUT/trackers.json`` keeps each tracker's run id, so that a resumed run continues the
-  same tracker run. The file is data: a run id read from it selects a run in that tracker, nothing more.
+- ``tracker_record.py``: what the trackers share (the run-id file, flattened settings, the start failure).
 - ``attach_files``: files written after the fit (summary.json) go to the trackers' runs too.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
-from gpulab.errors import ConfigError, MissingPackageError
-
-TRACKERS_FILE = "trackers.json"
-# What a tracker's run id may look like (MLflow: 32 hex digits; W&B: 8 lower-case letters and digits).
-_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+from gpulab.errors import MissingPackageError
 
 
 def need(module: str, tracker: str) -> Any:
@@ -33,15 +26,6 @@ def need(module: str, tracker: str) -> Any:
             f"tracker {tracker!r} needs the Python package {module!r}, which is not installed ({exc}); "
             f"fix: pip install 'gpulab[{tracker}]', or remove {tracker} from trackers"
         ) from None
-
-
-def cannot_start(tracker: str, where: str, exc: BaseException, fix: str) -> ConfigError:
-    """A tracker that cannot open its run (a server that does not answer, no W&B login): one line."""
-    first = (str(exc).strip().splitlines() or [""])[0][:300]
-    return ConfigError(
-        f"{tracker} at {where} could not start the run ({type(exc).__name__}: {first}); fix: {fix}, "
-        f"or remove {tracker} from trackers"
-    )
 
 
 def tracker_callbacks(settings: Any) -> list[Callback]:
@@ -72,58 +56,3 @@ def attach_files(callbacks: Any, paths: Iterable[Path]) -> None:
         attach = getattr(cb, "attach", None)
         if attach is not None and existing:
             attach(existing)
-
-
-class TrackerIds:
-    """``OUT/trackers.json``: ``{tracker: {"run_id": ..., ...}}``, read on resume, rewritten atomically."""
-
-    def __init__(self, out_dir: str | None) -> None:
-        self.path = Path(out_dir) / TRACKERS_FILE if out_dir else None
-
-    def read(self, tracker: str) -> dict[str, str] | None:
-        """The entry this run recorded for ``tracker``, or None (none, unreadable, or no valid run id)."""
-        entry = self._all().get(tracker)
-        run_id = entry.get("run_id") if isinstance(entry, dict) else None
-        if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-            return None
-        return {k: v for k, v in entry.items() if isinstance(v, str)}
-
-    def write(self, tracker: str, **entry: str) -> None:
-        if self.path is None:
-            return
-        data = {**self._all(), tracker: entry}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(self.path)
-
-    def _all(self) -> dict[str, Any]:
-        if self.path is None:
-            return {}
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-
-def flat_settings(settings: Any, trajectory: dict[str, Any]) -> dict[str, Any]:
-    """The resolved settings and the recipe with its options, as ``{"a.b": value}`` (tracker parameters)."""
-    return _flatten({**settings.model_dump(), **trajectory})
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    """The metrics a tracker can plot: numbers, not flags."""
-    return {
-        k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-    }
