@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,11 +18,10 @@ import torch
 import gpulab
 from gpulab.config import RunConfig, merge, parse_config
 from gpulab.distributed.process_group import LaunchEnv
-from gpulab.errors import Preempted
 from gpulab.hardware.devices import cpu_model
 from gpulab.runtime.seed import seed_everything
 from gpulab.train.callbacks.preemption import StopOnSignal
-from gpulab.train.preemption import SignalWatch
+from gpulab.train.preemption import SignalWatch, preempted_error
 from gpulab.train.recipes.base import load_recipe
 from gpulab.train.run_dir import check_output_dirs, claim, prepare
 from gpulab.train.state import FitResult
@@ -87,25 +85,13 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         )
         result = recipe.fit(trainer, resume=config.resume)
         if "preempted" in result.extras:  # no summary: the run is not finished
-            raise _preempted(result.extras["preempted"], trainer.is_rank_zero)
+            raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
         if not trainer.is_rank_zero:
             return config, result, None
         if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
             return config, result, out
         write_summary(out, config, result, recipe.info)
     return config, result, out
-
-
-def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
-    signum = int(signal.Signals[report["signal"]])
-    if not rank_zero:
-        return Preempted("", signum)
-    where = (
-        f"checkpoint {report['checkpoint']}; continue with --resume latest"
-        if report["checkpoint"]
-        else "no checkpoint (checkpoints are off)"
-    )
-    return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
 
 
 def write_summary(out: Path, config: RunConfig, result: FitResult, info: dict[str, Any]) -> Path:

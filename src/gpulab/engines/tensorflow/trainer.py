@@ -10,12 +10,15 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 - ``clip_grad_norm`` on the global gradient (after the all-reduce when there are several replicas);
 - metrics stay tensors and are read every ``log_every`` steps (no host sync per step); a NaN/inf loss
   stops the fit there, naming the step; validation at each epoch end with loss and accuracy;
+- preemption as torch's: ``StopOnSignal`` (given by ``gpulab train``) ends the fit at a step boundary, the
+  same step on every worker (``stop_flag.py``), with a checkpoint and ``extras["preempted"]``;
 - the engine-neutral callbacks (progress, metrics.jsonl, TensorBoard) and a ``FitResult``.
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +31,7 @@ from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_name
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
+from gpulab.engines.tensorflow.stop_flag import StopFlag
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
 from gpulab.train.callbacks import Callback, CallbackList, JsonlLogger, ProgressBar, TensorBoardLogger
@@ -59,6 +63,8 @@ class TfRecipe:
 class TfTrainer:
     """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
 
+    _agree_on_stop = False  # fit() sets it with several workers (gpulab profile builds steps without it)
+
     def __init__(
         self, *, callbacks: Sequence[Callback] = (), trajectory: dict[str, Any] | None = None, **settings: Any
     ) -> None:
@@ -73,6 +79,7 @@ class TfTrainer:
         self.history: list[dict[str, Any]] = []
         self.trajectory = dict(trajectory or {})  # as torch's: stored in checkpoints, checked on resume
         self.resumed_from = None  # the checkpoint a fit resumed from (callbacks read it)
+        self.last_checkpoint = None
         self.extras: dict[str, Any] = {}
         self.is_rank_zero = True
 
@@ -83,6 +90,7 @@ class TfTrainer:
         import keras
 
         self._configure(tf, keras)
+        self._agree_on_stop = self.dist.num_workers > 1
         self.callbacks = None
         with self.precision.applied(tf, keras):
             try:
@@ -100,7 +108,7 @@ class TfTrainer:
         self.memory = configure_memory(tf, self.device, s.memory_limit)
         self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
-        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero)
+        self.runtime = _DeviceView(self.device, self.dist.is_rank_zero, self.dist.num_workers)
         self.is_rank_zero = self.dist.is_rank_zero
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights
         if s.deterministic:
@@ -140,7 +148,9 @@ class TfTrainer:
             )  # fmt: skip
             self.val_data = self._distribute(val)
         self.loss_fn, self.correct_fn = recipe.loss_fn, recipe.correct_fn
-        self.step = CompiledStep(tf, self._distributed(tf, self._replica_step), jit=s.compile)
+        # Outside the strategy's scope: each worker's own request, read by its replicas.
+        self.stop_flag = self.runtime.stop_flag = StopFlag(tf) if self._agree_on_stop else None
+        self.step = CompiledStep(tf, self._step_fn(tf), jit=s.compile)
         self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
 
@@ -228,19 +238,25 @@ class TfTrainer:
         finished = self.resumed_from is not None and self._done()
         while not self._done():
             self._train_epoch()
-            complete, finishing = state.batch_in_epoch >= self.per_epoch, self._done()
+            complete = state.batch_in_epoch >= self.per_epoch
+            finishing = self._done() and state.stop_signal is None
             if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
+            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
+            # stays whole so that the resumed run logs what this one would have (as torch's).
             if (complete or finishing) and self.val_data is not None:
                 val_metrics = self._validate()
             if complete:
                 self.callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
                 self._save_checkpoint()
-        self._flush_log()
+        if state.stop_signal is None:
+            self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
+        if state.stop_signal is not None:
+            result.extras["preempted"] = self._preempted()
         self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
         result.extras["diagnosis"] = self._diagnose(result).to_json()
         if finished:  # as torch's: no step, no save; gpulab train leaves the finished run's files as they are
@@ -266,6 +282,9 @@ class TfTrainer:
             if self._t0 is not None:
                 self._data_wait += time.perf_counter() - t
             loss = self.step(*window)
+            if self.stop_flag is not None:
+                loss, stop = loss
+                self.stop_flag.record(stop)
             state.batch_in_epoch = index
             self._losses.append(loss)  # a tensor: read only at the next log
             self._loss_steps.append(state.global_step + 1)
@@ -283,6 +302,20 @@ class TfTrainer:
         if state.global_step % self.settings.log_every == 0:
             self._flush_log()
         self.callbacks.on_step_end(self, state)
+
+    def _step_fn(self, tf: Any) -> Callable:
+        """The step to compile: the window's loss; with ``stop_flag``, (loss, the workers' summed stop
+        requests), reduced together in one collective."""
+        if self.stop_flag is None:
+            return self._distributed(tf, self._replica_step)
+        fold = self.stop_flag.fold
+        run = self._distributed(tf, lambda *window: fold(self._replica_step(*window)))
+
+        def step(*window: Any) -> Any:
+            both = run(*window)
+            return both[0], both[1]
+
+        return step
 
     def _distributed(self, tf: Any, replica_fn: Callable) -> Callable:
         """``replica_fn`` on every replica, its results summed across them (one tensor per result)."""
@@ -494,6 +527,15 @@ class TfTrainer:
         )
         return result
 
+    def _preempted(self) -> dict[str, Any]:
+        ckpt = self.checkpointer
+        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
+        return {
+            "signal": signal.Signals(self.state.stop_signal).name,
+            "step": self.state.global_step,
+            "checkpoint": str(saved) if saved is not None else None,
+        }
+
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
         from gpulab.profiling.diagnosis import diagnose_fit
@@ -503,11 +545,17 @@ class TfTrainer:
 
 class _DeviceView:
     """What the engine-neutral callbacks read of ``trainer.runtime``: the device (as torch names it, for
-    the NVML sampler's GPU index) and whether this process writes the shared files."""
+    the NVML sampler's GPU index), whether this process writes the shared files, and (for
+    ``StopOnSignal``) the number of worker processes and their agreement on a stop."""
 
-    def __init__(self, tf_device: str, is_rank_zero: bool) -> None:
+    def __init__(self, tf_device: str, is_rank_zero: bool, world_size: int = 1) -> None:
         import torch
 
         index = int(tf_device.rpartition(":")[2])
         self.device = torch.device("cuda", index) if tf_device.startswith("/GPU") else torch.device("cpu")
         self.is_rank_zero = is_rank_zero
+        self.world_size = world_size
+        self.stop_flag: StopFlag | None = None  # set by the fit's set-up when several workers must agree
+
+    def lagged_flag(self, flag: bool) -> bool:
+        return self.stop_flag.lagged(flag) if self.stop_flag is not None else flag
