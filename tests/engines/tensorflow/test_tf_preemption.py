@@ -119,3 +119,38 @@ def test_a_second_sigint_exits_130_at_once_without_a_checkpoint(tmp_path):
     assert "second SIGINT: stopping now, without a checkpoint" in stderr
     checkpoints = tmp_path / "run" / "checkpoints"
     assert not checkpoints.exists() or not any(p.name.startswith("step-") for p in checkpoints.iterdir())
+
+
+@pytest.mark.distributed
+def test_sigterm_to_the_launcher_stops_both_workers_at_one_step_and_resume_is_exact(tmp_path):
+    """``gpulab launch --engine tensorflow`` forwards SIGTERM; its two workers get it at different moments,
+    agree on the step (a flag summed in the step's all-reduce), save one checkpoint together and exit 143, so
+    the launcher ends (it used to wait 30 s, then SIGKILL them: TensorFlow's multi-worker strategy swallows
+    SIGTERM). A 2-worker resume ends with the weights of an uninterrupted 2-worker run."""
+    two, run = ["--nproc-per-node", "2"], [*RUN, "--max-steps", "60"]
+    ref = start(*run, "--out", "ref", cwd=tmp_path, launch=two)
+    _, ref_err = ref.communicate(timeout=400)
+    assert ref.returncode == 0, ref_err[-3000:]
+
+    proc = start(*run, "--out", "run", cwd=tmp_path, launch=two)
+    wait_for_training(proc, tmp_path / "run")
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=400)  # generous for a loaded machine; SIGKILL came at 30 s
+    assert proc.returncode == 143, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "gpulab: error: the launcher was stopped by SIGTERM and passed it on to its workers"
+    )
+    step = stopped_step(stderr, signal.SIGTERM)  # one line: worker 0 reports, worker 1 stops quietly
+    assert 5 <= step < 60
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
+
+    resumed = start(*run, "--out", "run", "--resume", "latest", cwd=tmp_path, launch=two)
+    _, resumed_err = resumed.communicate(timeout=400)
+    assert resumed.returncode == 0, resumed_err[-3000:]
+    mine, theirs = (
+        weights(tmp_path / "run" / "model.weights.h5"),
+        weights(tmp_path / "ref" / "model.weights.h5"),
+    )
+    assert len(mine) == len(theirs) > 0
+    for a, b in zip(mine, theirs, strict=True):
+        assert np.array_equal(a, b)
