@@ -122,20 +122,22 @@ def test_a_second_sigint_exits_130_at_once_without_a_checkpoint(tmp_path):
 
 
 @pytest.mark.distributed
+@pytest.mark.timeout(
+    900
+)  # three 2-worker launches (six TensorFlow starts): minutes on a loaded 2-core machine
 def test_sigterm_to_the_launcher_stops_both_workers_at_one_step_and_resume_is_exact(tmp_path):
     """``gpulab launch --engine tensorflow`` forwards SIGTERM; its two workers get it at different moments,
     agree on the step (a flag summed in the step's all-reduce), save one checkpoint together and exit 143, so
     the launcher ends (it used to wait 30 s, then SIGKILL them: TensorFlow's multi-worker strategy swallows
     SIGTERM). A 2-worker resume ends with the weights of an uninterrupted 2-worker run."""
     two, run = ["--nproc-per-node", "2"], [*RUN, "--max-steps", "60"]
-    ref = start(*run, "--out", "ref", cwd=tmp_path, launch=two)
-    _, ref_err = ref.communicate(timeout=400)
-    assert ref.returncode == 0, ref_err[-3000:]
-
+    ref = start(*run, "--out", "ref", cwd=tmp_path, launch=two)  # beside the stopped run: imports overlap
     proc = start(*run, "--out", "run", cwd=tmp_path, launch=two)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=400)  # generous for a loaded machine; SIGKILL came at 30 s
+    _, ref_err = ref.communicate(timeout=400)
+    assert ref.returncode == 0, ref_err[-3000:]
     assert proc.returncode == 143, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == (
         "gpulab: error: the launcher was stopped by SIGTERM and passed it on to its workers"
