@@ -2,10 +2,11 @@
 
 With several workers the step stacks the loss with the worker's stop request (one variable read) and
 reduces both in one collective, and the host reads the previous step's sum (a finished scalar) at each step
-end. Here, on this machine's CPU, the ``mlp`` recipe under a one-worker MultiWorkerMirroredStrategy (the
-multi-worker step's code, its collectives included) is timed with the flag off and on: µs per optimizer
-step from the end of step 1 to the end of the last, repeats interleaved (off, on, off, ...), medians.
-Usage: python benchmarks/stop_flag_overhead.py [--repeats 5] [--epochs 3] [--json]
+end. Here, on this machine's CPU, the ``mlp`` recipe's step (batch 64) under a one-worker
+MultiWorkerMirroredStrategy (the multi-worker step's code, its collectives included) is timed with the flag
+and without it, in adjacent blocks of 100 steps (31 pairs, so drift in machine load hits both alike):
+medians of µs per step and the median of the pairs' ratios.
+Usage: python benchmarks/stop_flag_overhead.py [--pairs 31] [--block 100] [--json]
 """
 
 from __future__ import annotations
@@ -20,60 +21,66 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.pop("TF_CONFIG", None)
 
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from gpulab.engines.tensorflow.compile import CompiledStep  # noqa: E402
 from gpulab.engines.tensorflow.recipes import mlp  # noqa: E402
 from gpulab.engines.tensorflow.trainer import TfTrainer  # noqa: E402
-from gpulab.train.callbacks import Callback  # noqa: E402
 
 
-class _Timed(Callback):
-    """Stamps each step end; with the flag on, asks the agreement every step as ``StopOnSignal`` does."""
+def _steps(trainer: TfTrainer) -> tuple:
+    """The trainer's own step with the flag (``trainer.step``) and the same step without it, on one window."""
+    off = CompiledStep(tf, trainer._distributed(tf, trainer._replica_step), jit=False)
+    window = [next(iter(trainer._epoch_data()))]
+    flag = trainer.stop_flag
 
-    def __init__(self, flag: bool) -> None:
-        self.flag, self.stamps = flag, []
+    def step_on() -> object:
+        loss, summed = trainer.step(*window)
+        flag.record(summed)
+        flag.lagged(False)  # as StopOnSignal asks at every step end
+        return loss
 
-    def on_step_end(self, trainer, state) -> None:
-        if self.flag:
-            trainer.runtime.lagged_flag(False)
-        self.stamps.append(time.perf_counter())
-
-
-class _Trainer(TfTrainer):
-    flag = False
-
-    def _setup(self, *args) -> None:
-        self._agree_on_stop = self.flag  # as fit() sets it with several workers
-        super()._setup(*args)
+    return (lambda: off(*window)), step_on
 
 
-def one(flag: bool, epochs: int) -> float:
-    timed = _Timed(flag)
-    trainer = type("T", (_Trainer,), {"flag": flag})(
-        callbacks=[timed], strategy="multiworker", epochs=epochs, progress=False, log_every=50
-    )
-    trainer.fit(mlp({}))
-    assert (trainer.stop_flag is not None) == flag
-    s = timed.stamps
-    return (s[-1] - s[0]) / (len(s) - 1) * 1e6
+def _block(step, n: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        loss = step()
+    float(loss)  # the last step has finished
+    return (time.perf_counter() - t) / n * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=31)
+    parser.add_argument("--block", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+
+    class _Trainer(TfTrainer):
+        def _setup(self, *a) -> None:
+            self._agree_on_stop = True  # as fit() sets it with several workers
+            super()._setup(*a)
+
+    trainer = _Trainer(strategy="multiworker", progress=False)
+    trainer._tf = tf
+    trainer._configure(tf, keras)
+    trainer._setup(tf, keras, mlp({}), None)
+    off, on = _steps(trainer)
+    for step in (off, on):
+        _block(step, 20)  # tracing and warm-up
     runs: dict[str, list[float]] = {"off": [], "on": []}
-    for _ in range(args.repeats):
-        for name in runs:
-            runs[name].append(one(name == "on", args.epochs))
-    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    for _ in range(args.pairs):
+        runs["off"].append(_block(off, args.block))
+        runs["on"].append(_block(on, args.block))
+    ratios = [b / a for a, b in zip(runs["off"], runs["on"], strict=True)]
+    m_off, m_on = statistics.median(runs["off"]), statistics.median(runs["on"])
     result = {
-        "us_per_step_off": off,
-        "us_per_step_on": on,
-        "added_us": on - off,
-        "ratio": on / off,
+        "us_per_step_off": m_off,
+        "us_per_step_on": m_on,
+        "median_pair_ratio": statistics.median(ratios),
         "runs": runs,
         "environment": {
             "tensorflow": tf.__version__,
@@ -85,7 +92,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"flag off {off:.0f} µs/step, on {on:.0f} µs/step: {on - off:+.0f} µs ({on / off:.3f}x)")
+        print(
+            f"flag off {m_off:.0f} µs/step, on {m_on:.0f} µs/step; median ratio of adjacent blocks "
+            f"{result['median_pair_ratio']:.3f} (load {os.getloadavg()[0]:.1f})"
+        )
 
 
 if __name__ == "__main__":
