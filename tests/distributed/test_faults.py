@@ -134,6 +134,28 @@ def test_the_watchdog_thread_publishes_heartbeats_and_stops():
     assert json.loads(view.get("hb/0"))["collective"] == "x"
 
 
+def test_a_rank_frozen_whole_is_reported_with_its_real_step():
+    """SIGSTOP freezes the watchdog thread too, so what the store holds is all a judge will ever know. The
+    thread copied the heartbeat once a tick (a second): a rank frozen after its step-48 checkpoint was
+    reported with "19 steps done". A step now wakes the thread to publish it (the tick here is 60 s)."""
+    dogs = _watchdogs(dist.HashStore(), world=2, interval_s=60.0)
+    frozen = dogs[1].start()
+    for _ in range(48):
+        frozen.heartbeat.step += 1
+    deadline = time.monotonic() + 30  # generous: a loaded machine; the next tick would be 60 s away
+    while json.loads(frozen.store.get("hb/1"))["step"] != 48:
+        assert time.monotonic() < deadline, "step 48 was not published before the next tick"
+        time.sleep(0.01)
+    frozen._thread = None  # frozen: no final "done" state is published
+    frozen._stop.set()
+    frozen.heartbeat.stepped.set()
+    _progressed(dogs[:1], [60])
+    dogs[0]._watch_progress()
+    _age(dogs[0], 1, 6.0)
+    assert dogs[0]._watch_progress()
+    assert "rank 1 did not reach 'all_reduce (async)' (it has 48 steps done" in dogs[0]._out.getvalue()
+
+
 def _progressed(dogs, steps):
     """Each rank has done ``steps[r]`` steps, each with one (asynchronous: already left) collective."""
     for dog, n in zip(dogs, steps, strict=True):

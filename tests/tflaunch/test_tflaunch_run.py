@@ -19,6 +19,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 MWMS_JOB, EXIT_JOB = str(HERE / "tflaunch_mwms_job.py"), str(HERE / "tflaunch_exit_job.py")
+STALL_JOB = str(HERE / "tflaunch_stall_job.py")
 
 
 def _env() -> dict[str, str]:
@@ -71,6 +72,24 @@ def test_a_worker_exiting_3_ends_the_job_naming_it(tmp_path):
         "worker 0 started\n",
         "worker 1 started\n",
     ]
+
+
+@pytest.mark.distributed
+def test_a_suspended_worker_is_named_not_the_peer_that_died_of_losing_it(tmp_path):
+    """Worker 1 is SIGSTOPped; worker 0 exits 1 when TensorFlow misses its heartbeats. The launcher used to
+    blame worker 0 ("worker 0 ... exited with code 1; worker(s) 1 stopped by the launcher") and wait 30 s
+    for a SIGTERM that a stopped process never handles."""
+    logs = tmp_path / "logs"
+    r = _launch("--nproc-per-node", "2", "--log-dir", str(logs), "--", STALL_JOB, str(tmp_path))
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines()[-1] == (
+        "gpulab: error: the job failed: worker 1 (node 0, local 1) was suspended (process state T: SIGSTOP "
+        "or Ctrl-Z) and stopped answering its peers; the launcher killed it; worker 0 (node 0, local 0) "
+        "exited with code 1 after losing worker(s) 1 (TensorFlow's coordination service: stopped sending "
+        f"heartbeats); each worker's own output is in {logs}/workerN.log"
+    )
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(int((tmp_path / "worker1.pid").read_text()), 0)
 
 
 @pytest.mark.distributed

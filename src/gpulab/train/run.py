@@ -6,7 +6,6 @@ Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults 
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,13 @@ import torch
 from gpulab.config import RunConfig, merge, parse_config
 from gpulab.core.callbacks.preemption import StopOnSignal
 from gpulab.core.callbacks.trackers import attach_files
-from gpulab.core.preemption import SignalWatch
+from gpulab.core.preemption import SignalWatch, preempted_error
 from gpulab.core.recorded import with_recorded_settings
 from gpulab.core.run_dir import check_output_dirs, claim, prepare
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
 from gpulab.core.summary import run_files, write_summary
 from gpulab.distributed.process_group import LaunchEnv
-from gpulab.errors import Preempted
 from gpulab.runtime.seed import seed_everything
 from gpulab.train import NAME
 from gpulab.train.recipes.base import load_recipe
@@ -95,7 +93,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         )
         result = recipe.fit(trainer, resume=config.resume)
         if "preempted" in result.extras:  # no summary: the run is not finished
-            raise _preempted(result.extras["preempted"], trainer.is_rank_zero)
+            raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
         if not trainer.is_rank_zero:
             return config, result, None
         if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
@@ -103,18 +101,6 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         write_summary(out, config, result, recipe.info, environment())
         attach_files(trainer.callbacks, run_files(out))
     return config, result, out
-
-
-def _preempted(report: dict[str, Any], rank_zero: bool) -> Preempted:
-    signum = int(signal.Signals[report["signal"]])
-    if not rank_zero:
-        return Preempted("", signum)
-    where = (
-        f"checkpoint {report['checkpoint']}; continue with --resume latest"
-        if report["checkpoint"]
-        else "no checkpoint (checkpoints are off)"
-    )
-    return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
 
 
 def environment() -> dict[str, Any]:

@@ -16,10 +16,14 @@ if TYPE_CHECKING:
 class StopOnSignal(Callback):
     """Every rank must stop at the same step, or the final checkpoint (a collective) would hang: with several
     ranks the flag is all-reduced each step, read one step late so that no step waits for it
-    (``Runtime.lagged_flag``); a single process only reads it."""
+    (``Runtime.lagged_flag``; the TensorFlow engine folds it into the step's own all-reduce); a single
+    process only reads it."""
 
     def __init__(self, watch: SignalWatch) -> None:
         self.watch = watch
+
+    def on_fit_start(self, trainer: Trainer, state: FitState) -> None:
+        self.watch.rearm()  # the set-up may have replaced the handlers (TensorFlow's multi-worker strategy)
 
     def on_step_end(self, trainer: Trainer, state: FitState) -> None:
         asked = self.watch.signum is not None

@@ -4,7 +4,9 @@ torchrun cannot do this: its rendezvous and restarts speak torch's store, and Te
 whole cluster written into ``TF_CONFIG`` before it starts (``tf_config.py``). So this is a small
 supervisor: start ``nproc_per_node`` processes, watch them, and when one dies stop the others (SIGTERM,
 then SIGKILL after a grace period) and end the job in one line naming the worker and its exit code or
-signal. No restarts: a MultiWorkerMirroredStrategy job cannot take a worker back mid-run.
+signal. No restarts: a MultiWorkerMirroredStrategy job cannot take a worker back mid-run. A worker that
+stopped answering (suspended) is named as the cause, not the peer that died of losing it (``launch_blame.py``).
+A SIGTERM/SIGINT to the launcher goes to every worker once: they checkpoint one step together and exit.
 
 What is shared with the torch path: the command forms (``resolve_command``), ``--nnodes``/``--node-rank``
 checks, the one-line errors and their exit codes (2 for a bad command line, 1 for a failed job,
@@ -20,11 +22,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulab.distributed.launch import LaunchSpec, local_accelerator, parse_nnodes, resolve_command
+from gpulab.engines.tensorflow.launch_blame import is_suspended, lost_tasks
 from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT, cluster_workers, tf_config
 from gpulab.errors import LaunchError, WorkersFailedError
 from gpulab.hardware.load import usable_cores
@@ -127,13 +130,32 @@ def _how(code: int) -> str:
 
 
 def describe_dead(
-    plan: TFPlan, dead: Mapping[int, int], stopped: list[int], log_dir: str | None = None
+    plan: TFPlan,
+    dead: Mapping[int, int],
+    stopped: list[int],
+    log_dir: str | None = None,
+    suspended: Sequence[int] = (),
 ) -> str:
-    """One line: each dead worker (global index, node, exit code or signal), then the ones we stopped."""
+    """One line: the suspended workers (the cause: their peers died of losing them), each dead worker (global
+    index, node, exit code or signal, and whom TensorFlow said it lost), then the ones we stopped."""
+
+    def who(local: int) -> str:
+        return f"worker {plan.global_index(local)} (node {plan.node_rank}, local {local})"
+
     parts = [
-        f"worker {plan.global_index(local)} (node {plan.node_rank}, local {local}) {_how(code)}"
-        for local, code in sorted(dead.items())
+        f"{who(local)} was suspended (process state T: SIGSTOP or Ctrl-Z) and stopped answering its peers; "
+        "the launcher killed it"
+        for local in suspended
     ]
+    for local, code in sorted(dead.items()):
+        lost = lost_tasks(Path(log_dir) / f"worker{plan.global_index(local)}.log") if log_dir else []
+        said = (
+            f" after losing worker(s) {', '.join(map(str, lost))} (TensorFlow's coordination service: "
+            "stopped sending heartbeats)"
+            if lost
+            else ""
+        )
+        parts.append(f"{who(local)} {_how(code)}{said}")
     if stopped:
         parts.append(
             f"worker(s) {', '.join(str(plan.global_index(i)) for i in stopped)} stopped by the launcher"
@@ -196,8 +218,12 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
             codes = [p.poll() for p in procs]
             dead = {i: c for i, c in enumerate(codes) if c not in (None, 0)}
             if dead:
+                suspended = [i for i, c in enumerate(codes) if c is None and is_suspended(procs[i].pid)]
+                for i in suspended:  # a SIGTERM would wait, pending, for a SIGCONT that never comes
+                    procs[i].kill()
+                    procs[i].wait()
                 stopped = _stop(procs)
-                raise WorkersFailedError(describe_dead(plan, dead, stopped, log_dir))
+                raise WorkersFailedError(describe_dead(plan, dead, stopped, log_dir, suspended))
             if all(c == 0 for c in codes):
                 return
             time.sleep(monitor_interval)

@@ -3,7 +3,9 @@
 The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
 same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
 the end as ``model.weights.h5`` (atomically, with ``model.weights.manifest.json``); checkpoints and
-resume: ``engines/tensorflow/checkpoints.py``.
+resume: ``engines/tensorflow/checkpoints.py``. SIGTERM/SIGINT as on torch (``core/preemption.py``): the
+step finishes, every worker checkpoints that step, the run names the checkpoint and ends with ``Preempted``
+(exit 128 + N); a second signal ends at once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ WEIGHTS_MANIFEST = "model.weights.manifest.json"  # its size and sha256: export 
 
 
 def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    from gpulab.core.callbacks.preemption import StopOnSignal
     from gpulab.core.callbacks.trackers import attach_files
+    from gpulab.core.preemption import SignalWatch, preempted_error
     from gpulab.core.recorded import with_recorded_settings
     from gpulab.core.run_dir import check_output_dirs, claim, prepare
     from gpulab.core.summary import run_files, write_summary
@@ -33,12 +37,18 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     rank, _ = tf_config_task()
-    with claim(out, rank, config.checkpoint_dir):
+    with claim(out, rank, config.checkpoint_dir), SignalWatch() as signals:
         if rank == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
         settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})
-        trainer = TfTrainer(trajectory={"recipe": config.recipe, "options": config.options}, **settings)
+        trainer = TfTrainer(
+            trajectory={"recipe": config.recipe, "options": config.options},
+            callbacks=[StopOnSignal(signals)],
+            **settings,
+        )
         result = trainer.fit(recipe, resume=config.resume)
+        if "preempted" in result.extras:  # no summary or weights file: the run is not finished
+            raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
         if not trainer.is_rank_zero:
             return config, result, None
         if "nothing_to_do" in result.extras:  # a finished run resumed: its files stay as they were

@@ -10,12 +10,15 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 - ``clip_grad_norm`` on the global gradient (after the all-reduce when there are several replicas);
 - metrics stay tensors and are read every ``log_every`` steps (no host sync per step); a NaN/inf loss
   stops the fit there, naming the step; validation at each epoch end with loss and accuracy;
+- preemption as torch's: ``StopOnSignal`` (given by ``gpulab train``) ends the fit at a step boundary, the
+  same step on every worker (``stop_flag.py``), with a checkpoint and ``extras["preempted"]``;
 - the engine-neutral callbacks (progress, metrics.jsonl, TensorBoard) and a ``FitResult``.
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_name
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
+from gpulab.engines.tensorflow.stop_flag import StopFlag
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError
 
@@ -60,6 +64,8 @@ class TfRecipe:
 class TfTrainer:
     """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
 
+    _agree_on_stop = False  # fit() sets it with several workers (gpulab profile builds steps without it)
+
     def __init__(
         self, *, callbacks: Sequence[Callback] = (), trajectory: dict[str, Any] | None = None, **settings: Any
     ) -> None:
@@ -74,6 +80,7 @@ class TfTrainer:
         self.history: list[dict[str, Any]] = []
         self.trajectory = dict(trajectory or {})  # as torch's: stored in checkpoints, checked on resume
         self.resumed_from = None  # the checkpoint a fit resumed from (callbacks read it)
+        self.last_checkpoint = None
         self.extras: dict[str, Any] = {}
         self.is_rank_zero = True
 
@@ -84,6 +91,7 @@ class TfTrainer:
         import keras
 
         self._configure(tf, keras)
+        self._agree_on_stop = self.dist.num_workers > 1
         self.callbacks = None
         with self.precision.applied(tf, keras):
             try:
@@ -140,7 +148,9 @@ class TfTrainer:
             )  # fmt: skip
             self.val_data = self._distribute(val)
         self.loss_fn, self.correct_fn = recipe.loss_fn, recipe.correct_fn
-        self.step = CompiledStep(tf, self._distributed(tf, self._replica_step), jit=s.compile)
+        # Outside the strategy's scope: each worker's own request, read by its replicas.
+        self.stop_flag = StopFlag(tf) if self._agree_on_stop else None
+        self.step = CompiledStep(tf, self._step_fn(tf), jit=s.compile)
         self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
 
@@ -230,9 +240,12 @@ class TfTrainer:
         finished = self.resumed_from is not None and self._done()
         while not self._done():
             self._train_epoch()
-            complete, finishing = state.batch_in_epoch >= self.per_epoch, self._done()
+            complete = state.batch_in_epoch >= self.per_epoch
+            finishing = self._done() and state.stop_signal is None
             if finishing:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
+            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
+            # stays whole so that the resumed run logs what this one would have (as torch's).
             # Checkpoint first, then validate (as torch's): a failing validation never costs the epoch.
             if complete:
                 kept = state.epoch, state.batch_in_epoch
@@ -250,10 +263,13 @@ class TfTrainer:
             if complete:
                 self.callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-        self._flush_log()
+        if state.stop_signal is None:
+            self._flush_log()
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
+        if state.stop_signal is not None:
+            result.extras["preempted"] = self._preempted()
         self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
         result.extras["diagnosis"] = self._diagnose(result).to_json()
         if finished:  # as torch's: no step, no save; gpulab train leaves the finished run's files as they are
@@ -279,6 +295,9 @@ class TfTrainer:
             if self._t0 is not None:
                 self._data_wait += time.perf_counter() - t
             loss = self.step(*window)
+            if self.stop_flag is not None:
+                loss, stop = loss
+                self.stop_flag.record(stop)
             state.batch_in_epoch = index
             self._losses.append(loss)  # a tensor: read only at the next log
             self._loss_steps.append(state.global_step + 1)
@@ -296,6 +315,20 @@ class TfTrainer:
         if state.global_step % self.settings.log_every == 0:
             self._flush_log()
         self.callbacks.on_step_end(self, state)
+
+    def _step_fn(self, tf: Any) -> Callable:
+        """The step to compile: the window's loss; with ``stop_flag``, (loss, the workers' summed stop
+        requests), reduced together in one collective."""
+        if self.stop_flag is None:
+            return self._distributed(tf, self._replica_step)
+        fold = self.stop_flag.fold
+        run = self._distributed(tf, lambda *window: fold(self._replica_step(*window)))
+
+        def step(*window: Any) -> Any:
+            both = run(*window)
+            return both[0], both[1]
+
+        return step
 
     def _distributed(self, tf: Any, replica_fn: Callable) -> Callable:
         """``replica_fn`` on every replica, its results summed across them (one tensor per result)."""
@@ -458,6 +491,7 @@ class TfTrainer:
             state=self.state,
             resumed_from=self.resumed_from,
             trajectory=self.trajectory,
+            agree_stop=self.stop_flag.lagged if self.stop_flag is not None else None,
         )
 
     def _reset_peak(self) -> None:
@@ -530,6 +564,15 @@ class TfTrainer:
             },
         )
         return result
+
+    def _preempted(self) -> dict[str, Any]:
+        ckpt = self.checkpointer
+        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
+        return {
+            "signal": signal.Signals(self.state.stop_signal).name,
+            "step": self.state.global_step,
+            "checkpoint": str(saved) if saved is not None else None,
+        }
 
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
