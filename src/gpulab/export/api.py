@@ -20,7 +20,7 @@ from gpulab.errors import CheckpointError, ConfigError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
 from gpulab.export.formats.base import DTYPES, Deployable
-from gpulab.export.rebuild import rebuild, run_engine
+from gpulab.export.rebuild import file_stem, rebuild, run_engine
 
 EXAMPLE_BATCH = 2  # torch.export specialises a size-1 dimension; 2 keeps the batch symbolic
 PARITY_BATCH = 64
@@ -85,9 +85,8 @@ def export(
         if input_file
         else export_data.from_recipe(source.val_data, source.recipe)
     )
-    artifact = (
-        Path(out) if out else (source.run_dir or Path.cwd()) / "export" / f"{source.recipe}{module.SUFFIX}"
-    )
+    folder = (source.run_dir or Path.cwd()) / "export"
+    artifact = Path(out) if out else folder / f"{file_stem(source.recipe)}{module.SUFFIX}"
     model = Deployable(source.model, precision).eval()
     example = export_data.example(inputs, fixed or EXAMPLE_BATCH)
     started = time.perf_counter()

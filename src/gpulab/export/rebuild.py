@@ -101,6 +101,12 @@ def recipe_of(ckpt, run_dir: Path | None) -> tuple[str, dict[str, Any]]:
     )
 
 
+def file_stem(recipe: str) -> str:
+    """A recipe name as a file name: ``examples.cnn_case:build`` -> ``examples.cnn_case-build`` (a ``:``
+    is a drive separator on Windows and a list separator in PATH-like variables)."""
+    return recipe.replace(":", "-").replace("/", "-")
+
+
 def rebuild(path: str | Path) -> Source:
     """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights."""
     from gpulab.checkpoint.api import apply_model_state

@@ -18,7 +18,7 @@ import torch
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.export import data as export_data
 from gpulab.export import parity
-from gpulab.export.rebuild import run_summary
+from gpulab.export.rebuild import file_stem, run_summary
 
 WEIGHTS_FILE = (
     "model.weights.h5"  # as engines/tensorflow/run.py writes it (not imported: keeps this module light)
@@ -91,7 +91,7 @@ def export_tf(path: Path, module, fixed: int | None, out, input_file, sidecar: s
         inputs, target = export_data.from_npz(input_file)
     else:
         inputs, target = export_data.from_recipe(source.val_data, source.recipe)
-    artifact = Path(out) if out else path / "export" / f"{source.recipe}{module.SUFFIX}"
+    artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
     example = export_data.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
     facts = module.write(source.model, example, fixed is None, artifact)

@@ -63,6 +63,7 @@ from gpulab.train.checkpointing import Checkpointer
 from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
+from gpulab.train.signature import Signature
 from gpulab.train.state import FitResult, FitState
 from gpulab.train.step_call import (
     LossCall,
@@ -165,7 +166,10 @@ class Trainer:
             else self.model
         )
         self.loss_fn = loss_fn
-        self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
+        # How a batch becomes forward's arguments and the output the predictions (signature.py), and how
+        # the loss is taken from the output (step_call.py).
+        self.signature = Signature(model, s.model_inputs, s.model_output)
+        self.loss = LossCall(loss_fn, self.signature)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
@@ -209,7 +213,7 @@ class Trainer:
         self.extras["channels_last"] = why
         if on:
             to_channels_last(model)
-        if on or has_conv2d(model):
+        if (on or has_conv2d(model)) and self.settings.progress is not False:  # progress=False: quiet
             self.runtime.print(f"channels_last: {why}")
 
     def _loop(self, train, val) -> FitResult:
@@ -355,9 +359,9 @@ class Trainer:
             if self._channels_last:
                 batch = channels_last_batch(batch)
             with rt.autocast(), self._recompiles.watch():
-                out = call_model(self.forward, batch)
+                out = call_model(self.forward, batch, self.signature)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
-            counts = accuracy_counts(out, batch, shift=self._shift_labels)
+            counts = accuracy_counts(out, batch, shift=self._shift_labels, signature=self.signature)
             if counts is not None:
                 correct = counts[0] if correct is None else correct + counts[0]
                 count = count + counts[1]
