@@ -50,10 +50,7 @@ def infer(
     sidecar = read_sidecar(artifact)
     module = formats.get(artifact_format(artifact, sidecar))
     module.available()
-    if input_file is not None:
-        inputs, target = export_data.from_npz(input_file)
-    else:
-        inputs, target = _recipe_data(artifact, sidecar)
+    inputs, target = _inputs(artifact, sidecar, input_file)
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
     runner = _load(module, artifact, runtime)
@@ -92,6 +89,33 @@ def _loaded(module, artifact: Path, cuda: bool):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         why = f"{type(exc).__name__}: {first}"
         raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
+
+
+def _inputs(artifact: Path, sidecar: dict[str, Any], input_file: str | Path | None):
+    """(inputs in the artifact's order, target or None) from the .npz (arrays matched to the artifact's
+    input names where it records them) or the recipe's validation data."""
+    names = [i.get("name") for i in sidecar.get("inputs") or [] if isinstance(i, dict)]
+    if input_file is not None:
+        if not names or None in names:  # an artifact without names (TensorFlow's): arrays in file order
+            return export_data.from_npz(input_file)
+        data = export_data.named_from_npz(input_file, names=names)
+        return data.inputs, data.target
+    if names and None not in names and sidecar.get("engine") != "tensorflow":
+        return _named_recipe_data(artifact, sidecar, names)
+    return _recipe_data(artifact, sidecar)
+
+
+def _named_recipe_data(artifact: Path, sidecar: dict[str, Any], names: list[str]):
+    from gpulab.train.recipes.base import load_recipe
+    from gpulab.train.signature import Signature
+
+    if not sidecar.get("recipe"):
+        raise DataError(
+            f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
+        )
+    recipe = load_recipe(sidecar["recipe"], sidecar.get("options") or {})
+    data = export_data.named_from_recipe(recipe.val_data, sidecar["recipe"], Signature(recipe.model, names))
+    return data.inputs, data.target
 
 
 def _recipe_data(artifact: Path, sidecar: dict[str, Any]):
