@@ -397,7 +397,14 @@ class Trainer:
             raise ConfigError("batch_size: auto needs a map-style Dataset or tensors, not an IterableDataset")
         if holds_shards(self.model):
             raise ConfigError("batch_size: auto cannot trace a model sharded by fsdp2 yet: give a number")
-        search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
+        search = search_batch_size(
+            self.runtime,
+            self.model,
+            self.optimizer,
+            self.loss_fn,
+            train_data,
+            step=lambda forward, batch: step_loss(forward, self.loss, batch),  # dict batches too
+        )
         self.extras["batch_search"] = search.to_json()
         self.runtime.print(f"batch_size: auto picked {search.batch_size} ({search.reason})")  # else unsaid
         return s.model_copy(update={"batch_size": search.batch_size})
