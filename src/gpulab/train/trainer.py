@@ -60,6 +60,7 @@ from gpulab.train.callbacks.log_lines import LogLines
 from gpulab.train.callbacks.mfu import MfuCallback
 from gpulab.train.callbacks.nvml_sampler import NvmlSamplerCallback
 from gpulab.train.checkpointing import Checkpointer
+from gpulab.train.items import item_counter, scale_gradients
 from gpulab.train.metrics import LossWindow, Mean
 from gpulab.train.nonfinite import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -171,6 +172,10 @@ class Trainer:
         self.signature = Signature(model, s.model_inputs, s.model_output)
         self.loss = LossCall(loss_fn, self.signature)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
+        # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
+        several = s.accumulate > 1 or rt.world_size > 1
+        self._count_items = item_counter(model, loss_fn, self._shift_labels) if several else None
+        self._window_items: torch.Tensor | None = None
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -289,6 +294,7 @@ class Trainer:
         pending = self.state.batch_in_epoch % self.settings.accumulate
         if pending:
             self.optimizer.zero_grad(set_to_none=True)
+            self._window_items = None
             if self.runtime.is_rank_zero:
                 warnings.warn(
                     f"the training stream ended {pending} micro-batch(es) into an accumulation window of "
@@ -306,7 +312,12 @@ class Trainer:
         def step(forward) -> torch.Tensor:
             with rt.autocast():
                 loss = step_loss(forward, self.loss, batch)
-            rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+            if self._count_items is None:
+                rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+                return loss
+            items = self._count_items(batch)  # the sum now; divided by the window's items at the step
+            self._window_items = items if self._window_items is None else self._window_items + items
+            rt.backward(loss * items)
             return loss
 
         with rt.no_sync(self.model, enabled=not steps_now):
@@ -316,6 +327,12 @@ class Trainer:
 
     def _optimizer_step(self) -> None:
         s, rt, state = self.settings, self.runtime, self.state
+        if self._window_items is not None:  # the large batch's mean: one all-reduce of one number
+            items = (
+                rt.all_reduce(self._window_items.float(), "sum") if rt.world_size > 1 else self._window_items
+            )
+            scale_gradients(self.model.parameters(), rt.world_size / items.clamp(min=1))
+            self._window_items = None
         if s.clip_grad_norm is not None:
             rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
         rt.step(self.optimizer, self.scheduler)
