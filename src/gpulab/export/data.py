@@ -34,7 +34,9 @@ def from_npz(path: str | Path) -> tuple[Inputs, torch.Tensor | None]:
 
 
 def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None]:
-    """A recipe's ``val_data`` as tensors: a tuple ``(inputs..., target)``."""
+    """A recipe's ``val_data`` as tensors: a tuple ``(inputs..., target)`` of tensors or NumPy arrays, a
+    ``tf.data.Dataset`` of such batches, or a generator/iterable of them (what a Keras user passes)."""
+    val_data = as_torch(val_data)
     if (
         isinstance(val_data, (tuple, list))
         and len(val_data) >= 2
@@ -45,6 +47,22 @@ def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None
         f"recipe {recipe!r} has no validation tensors (inputs..., target) to check the export on; "
         "give --input FILE.npz"
     )
+
+
+def as_torch(data: Any) -> Any:
+    """NumPy arrays, a ``tf.data.Dataset`` or a generator of ``(inputs..., target)`` batches as one tuple
+    of torch tensors (batches concatenated); anything else as it is. TensorFlow is never imported here:
+    a dataset is read through its ``as_numpy_iterator``."""
+    if isinstance(data, (tuple, list)) and data and all(isinstance(a, np.ndarray) for a in data):
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in data)
+    if hasattr(data, "as_numpy_iterator"):
+        data = data.as_numpy_iterator()
+    elif not hasattr(data, "__next__"):  # not a generator: tensors, a dict, a Dataset (the callers' cases)
+        return data
+    batches = [tuple(np.asarray(t) for t in batch) for batch in data]
+    if not batches or any(len(b) != len(batches[0]) for b in batches):
+        return ()  # nothing to concatenate: the callers' "no validation tensors" line
+    return tuple(torch.from_numpy(np.concatenate(parts)) for parts in zip(*batches, strict=True))
 
 
 def one_input(inputs: Inputs, where: str) -> Inputs:

@@ -64,14 +64,15 @@ def rebuild_keras(path: Path) -> KerasSource:
     options = dict(summary.get("config", {}).get("options") or {})
     recipe = keras_recipe(name, options)
     model = recipe.model()
-    inputs, _ = export_data.from_recipe(recipe.val_data, name)
+    val_data = export_data.as_torch(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
+    inputs, _ = export_data.from_recipe(val_data, name)
     model(inputs[0][:1].numpy(), training=False)  # creates the variables (a subclassed model has none yet)
     try:
         model.load_weights(str(weights))
     except Exception as exc:  # a truncated file, or weights of other options than summary.json records
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise CheckpointError(f"{weights}: cannot load into the {name} model ({first})") from None
-    return KerasSource(model, name, options, weights, summary.get("steps"), path, recipe.val_data)
+    return KerasSource(model, name, options, weights, summary.get("steps"), path, val_data)
 
 
 def eager_runner(model: Any):
