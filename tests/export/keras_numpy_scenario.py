@@ -25,12 +25,14 @@ def build(options):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(512, 6)).astype("float32")
     y = (x[:, :3].sum(1) > 0).astype("int64")
-    val = (x[384:], y[384:])
-    if options.get("val") == "dataset":
+    train, val = (x[:384], y[:384]), (x[384:], y[384:])
+    if options.get("val") == "dataset":  # training and validation data as tf.data datasets of batches
         import tensorflow as tf
 
+        train = tf.data.Dataset.from_tensor_slices(train).batch(64)
         val = tf.data.Dataset.from_tensor_slices(val).batch(50)
-    elif options.get("val") == "generator":
+    elif options.get("val") == "generator":  # ... or as generators of batches
+        train = ((x[i : i + 64], y[i : i + 64]) for i in range(0, 384, 64))
         val = ((x[i : i + 40], y[i : i + 40]) for i in range(384, 512, 40))
 
     def model():
@@ -41,7 +43,7 @@ def build(options):
     ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     return TfRecipe(
         model=model,
-        train_data=(x[:384], y[:384]),
+        train_data=train,
         val_data=val,
         loss_fn=lambda y, out: ce(y, out),
         optimizer=lambda steps: keras.optimizers.Adam(1e-2),
@@ -70,6 +72,8 @@ def main_() -> None:
             "--max-steps", "20", "--set", "progress=false", *option,
         )  # fmt: skip
         result[val] = {"train": train}
+        inspect = ["inspect", "keras_numpy_recipe:build", "--engine", "tensorflow", "--batch-size", "8"]
+        result[val]["inspect"] = cli(*inspect, *option)
         for fmt in ("savedmodel", "tflite") if val == "numpy" else ("savedmodel",):
             code = cli("export", str(run), "--format", fmt)
             artifact = run / "export" / f"keras_numpy_recipe-build.{fmt}"

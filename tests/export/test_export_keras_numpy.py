@@ -1,5 +1,5 @@
-"""A Keras recipe as a Keras user writes it (NumPy arrays; a tf.data.Dataset or a generator for the
-validation data) exports to SavedModel and TFLite with parity and runs through ``gpulab infer``, all on
+"""A Keras recipe as a Keras user writes it (NumPy arrays, tf.data.Datasets or generators of batches)
+trains, inspects, exports to SavedModel and TFLite with parity and runs through ``gpulab infer``, all on
 the CLI (keras_numpy_scenario.py, in one subprocess: TensorFlow's import is paid once)."""
 
 from __future__ import annotations
@@ -30,3 +30,4 @@ def test_a_keras_recipe_with_numpy_data_exports_with_parity(checks, val, fmt):
     parity = got[fmt]["parity"]
     assert parity["passed"] and parity["samples"] == 128 and parity["max_abs_error"] <= 1e-4
     assert got[fmt]["infer"]["code"] == 0 and got[fmt]["rows"] == 128
+    assert got["inspect"]["code"] == 0, got["inspect"]  # gpulab inspect --engine tensorflow
