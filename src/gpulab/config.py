@@ -160,6 +160,16 @@ class TrainerSettings(Settings):
         description="model and 4-D inputs in the NHWC memory format; auto: on for conv nets on CUDA, "
         "off on a CPU (not known to be faster there)",
     )
+    model_inputs: list[str] | None = Field(
+        None,
+        description="the keys of a dict batch passed to the model's forward; None: those forward names "
+        "(every key when it takes **kwargs)",
+    )
+    model_output: str | None = Field(
+        None,
+        description="the field of the model's output that holds the predictions (accuracy, export); None: "
+        "the output tensor, its logits, or a tuple's first item",
+    )
     activation_checkpointing: list[str] = Field(
         default_factory=list,
         description="module class names (one name or a list) whose activations are recomputed in backward",
@@ -246,9 +256,9 @@ class TrainerSettings(Settings):
     )
     _check_trackers = field_validator("trackers", mode="before")(classmethod(lambda cls, v: _tracker_list(v)))
     # One class name is a list of one (`--set activation_checkpointing=Block`, as users write it).
-    _one_name_is_a_list = field_validator("activation_checkpointing", "fsdp_shard_modules", mode="before")(
-        classmethod(lambda cls, v: [v] if isinstance(v, str) else v)
-    )
+    _one_name_is_a_list = field_validator(
+        "activation_checkpointing", "fsdp_shard_modules", "model_inputs", mode="before"
+    )(classmethod(lambda cls, v: [v] if isinstance(v, str) else v))
 
 
 class RunConfig(TrainerSettings):
@@ -300,6 +310,8 @@ _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
                 "num_workers",
                 "pin_memory",
                 "fuse_optimizer",
+                "model_inputs",
+                "model_output",
             ]
         ),
     },

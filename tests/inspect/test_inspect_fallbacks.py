@@ -60,11 +60,11 @@ def build(options):
 """
 
 
-def test_dict_batches_give_the_rows_and_say_why_the_memory_total_is_missing(tmp_path, monkeypatch, capsys):
+def test_dict_batches_give_the_rows_and_the_memory_total(tmp_path, monkeypatch, capsys):
     (tmp_path / "inspect_dict_recipe.py").write_text(DICT_RECIPE)
     monkeypatch.chdir(tmp_path)
     assert main(["inspect", "inspect_dict_recipe:build", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "4×6 i64" in out and "4×6×16 f32" in out and "4×6×5 f32" in out
     assert "FLOPs per sample" in out
-    assert "predicted peak memory: n/a (the example batch must be a tuple" in out
+    assert "predicted peak memory of a training step at batch 4 (AdamW)" in out

@@ -45,12 +45,12 @@ def test_only_4d_floating_tensors_are_converted():
     assert out["mask"] is mask and out["ids"] is ids
 
 
-def fit(channels_last, capsys):
+def fit(channels_last, capsys):  # progress=None: plain lines (no terminal); progress=False: silent
     model, seen = conv_net(), []
     model[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous(memory_format=CL)))
     x, y = images()
     result = Trainer(
-        device="cpu", precision="fp32", max_steps=6, batch_size=16, log_every=1, progress=False, mfu=False,
+        device="cpu", precision="fp32", max_steps=6, batch_size=16, log_every=1, progress=None, mfu=False,
         channels_last=channels_last,
     ).fit(model, (x, y), val_data=(x[:16], y[:16]), loss_fn=nn.CrossEntropyLoss(),
           optimizer=lambda params: torch.optim.SGD(params, lr=0.1))  # fmt: skip

@@ -263,29 +263,30 @@ def test_the_transfer_code_maps_the_tensors_of_a_dataclass_batch():
     assert torch.equal(doubled.labels, torch.tensor([0, 2])) and len(list(iter_tensors(batch))) == 3
 
 
-@pytest.mark.parametrize("kind", ["tensors", "dataset", "samples"])
-def test_batch_size_auto_with_dict_batches_is_one_clear_error(kind):
-    with pytest.raises(
-        ConfigError, match="batch_size: auto traces .* with dict batches give batch_size a number"
-    ):
-        _trainer(batch_size="auto").fit(
-            TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
-        )
+@pytest.mark.parametrize("kind", ["tensors", "dataset"])
+def test_batch_size_auto_searches_with_dict_batches(kind):
+    trainer = _trainer(batch_size="auto", epochs=1, memory_limit=64 << 20)
+    trainer.fit(TinyTagger(), _data(kind), optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    search = trainer.extras["batch_search"]
+    assert search["batch_size"] >= 1 and search["trials"]  # real steps on dict batches decided it
 
 
-def test_a_dict_batch_that_does_not_fit_forward_names_the_keys_and_the_signature():
+def test_a_dict_key_forward_does_not_name_is_left_out_and_model_inputs_overrides_it():
     data = {
         **_columns(),
         "token_type_ids": torch.zeros(N, SEQ, dtype=torch.long),
-    }  # forward has no such param
-    with pytest.raises(DataError) as info:
-        _trainer(epochs=1).fit(TinyTagger(), data, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    }  # forward has no such param: left out of the call
+    _trainer(epochs=1).fit(TinyTagger(), data, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    with pytest.raises(DataError) as info:  # named by the setting: passed, and forward rejects it
+        _trainer(epochs=1, model_inputs=["input_ids", "token_type_ids", "labels"]).fit(
+            TinyTagger(), data, optimizer=lambda p: torch.optim.SGD(p, lr=0.1)
+        )
     message = str(info.value)
     assert (
         "'token_type_ids'" in message
         and "TinyTagger.forward(input_ids, attention_mask=None, labels=None)" in message
     )
-    assert "\n" not in message
+    assert "set model_inputs to the keys forward takes" in message and "\n" not in message
 
 
 def test_a_type_error_inside_forward_is_not_blamed_on_the_batch():

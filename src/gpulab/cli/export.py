@@ -31,7 +31,13 @@ def export(
     input_file: Path = typer.Option(
         None,
         "--input",
-        help="Check parity on this .npz (inputs; 'target' optional) [default: validation set]",
+        help="Check parity on this .npz (one array per input, named as forward's arguments for a "
+        "dict-batch model; 'target'/'labels' optional) [default: validation set]",
+    ),
+    output: str = typer.Option(
+        None,
+        "--output",
+        help="The output field served as predictions [default: the tensor, its logits, a tuple's first]",
     ),
     recipe: str = recipe_option(),
     trust_recipe: bool = trust_option(),
@@ -50,12 +56,18 @@ def export(
 
     result = run_export(
         path, fmt, out=out, batch_dim=batch_dim, precision=precision, input_file=input_file,
-        recipe=recipe, trust_recipe=trust_recipe,
+        output=output, recipe=recipe, trust_recipe=trust_recipe,
     )  # fmt: skip
     console = make_console()
     info, report = result.info, result.parity
     extra = f", opset {info['opset']}" if "opset" in info else ""
     extra += f", {info['method']}" if "method" in info else ""
+    sequence = info.get("sequence_dim", "none")
+    extra += "" if sequence == "none" else f", sequence length {sequence.split(' (')[0]}"
+    names = [i.get("name") for i in info.get("inputs", [])]
+    extra += (
+        f", inputs {', '.join(map(str, names))}" if len(names) > 1 or info.get("call") == "keywords" else ""
+    )
     console.print(
         f"exported {info['recipe']} (step {info['step']}) as {info['format']} ({info['precision']}, batch "
         f"{info['batch_dim']}{extra}) in {info['export_seconds']:.1f} s: {result.artifact}",
@@ -73,7 +85,9 @@ def export(
 
 def infer(
     artifact: Path = typer.Argument(..., help="A file written by gpulab export"),
-    input_file: Path = typer.Option(None, "--input", help="Inputs as .npz (every array but 'target')"),
+    input_file: Path = typer.Option(
+        None, "--input", help="Inputs as .npz: one array per input, named as the export's inputs"
+    ),
     recipe_data: bool = typer.Option(False, "--recipe-data", help="Run the recipe's validation set"),
     batch_size: int = typer.Option(
         64, "--batch-size", min=1, help="Samples per call (dynamic-batch artifacts)"

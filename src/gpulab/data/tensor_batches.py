@@ -219,7 +219,9 @@ class TensorBatches(CursorSource):
             rows = order[rows]
         if self.resident:
             if isinstance(rows, slice):
-                return tuple(t[rows] for t in tensors)  # views: no copy at all
+                # Views, no copy; .contiguous() copies only a non-contiguous user tensor's slice (a
+                # training batch's index_select is contiguous: validation's slices must be alike).
+                return tuple(t[rows].contiguous() for t in tensors)
             return tuple(t.index_select(0, rows) for t in tensors)
         return tuple(_gather_pinned(t, rows) for t in tensors)
 

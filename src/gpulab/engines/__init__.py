@@ -38,6 +38,7 @@ class Engine(Protocol):
     export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
     export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
     export_model: str  # what its export writes, as an error names it
+    export_named_inputs: bool  # its artifacts record input names that infer matches arrays to
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
     launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
     launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)

@@ -21,8 +21,9 @@ from gpulab.config import ENGINES
 from gpulab.errors import CheckpointError, ConfigError, choices
 from gpulab.export import data as export_data
 from gpulab.export import formats, parity
-from gpulab.export.formats.base import DTYPES, Deployable
-from gpulab.export.rebuild import rebuild, run_engine
+from gpulab.export.formats.base import DTYPES, Deployable, Served
+from gpulab.export.rebuild import file_stem, rebuild, run_engine
+from gpulab.runtime.signature import Signature
 from gpulab.train.recipes.trust import RecipeTrust
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def export(
     batch_dim: str | int = "dynamic",
     precision: str = "fp32",
     input_file: str | Path | None = None,
+    output: str | None = None,
     recipe: str | None = None,
     trust_recipe: bool = False,
 ) -> ExportResult:
@@ -83,9 +85,8 @@ def export(
     path = Path(path)
     trust = RecipeTrust(recipe, trust_recipe)
     engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)
-    return engine.export(
-        path, module, fixed, out=out, precision=precision, input_file=input_file, trust=trust
-    )
+    request = {"out": out, "precision": precision, "input_file": input_file, "trust": trust, "output": output}
+    return engine.export(path, module, fixed, **request)
 
 
 def export_torch(
@@ -97,29 +98,47 @@ def export_torch(
     precision: str,
     input_file: Any,
     trust: RecipeTrust,
+    output: str | None = None,
 ) -> ExportResult:
     """The torch engine's export (``gpulab.engines.torch``): rebuild the model, write, check parity."""
     source = rebuild(path, trust)
-    inputs, target = (
-        export_data.from_npz(input_file)
+    signature = Signature(source.model, source.model_inputs, output or source.model_output)
+    data = (
+        export_data.named_from_npz(input_file, signature)
         if input_file
-        else export_data.from_recipe(source.val_data, source.recipe)
+        else export_data.named_from_recipe(source.val_data, source.recipe, signature)
     )
-    artifact = (
-        Path(out) if out else (source.run_dir or Path.cwd()) / "export" / f"{source.recipe}{module.SUFFIX}"
-    )
-    model = Deployable(source.model, precision).eval()
-    example = export_data.example(inputs, fixed or EXAMPLE_BATCH)
+    folder = (source.run_dir or Path.cwd()) / "export"
+    artifact = Path(out) if out else folder / f"{file_stem(source.recipe)}{module.SUFFIX}"
+    example = export_data.example(data.inputs, fixed or EXAMPLE_BATCH)
+    model = deployable(source.model, precision, data, signature, example)
     started = time.perf_counter()
     with torch.no_grad():
         facts = module.write(model, example, fixed is None, artifact)
-    info = describe(module, source, precision, fixed, inputs, time.perf_counter() - started) | facts
+    info = describe(module, source, precision, fixed, data, time.perf_counter() - started) | facts
+    info["output"] = model.output_name
+    if facts.get("sequence_dim") == "dynamic":  # as base.batch_dims marks them
+        for entry, x in zip(info["inputs"], data.inputs, strict=True):
+            if x.dim() >= 2 and not x.is_floating_point():
+                entry["shape"][1] = "sequence"
     artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
-    report = check_parity(module, artifact, model, inputs, target, precision, fixed)
+    report = check_parity(module, artifact, model, data.inputs, data.target, precision, fixed)
     report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": precision, **report}
     report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
     parity_path = parity.write(report, artifact)
     return ExportResult(artifact, report, parity_path, info)
+
+
+def deployable(model, precision: str, data: export_data.Named, signature: Signature, example) -> Deployable:
+    """The scriptable one-tensor ``Deployable`` where the model is one input to one tensor, else
+    ``Served`` (named inputs, the predictions picked from the output)."""
+    plain = len(data.inputs) == 1 and not data.keyword and signature.output is None
+    if plain:
+        with torch.no_grad():
+            plain = isinstance(model.eval()(*example[:1]), torch.Tensor)
+    if plain:
+        return Deployable(model, precision).eval()
+    return Served(model, precision, data.names, data.keyword, signature).eval()
 
 
 def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
@@ -145,7 +164,7 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     return engine, module, fixed
 
 
-def describe(module, source, precision: str, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
+def describe(module, source, precision: str, fixed: int | None, data, seconds: float) -> dict[str, Any]:
     """``PATH.export.json``: what was exported, from where, how; ``gpulab infer`` reads it back."""
     return {
         "format": module.NAME,
@@ -157,8 +176,10 @@ def describe(module, source, precision: str, fixed: int | None, inputs, seconds:
         "precision": precision,
         "batch_dim": "dynamic" if fixed is None else fixed,
         "inputs": [
-            {"dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]} for x in inputs
+            {"name": name, "dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]}
+            for name, x in zip(data.names, data.inputs, strict=True)
         ],
+        "call": "keywords" if data.keyword else "positional",
         "torch": torch.__version__,
         "export_seconds": round(seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

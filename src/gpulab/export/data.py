@@ -1,9 +1,14 @@
 """The inputs an export is checked on and an artifact is run on: the recipe's validation set, or a
-``.npz`` (every array but ``target`` is an input, in the file's order), cut into batches."""
+``.npz`` (every array but ``target``/``labels`` is an input; named arrays go to the model's inputs of
+those names), cut into batches.
+
+``named_*`` serve models of any inputs (a dict batch's keys, several tuple inputs) and say how the model
+is called; the tuple-only ``from_npz``/``from_recipe`` remain for the TensorFlow side's one-input models."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +34,9 @@ def from_npz(path: str | Path) -> tuple[Inputs, torch.Tensor | None]:
 
 
 def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None]:
-    """A recipe's ``val_data`` as tensors: a tuple ``(inputs..., target)``."""
+    """A recipe's ``val_data`` as tensors: a tuple ``(inputs..., target)`` of tensors or NumPy arrays, a
+    ``tf.data.Dataset`` of such batches, or a generator/iterable of them (what a Keras user passes)."""
+    val_data = as_torch(val_data)
     if (
         isinstance(val_data, (tuple, list))
         and len(val_data) >= 2
@@ -42,12 +49,99 @@ def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None
     )
 
 
+def as_torch(data: Any) -> Any:
+    """NumPy arrays, a ``tf.data.Dataset`` or a generator of ``(inputs..., target)`` batches as one tuple
+    of torch tensors (batches concatenated); anything else as it is. TensorFlow is never imported here:
+    a dataset is read through its ``as_numpy_iterator``."""
+    if isinstance(data, (tuple, list)) and data and all(isinstance(a, np.ndarray) for a in data):
+        return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in data)
+    if hasattr(data, "as_numpy_iterator"):
+        data = data.as_numpy_iterator()
+    elif not hasattr(data, "__next__"):  # not a generator: tensors, a dict, a Dataset (the callers' cases)
+        return data
+    batches = [tuple(np.asarray(t) for t in batch) for batch in data]
+    if not batches or any(len(b) != len(batches[0]) for b in batches):
+        return ()  # nothing to concatenate: the callers' "no validation tensors" line
+    return tuple(torch.from_numpy(np.concatenate(parts)) for parts in zip(*batches, strict=True))
+
+
 def one_input(inputs: Inputs, where: str) -> Inputs:
     if len(inputs) != 1:
         raise DataError(
             f"{where}: {len(inputs)} input arrays; gpulab export serves models of one input tensor"
         )
     return inputs
+
+
+TARGET_NAMES = ("target", "labels")
+
+
+@dataclass
+class Named:
+    """Inputs with names, in the order a served model takes them; ``keyword``: passed to ``forward``
+    by those names (a dict-batch model), else by position."""
+
+    names: list[str]
+    inputs: Inputs
+    target: torch.Tensor | None
+    keyword: bool
+
+
+def _collated(val_data: Any) -> Any:
+    """A map-style Dataset of samples as one batch of tensors (the default collate); else as it is."""
+    if isinstance(val_data, torch.utils.data.Dataset) and hasattr(val_data, "__len__"):
+        from torch.utils.data import default_collate
+
+        return default_collate([val_data[i] for i in range(len(val_data))])
+    return val_data
+
+
+def named_from_recipe(val_data: Any, recipe: str, signature: Any) -> Named:
+    """A recipe's validation data as named inputs: a tuple ``(inputs..., target)``, a dict of tensors
+    (its target ``labels``), or a map-style Dataset of either."""
+    data = _collated(val_data)
+    if isinstance(data, Mapping) and data and all(isinstance(v, torch.Tensor) for v in data.values()):
+        names = signature.input_names(data)
+        return Named(names, tuple(data[n] for n in names), data.get("labels"), keyword=True)
+    if isinstance(data, (tuple, list)) and len(data) >= 2 and all(isinstance(t, torch.Tensor) for t in data):
+        return Named(signature.input_names(data), tuple(data[:-1]), data[-1], keyword=False)
+    raise DataError(
+        f"recipe {recipe!r} has no validation tensors ((inputs..., target) or a dict of tensors) to check "
+        "the export on; give --input FILE.npz with one array per model input"
+    )
+
+
+def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | None = None) -> Named:
+    """An .npz's arrays as named inputs. ``names`` (an artifact's inputs): the arrays of those names, or
+    the arrays in file order when none is named alike. Otherwise (an export) the arrays ``forward`` takes
+    by name are passed by keyword; arrays it does not name are passed by position."""
+    arrays = _read_npz(path)
+    found = next((arrays.pop(t) for t in TARGET_NAMES if t in arrays), None)
+    target = None if found is None else torch.from_numpy(found)
+    if not arrays:
+        raise DataError(f"{path}: no input arrays (every array but 'target'/'labels' is an input)")
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in arrays.items()}
+    if names is not None:
+        if all(n in tensors for n in names):
+            return Named(list(names), tuple(tensors[n] for n in names), target, keyword=True)
+        if any(n in tensors for n in names) or len(tensors) != len(names):
+            raise DataError(
+                f"{path}: arrays {list(tensors)}; the model's inputs are {list(names)}: name one array "
+                "after each (np.savez(FILE, **{name: array}))"
+            )
+        return Named(list(names), tuple(tensors.values()), target, keyword=False)
+    keyword = signature is not None and signature.keywords(tensors).keys() == tensors.keys()
+    n = len(tensors)
+    listed = list(tensors) if keyword else ["input"] if n == 1 else [f"input{i}" for i in range(n)]
+    return Named(listed, tuple(tensors.values()), target, keyword)
+
+
+def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable .npz of arrays ({exc})") from None
 
 
 def batches(inputs: Inputs, size: int, fixed: bool):

@@ -56,10 +56,8 @@ def infer(
     sidecar = read_sidecar(artifact)
     module = formats.get(artifact_format(artifact, sidecar))
     module.available()
-    if input_file is not None:
-        inputs, target = export_data.from_npz(input_file)
-    else:
-        inputs, target = _recipe_data(artifact, sidecar, RecipeTrust(recipe, trust_recipe))
+    trust = RecipeTrust(recipe, trust_recipe)
+    inputs, target = _inputs(artifact, sidecar, input_file, trust)
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
     runner = _load(module, artifact, runtime)
@@ -100,12 +98,30 @@ def _loaded(module, artifact: Path, cuda: bool):
         raise ConfigError(f"{artifact}: {module.RUNTIME} cannot load it ({why})") from exc
 
 
-def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust):
+def _inputs(artifact: Path, sidecar: dict[str, Any], input_file: str | Path | None, trust: RecipeTrust):
+    """(inputs in the artifact's order, target or None) from the .npz (arrays matched to the artifact's
+    input names where it records them) or the recipe's validation data."""
+    names = [i.get("name") for i in sidecar.get("inputs") or [] if isinstance(i, dict)]
+    if input_file is not None:
+        if not names or None in names:  # an artifact without names (TensorFlow's): arrays in file order
+            return export_data.from_npz(input_file)
+        data = export_data.named_from_npz(input_file, names=names)
+        return data.inputs, data.target
+    return _recipe_data(artifact, sidecar, trust, names)
+
+
+def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, names: list[Any]):
     if not sidecar.get("recipe"):
         raise DataError(
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
     name = check_recorded(str(sidecar["recipe"]), str(sidecar_path(artifact)), trust)
     # The recipe's data in its engine's layout (TensorFlow's images are NHWC).
-    recipe = engines.get(sidecar.get("engine")).recipe(name, sidecar.get("options") or {})
+    engine = engines.get(sidecar.get("engine"))
+    recipe = engine.recipe(name, sidecar.get("options") or {})
+    if engine.export_named_inputs and names and None not in names:  # the artifact's inputs, by name
+        from gpulab.runtime.signature import Signature
+
+        data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
+        return data.inputs, data.target
     return export_data.from_recipe(recipe.val_data, name)

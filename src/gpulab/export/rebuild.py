@@ -35,6 +35,8 @@ class Source:
     run_dir: Path | None
     engine: str
     val_data: Any
+    model_inputs: list[str] | None = None  # the run's settings of the same names (runtime/signature.py)
+    model_output: str | None = None
 
 
 def run_summary(path: Path) -> dict[str, Any] | None:
@@ -106,6 +108,12 @@ def recorded_recipe(
     return None
 
 
+def file_stem(recipe: str) -> str:
+    """A recipe name as a file name: ``examples.cnn_case:build`` -> ``examples.cnn_case-build`` (a ``:``
+    is a drive separator on Windows and a list separator in PATH-like variables)."""
+    return recipe.replace(":", "-").replace("/", "-")
+
+
 def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict[str, Any]]:
     """The recipe to rebuild ``ckpt`` with, once the trust rule allows importing it."""
     found = recorded_recipe(ckpt.state.get("trajectory"), ckpt.path / STATE, run_dir)
@@ -142,4 +150,15 @@ def rebuild(path: str | Path, trust: RecipeTrust = RecipeTrust()) -> Source:
         run_dir=run_dir,
         engine=run_engine(run_dir) if run_dir else "torch",
         val_data=recipe.val_data,
+        **signature_settings(run_dir),
     )
+
+
+def signature_settings(run_dir: Path | None) -> dict[str, Any]:
+    """``model_inputs``/``model_output`` as the run set them (summary.json's config): values, not code."""
+    config = ((run_summary(run_dir) if run_dir else None) or {}).get("config") or {}
+    inputs, output = config.get("model_inputs"), config.get("model_output")
+    return {
+        "model_inputs": [str(k) for k in inputs] if isinstance(inputs, list) else None,
+        "model_output": str(output) if isinstance(output, str) else None,
+    }

@@ -19,7 +19,7 @@ from gpulab.checkpoint.io import verify_files
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.export import data as export_data
 from gpulab.export import parity
-from gpulab.export.rebuild import SUMMARY_FILE, run_summary
+from gpulab.export.rebuild import SUMMARY_FILE, file_stem, run_summary
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 # As engines/tensorflow/run.py writes them (not imported: keeps this module light).
@@ -69,14 +69,15 @@ def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
     options = dict(summary.get("config", {}).get("options") or {})
     recipe = keras_recipe(name, options)
     model = recipe.model()
-    inputs, _ = export_data.from_recipe(recipe.val_data, name)
+    val_data = export_data.as_torch(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
+    inputs, _ = export_data.from_recipe(val_data, name)
     model(inputs[0][:1].numpy(), training=False)  # creates the variables (a subclassed model has none yet)
     try:
         model.load_weights(str(weights))
     except Exception as exc:  # a truncated file, or weights of other options than summary.json records
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise CheckpointError(f"{weights}: cannot load into the {name} model ({first})") from None
-    return KerasSource(model, name, options, weights, summary.get("steps"), path, recipe.val_data)
+    return KerasSource(model, name, options, weights, summary.get("steps"), path, val_data)
 
 
 def eager_runner(model: Any):
@@ -98,7 +99,7 @@ def export_tf(
         inputs, target = export_data.from_npz(input_file)
     else:
         inputs, target = export_data.from_recipe(source.val_data, source.recipe)
-    artifact = Path(out) if out else path / "export" / f"{source.recipe}{module.SUFFIX}"
+    artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
     example = export_data.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
     facts = module.write(source.model, example, fixed is None, artifact)

@@ -106,9 +106,11 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     traced = type(precision)("cpu")
     batch = example_batch(recipe.train_data, config.batch_size)
     if batch is None:
+        stream = isinstance(recipe.train_data, torch.utils.data.IterableDataset)
+        what = "a stream (an IterableDataset)" if stream else f"a {type(recipe.train_data).__name__}"
         raise ConfigError(
-            "inspect takes its example batch from a map-style Dataset or tensors; this recipe's training "
-            "data is a stream (an IterableDataset)"
+            "inspect takes its example batch from a map-style Dataset, a tuple or a dict of tensors; this "
+            f"recipe's training data is {what}"
         )
     model = recipe.model
     inspection = inspect_model(
@@ -133,14 +135,28 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     report.optimizer = type(optimizer).__name__ if optimizer is not None else None
     try:
         report.memory = estimate_memory(
-            model, optimizer, traced, batch, loss_fn=recipe.loss_fn, batch_size=config.batch_size
+            model,
+            optimizer,
+            traced,
+            batch,
+            batch_size=config.batch_size,
+            step=training_step(model, recipe.loss_fn, config.model_inputs, config.model_output),
         )
-    except ConfigError as exc:  # e.g. dict batches: the estimate traces (inputs..., target) only
+    except ConfigError as exc:
         report.memory_note = str(exc)
     except Exception as exc:  # the rows stand without it; say why the total is missing
         report.memory_note = f"the memory estimate failed: {_first_line(exc)}"
     report.limit_bytes, report.limit_source = _limit(device, config.memory_limit)
     return report
+
+
+def training_step(model, loss_fn, inputs=None, output=None):
+    """The Trainer's rule for one step's loss (train/step_call.py), for the memory estimate to trace."""
+    from gpulab.runtime.signature import Signature
+    from gpulab.runtime.step_call import LossCall, step_loss
+
+    loss = LossCall(loss_fn, Signature(model, inputs, output))
+    return lambda forward, batch: step_loss(forward, loss, batch)
 
 
 def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:

@@ -22,6 +22,7 @@ from gpulab.runtime.memory_estimate import (
     AllReduce,
     LiveBytes,
     LossFn,
+    StepFn,
     _all_tensors,
     _num_rows,
     _take,
@@ -191,8 +192,10 @@ class TrialStep:
         autocast: Callable[[], AbstractContextManager] = nullcontext,
         backward: Callable[[torch.Tensor], None] | None = None,
         no_sync: Callable[[nn.Module], AbstractContextManager] | None = None,
+        step: StepFn | None = None,
     ) -> None:
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.step = step  # (forward, batch) -> loss: any batch (a dict's keys by name); None: a tuple
         self.device = torch.device(device)
         self.autocast = autocast
         self.backward = backward or (lambda loss: loss.backward())
@@ -224,14 +227,16 @@ class TrialStep:
     def _step(self, batch) -> None:
         # Two steps when the optimizer has no state yet: the first allocates it after backward, so only
         # the second shows the steady state (state alive during forward and backward).
-        *inputs, target = batch
         self.model.train()
         for _ in range(1 if self.optimizer.state else 2):
             # No gradient all-reduce: a rank running out of memory mid-backward would leave the others
             # waiting in it. The trial measures memory, not gradients.
             with self.no_sync(self.model):
                 with self.autocast():
-                    loss = self.loss_fn(self.model(*inputs), target)
+                    if self.step is not None:
+                        loss = self.step(self.model, batch)
+                    else:
+                        loss = self.loss_fn(self.model(*batch[:-1]), batch[-1])
                 self.backward(loss)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -271,14 +276,17 @@ def search_batch_size(
     *,
     limit_bytes: int | None = None,
     high: int | None = None,
+    step: StepFn | None = None,
 ) -> BatchSearch:
     """``find_batch_size`` wired to a ``Runtime`` (its autocast, backward and ``all_reduce``): what
     ``gpulab train --batch-size auto`` runs after ``runtime.setup``.
 
     The search starts at the estimate's prediction and is capped by the samples each rank has. On a CPU
-    without a limit set (``set_memory_limit``) it aims under half the RAM available now.
+    without a limit set (``set_memory_limit``) it aims under half the RAM available now. ``step(forward,
+    batch) -> loss`` is the caller's rule for a batch (the Trainer's, which calls a model with a dict's
+    keys); without it batches are ``(inputs..., target)``.
     """
-    if _gives_dicts(data):
+    if step is None and _gives_dicts(data):
         raise ConfigError(
             "batch_size: auto traces (inputs..., target) batches only; with dict batches give batch_size a "
             "number (e.g. --batch-size 32)"
@@ -292,7 +300,9 @@ def search_batch_size(
     start, growth = 1, 2.0
     if limit is not None:
         try:
-            start = predict_max_batch_size(model, optimizer, runtime.precision, data, loss_fn, limit)
+            start = predict_max_batch_size(
+                model, optimizer, runtime.precision, data, loss_fn, limit, step=step
+            )
             start, growth = max(1, min(start, cap or start)), 1.125
         except Exception:  # the estimate only picks the start; the real steps decide
             start, growth = 1, 2.0
@@ -310,6 +320,7 @@ def search_batch_size(
         autocast=runtime.autocast,
         backward=runtime.backward,
         no_sync=runtime.no_sync if runtime.world_size > 1 else None,
+        step=step,
     )
     return find_batch_size(
         step,
@@ -331,6 +342,7 @@ def predict_max_batch_size(
     limit_bytes: int,
     *,
     tolerance: float = 1 / 32,
+    step: StepFn | None = None,
 ) -> int:
     """The largest batch the estimate says fits under ``limit_bytes`` (to ``tolerance``; 0 if none).
 
@@ -342,10 +354,12 @@ def predict_max_batch_size(
     example = _take(data, 1)
 
     def fits(b: int) -> bool:
-        estimate = estimate_memory(model, optimizer, precision, example, loss_fn=loss_fn, batch_size=b)
+        estimate = estimate_memory(
+            model, optimizer, precision, example, loss_fn=loss_fn, batch_size=b, step=step
+        )
         return estimate.predicted_peak_bytes <= limit_bytes
 
-    guess = estimate_memory(model, optimizer, precision, example, loss_fn=loss_fn, batch_size=2)
+    guess = estimate_memory(model, optimizer, precision, example, loss_fn=loss_fn, batch_size=2, step=step)
     b = max(1, min(guess.max_batch_size(limit_bytes), 1 << 24))
     if fits(b):
         lo, hi = b, 2 * b

@@ -40,6 +40,7 @@ from gpulab.errors import ConfigError
 
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]
 LossFn = Callable[[Any, Any], torch.Tensor]
+StepFn = Callable[[Callable[..., Any], Any], torch.Tensor]  # (forward, batch) -> loss
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -216,6 +217,7 @@ def estimate_memory(
     loss_fn: LossFn | None = None,
     batch_size: int | None = None,
     trace_batches: tuple[int, int] | None = None,
+    step: StepFn | None = None,
 ) -> MemoryEstimate:
     """Predict the memory of one training step of ``model`` at ``batch_size`` samples per process.
 
@@ -223,7 +225,9 @@ def estimate_memory(
     used, and it may be that of one sample); ``batch_size`` defaults to its size. ``optimizer`` is an
     optimizer or a factory ``params -> Optimizer`` (None: no optimizer state). ``precision`` is a
     ``Precision`` (its ``autocast()`` wraps the forward), a name such as ``"bf16-mixed"``, or None for
-    fp32. ``loss_fn(output, target)`` defaults to the output's sum. Nothing of the model is changed.
+    fp32. ``loss_fn(output, target)`` defaults to the output's sum. ``step(forward, batch) -> loss``
+    replaces that rule for any batch (a dict of model arguments: the caller's rule, train/step_call.py,
+    passed in since runtime/ imports nothing of train/). Nothing of the model is changed.
     """
     plain = unwrap_module(model)
     if holds_shards(plain):
@@ -235,19 +239,19 @@ def estimate_memory(
     if trace_batches is not None and not 0 < trace_batches[0] < trace_batches[1]:
         raise ConfigError(f"trace_batches must be two increasing positive sizes, got {trace_batches}")
     autocast = _autocast_factory(precision, _device_of(plain, example))
-    loss_fn = loss_fn or _sum_loss
+    step = step or _tuple_step(loss_fn or _sum_loss)
     params = [p for p in plain.parameters()]
     trainable = [p for p in params if p.requires_grad]
     notes: list[str] = []
     try:
         # Fake tensors cost nothing whatever their size: trace at the batch itself (exact there).
         lo, hi = trace_batches or (max(1, batch_size // 2), max(2, batch_size))
-        traces = [_trace_fake(plain, loss_fn, example, b, autocast) for b in (lo, hi)]
+        traces = [_trace_fake(plain, step, example, b, autocast) for b in (lo, hi)]
         method = "fake tensors"
     except Exception as exc:  # any op without a fake implementation: trace for real, small, and scale
         notes.append(f"fake-tensor trace failed ({type(exc).__name__}: {_first_line(exc)}); traced for real")
         lo, hi = trace_batches or (2, 4)
-        traces = [_trace_real(plain, loss_fn, _resize(example, b), autocast) for b in (lo, hi)]
+        traces = [_trace_real(plain, step, _resize(example, b), autocast) for b in (lo, hi)]
         method = "real step"
     state, step = optimizer_memory(optimizer, trainable)
     return _assemble(
@@ -271,14 +275,19 @@ def _line(a: tuple[int, int], b: tuple[int, int]) -> tuple[float, float]:
     return float(a[1] - slope * a[0]), slope
 
 
-def _trace_fake(model: nn.Module, loss_fn: LossFn, example: tuple, rows: int, autocast) -> tuple[int, int]:
+def _tuple_step(loss_fn: LossFn) -> StepFn:
+    """The default step rule: a batch ``(inputs..., target)``, ``loss_fn(forward(*inputs), target)``."""
+    return lambda forward, batch: loss_fn(forward(*batch[:-1]), batch[-1])
+
+
+def _trace_fake(model: nn.Module, step: StepFn, example: Any, rows: int, autocast) -> tuple[int, int]:
     """(bytes alive after forward, peak bytes during forward + backward) of one step of ``rows`` samples
     shaped like ``example``'s, with fake tensors. The batch is made fake at that size directly: a real one
     of a million rows (the batch search asks for such sizes) would cost seconds and gigabytes to build."""
     mode, tensors, trainable, _ = fake_step_inputs(model, ())
     with mode:
-        batch = tuple(torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in example)
-    return _measure_step(model, loss_fn, batch, tensors, trainable, autocast, mode)
+        batch = tree_map(lambda t: torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device), example)
+    return _measure_step(model, step, batch, tensors, trainable, autocast, mode)
 
 
 def fake_step_inputs(model: nn.Module, batch: Any) -> tuple[Any, dict[str, torch.Tensor], list, Any]:
@@ -296,7 +305,7 @@ def fake_step_inputs(model: nn.Module, batch: Any) -> tuple[Any, dict[str, torch
     return mode, tensors, trainable, fake_batch
 
 
-def _trace_real(model: nn.Module, loss_fn: LossFn, batch: tuple, autocast) -> tuple[int, int]:
+def _trace_real(model: nn.Module, step: StepFn, batch: Any, autocast) -> tuple[int, int]:
     """The same measurement on real tensors at a small batch. Buffers are copied (batch-norm statistics
     stay as they were), the RNG state is restored, and gradients are returned, not accumulated."""
     named_params = dict(model.named_parameters())
@@ -304,11 +313,13 @@ def _trace_real(model: nn.Module, loss_fn: LossFn, batch: tuple, autocast) -> tu
     trainable = [p for p in named_params.values() if p.requires_grad]
     devices = [t.device for t in named_params.values() if t.device.type == "cuda"][:1]
     with torch.random.fork_rng(devices=devices):
-        return _measure_step(model, loss_fn, batch, tensors, trainable, autocast, nullcontext())
+        return _measure_step(model, step, batch, tensors, trainable, autocast, nullcontext())
 
 
-def _measure_step(model, loss_fn, batch, tensors, trainable, autocast, mode) -> tuple[int, int]:
-    *inputs, target = batch
+def _measure_step(model, step, batch, tensors, trainable, autocast, mode) -> tuple[int, int]:
+    def forward(*args, **kwargs):
+        return torch.func.functional_call(model, tensors, args, kwargs)
+
     ignore = [*tensors.values(), *(t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor))]
     tracker = LiveBytes(ignore)
     was_training = model.training
@@ -316,7 +327,7 @@ def _measure_step(model, loss_fn, batch, tensors, trainable, autocast, mode) -> 
     try:
         with mode, tracker:
             with autocast():
-                loss = loss_fn(torch.func.functional_call(model, tensors, tuple(inputs)), target)
+                loss = step(forward, batch)
             after_forward = tracker.mark()
             grads = torch.autograd.grad(loss, trainable, allow_unused=True) if trainable else ()
             del loss, grads
@@ -430,40 +441,47 @@ def unwrap_module(model: nn.Module) -> nn.Module:
         model = inner
 
 
-def _as_batch(batch: Any) -> tuple:
+def _as_batch(batch: Any) -> Any:
     if isinstance(batch, (tuple, list)) and len(batch) >= 2 and all(torch.is_tensor(t) for t in batch):
         return tuple(batch)
-    raise ConfigError("the example batch must be a tuple (inputs..., target) of tensors")
+    if isinstance(batch, Mapping) and batch and all(torch.is_tensor(t) for t in batch.values()):
+        return dict(batch)  # model arguments by name: the caller's ``step`` knows how to call with them
+    raise ConfigError(
+        "the example batch must be a tuple (inputs..., target) or a dict of tensors (model arguments)"
+    )
 
 
-def _rows(batch: tuple) -> int:
-    return int(batch[0].shape[0])
+def _rows(batch: Any) -> int:
+    return int(next(t for t in tree_flatten(batch)[0] if torch.is_tensor(t)).shape[0])
 
 
-def _resize(batch: tuple, b: int) -> tuple:
-    """``batch`` with ``b`` rows (cycled when it has fewer)."""
-    n = _rows(batch)
-    index = torch.arange(b) % n
-    return tuple(t.index_select(0, index.to(t.device)) for t in batch)
+def _resize(batch: Any, b: int) -> Any:
+    """``batch`` (a tuple or dict of tensors) with ``b`` rows (cycled when it has fewer)."""
+    index = torch.arange(b) % _rows(batch)
+    return tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
 
 
-def _batch_bytes(batch: tuple) -> float:
-    return float(sum(t.numel() * t.element_size() for t in batch))
+def _batch_bytes(batch: Any) -> float:
+    return float(sum(t.numel() * t.element_size() for t in tree_flatten(batch)[0] if torch.is_tensor(t)))
 
 
 def _num_rows(data: Any) -> int | None:
     if isinstance(data, (tuple, list)) and data and torch.is_tensor(data[0]):
         return int(data[0].shape[0])
+    if isinstance(data, Mapping) and data and all(torch.is_tensor(t) for t in data.values()):
+        return _rows(data)
     try:
         return len(data)
     except TypeError:
         return None
 
 
-def _take(data: Any, b: int) -> tuple:
+def _take(data: Any, b: int) -> Any:
     """The first ``b`` samples of ``data`` as one batch (rows cycle when there are fewer)."""
     if isinstance(data, (tuple, list)) and data and torch.is_tensor(data[0]):
         return _resize(tuple(data), b)
+    if isinstance(data, Mapping) and data and all(torch.is_tensor(t) for t in data.values()):
+        return _resize(dict(data), b)  # a dict of tensors (the fast path's dict batches)
     if isinstance(data, torch.utils.data.TensorDataset):
         return _resize(tuple(data.tensors), b)
     if isinstance(data, torch.utils.data.Dataset):
@@ -497,10 +515,10 @@ def example_batch(data: Any, rows: int) -> tuple | None:
         return None
 
 
-def _device_of(model: nn.Module, batch: tuple) -> torch.device:
+def _device_of(model: nn.Module, batch: Any) -> torch.device:
     for p in model.parameters():
         return p.device
-    return batch[0].device
+    return next(t for t in tree_flatten(batch)[0] if torch.is_tensor(t)).device
 
 
 def _autocast_factory(precision: Any, device: torch.device) -> Callable[[], AbstractContextManager]:

@@ -4,8 +4,8 @@
 batch                                    model call / target
 =======================================  ==================================================================
 tuple or list ``(inputs..., target)``    ``model(*inputs)``; target = the last item (a namedtuple too)
-dict (any ``Mapping``)                   ``model(**batch)``; target = ``batch["labels"]`` if present
-dataclass                                ``model(**fields)``, as a dict of its fields
+dict (any ``Mapping``)                   ``model(**keys)``; target = ``batch["labels"]`` if present
+dataclass                                as a dict of its fields
 =======================================  ==================================================================
 
 The loss, in this order:
@@ -20,13 +20,14 @@ when it is a tensor) with the target, position by position; label ``-100`` (igno
 is not counted. A Hugging Face causal LM shifts its labels inside its own loss (the logits at position t
 predict the label at t+1), so its accuracy is read shifted likewise: unshifted, a model with tied
 embeddings scores ~90 % before training by echoing its input.
+Which keys of a dict go to ``forward`` (those it accepts, or the ``model_inputs`` setting) and which part
+of the output is the prediction (``model_output``) is ``runtime/signature.py``'s rule.
 Nothing here renames or wraps the user's model, so its saved weights keep their names.
 A batch that does not fit the model's ``forward`` is a DataError naming its keys and the signature.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +36,7 @@ import torch
 
 from gpulab.data.transfer import batch_size_of, is_dataclass_instance
 from gpulab.errors import ConfigError, DataError
+from gpulab.runtime.signature import Signature, as_mapping, forward_of, signature_of
 
 ACCEPTED_BATCHES = "a tuple/list (inputs..., target), a dict of model arguments, or a dataclass"
 IGNORE_INDEX = -100  # the label the usual losses (and Hugging Face models) skip
@@ -55,23 +57,13 @@ def check_batch(batch: Any) -> Any:
     )
 
 
-def _as_mapping(batch: Any) -> Mapping | None:
-    if type(batch) is dict or isinstance(batch, Mapping):  # a plain dict skips the slower ABC check
-        return batch
-    if is_dataclass_instance(batch):
-        return {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    return None
-
-
-def call_model(forward: Callable, batch: Any) -> Any:
-    """The model's output on ``batch``: ``forward(*inputs)`` for a tuple, ``forward(**batch)`` for a dict.
+def call_model(forward: Callable, batch: Any, signature: Signature | None = None) -> Any:
+    """The model's output on ``batch``: ``forward(*inputs)`` for a tuple, ``forward(**keys)`` for a dict
+    (the keys ``signature`` passes: see ``runtime/signature.py``).
 
     A batch that does not fit the model's ``forward`` (a missing or extra key) is a DataError naming the
     keys and the signature; the check runs only once the call failed, so it costs a step nothing."""
-    if isinstance(batch, (tuple, list)):  # tuples first: the common case, checked in one isinstance
-        args, kwargs = batch[:-1], {}
-    else:
-        args, kwargs = (), _as_mapping(batch)
+    args, kwargs = (signature or signature_of(forward)).arguments(batch)
     try:
         return forward(*args, **kwargs)
     except Exception as exc:
@@ -85,20 +77,8 @@ def call_model(forward: Callable, batch: Any) -> Any:
         raise DataError(hint) from exc
 
 
-def _signature_of(forward: Callable) -> tuple[str, inspect.Signature] | None:
-    """(the model's class name, its ``forward``'s signature), looking through DDP/compile wrappers."""
-    from torch import nn
-
-    from gpulab.runtime.memory_estimate import unwrap_module
-
-    module = unwrap_module(forward) if isinstance(forward, nn.Module) else forward
-    target = module.forward if isinstance(module, nn.Module) else module
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
-        return None
-    name = type(module).__name__ if isinstance(module, nn.Module) else getattr(target, "__name__", "")
-    return name, signature
+_as_mapping = as_mapping
+_signature_of = forward_of
 
 
 def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | None:
@@ -114,7 +94,8 @@ def _mismatch(forward: Callable, args: tuple, kwargs: dict[str, Any]) -> str | N
         given = f"keys {list(kwargs)}" if kwargs else f"{len(args)} input(s) (the last item is the target)"
         return (
             f"the batch ({given}) does not fit {name}.forward{signature}: {exc}; make each batch hold "
-            "exactly forward's arguments (a dict is passed as keyword arguments)"
+            "forward's arguments (a dict's keys forward does not name are left out unless model_inputs "
+            "lists them: set model_inputs to the keys forward takes, --set 'model_inputs=[...]')"
         )
     return None
 
@@ -155,16 +136,15 @@ def _swallowed_keys(forward: Callable, batch: Any) -> str:
         return ""
     name, signature = found
     named = [n for n, p in signature.parameters.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    if len(named) == len(signature.parameters):  # no **kwargs: a stray key was already an error
-        return ""
     stray = [k for k in kwargs if k not in named]
     if not stray:
         return ""
     near = {k: difflib.get_close_matches(k, named, n=1) for k in stray}
     guesses = ", ".join(f"{k!r} -> {m[0]!r}?" for k, m in near.items() if m)
-    return (
-        f"; the batch's keys {stray} are not named parameters of {name}.forward (its **kwargs took them)"
-        + (f": {guesses}" if guesses else "")
+    # No **kwargs: the stray keys were left out of the call (runtime/signature.py).
+    fate = "its **kwargs took them" if len(named) < len(signature.parameters) else "they were left out"
+    return f"; the batch's keys {stray} are not named parameters of {name}.forward ({fate})" + (
+        f": {guesses}" if guesses else ""
     )
 
 
@@ -204,13 +184,14 @@ def wants_batch(loss_fn: Callable | None) -> bool:
 class LossCall:
     """``loss(output, batch) -> scalar``: the rule of the module docstring, decided once per fit."""
 
-    def __init__(self, loss_fn: Callable | None) -> None:
+    def __init__(self, loss_fn: Callable | None, signature: Signature | None = None) -> None:
         if loss_fn is not None and not callable(loss_fn):
             raise ConfigError(
                 f"loss_fn must be callable (output, target) or (output, batch), got {type(loss_fn).__name__}"
             )
         self.loss_fn = loss_fn
         self.takes_batch = wants_batch(loss_fn)
+        self.signature = signature  # None: forward's own (signature_of), read on the first call
 
     def __call__(self, output: Any, batch: Any) -> torch.Tensor:
         if self.loss_fn is None:
@@ -239,7 +220,7 @@ def _own_loss(output: Any) -> torch.Tensor:
 
 def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
     """One forward and the loss on ``batch`` (under the caller's autocast)."""
-    output = call_model(forward, batch)
+    output = call_model(forward, batch, loss.signature)
     try:
         return loss(output, batch)
     except ConfigError as exc:  # no loss: say which keys forward's **kwargs swallowed (a 'lables' typo)
@@ -270,7 +251,7 @@ def shifts_labels(model: Any) -> bool:
 
 
 def accuracy_counts(
-    output: Any, batch: Any, *, shift: bool = False
+    output: Any, batch: Any, *, shift: bool = False, signature: Signature | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | int] | None:
     """(right predictions, predictions counted), both kept on the device where they are tensors (no
     host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
@@ -278,7 +259,8 @@ def accuracy_counts(
     the label at t+1 (see ``shifts_labels``)."""
     from gpulab.runtime.metrics import correct_count
 
-    logits, target = logits_of(output), target_of(batch)
+    logits = signature.find_predictions(output) if signature is not None else logits_of(output)
+    target = target_of(batch)
     if shift and isinstance(logits, torch.Tensor) and isinstance(target, torch.Tensor) and target.dim() >= 2:
         logits, target = logits[..., :-1, :], target[..., 1:]
     right = correct_count(logits, target)

@@ -59,6 +59,7 @@ from gpulab.runtime.memory_format import (
 )
 from gpulab.runtime.metrics import LossWindow, Mean
 from gpulab.runtime.recompiles import RecompileWatch
+from gpulab.runtime.signature import Signature
 from gpulab.runtime.step_call import (
     LossCall,
     accuracy_counts,
@@ -71,6 +72,7 @@ from gpulab.runtime.step_call import (
 from gpulab.train import NAME, THREADS_HINT
 from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
 from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
+from gpulab.train.items import item_counter, scale_gradients
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.train.oom_step import GuardedStep
@@ -168,8 +170,15 @@ class Trainer:
             else self.model
         )
         self.loss_fn = loss_fn
-        self.loss = LossCall(loss_fn)  # how the loss is taken from the output (step_call.py)
+        # How a batch becomes forward's arguments and the output the predictions (signature.py), and how
+        # the loss is taken from the output (step_call.py).
+        self.signature = Signature(model, s.model_inputs, s.model_output)
+        self.loss = LossCall(loss_fn, self.signature)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
+        # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
+        several = s.accumulate > 1 or rt.world_size > 1
+        self._count_items = item_counter(model, loss_fn, self._shift_labels) if several else None
+        self._window_items: torch.Tensor | None = None
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -212,7 +221,7 @@ class Trainer:
         self.extras["channels_last"] = why
         if on:
             to_channels_last(model)
-        if on or has_conv2d(model):
+        if (on or has_conv2d(model)) and self.settings.progress is not False:  # progress=False: quiet
             self.runtime.print(f"channels_last: {why}")
 
     def _loop(self, train, val) -> FitResult:
@@ -296,6 +305,7 @@ class Trainer:
         pending = self.state.batch_in_epoch % self.settings.accumulate
         if pending:
             self.optimizer.zero_grad(set_to_none=True)
+            self._window_items = None
             if self.runtime.is_rank_zero:
                 warnings.warn(
                     f"the training stream ended {pending} micro-batch(es) into an accumulation window of "
@@ -313,7 +323,12 @@ class Trainer:
         def step(forward) -> torch.Tensor:
             with rt.autocast():
                 loss = step_loss(forward, self.loss, batch)
-            rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+            if self._count_items is None:
+                rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
+                return loss
+            items = self._count_items(batch)  # the sum now; divided by the window's items at the step
+            self._window_items = items if self._window_items is None else self._window_items + items
+            rt.backward(loss * items)
             return loss
 
         with rt.no_sync(self.model, enabled=not steps_now):
@@ -323,6 +338,12 @@ class Trainer:
 
     def _optimizer_step(self) -> None:
         s, rt, state = self.settings, self.runtime, self.state
+        if self._window_items is not None:  # the large batch's mean: one all-reduce of one number
+            items = (
+                rt.all_reduce(self._window_items.float(), "sum") if rt.world_size > 1 else self._window_items
+            )
+            scale_gradients(self.model.parameters(), rt.world_size / items.clamp(min=1))
+            self._window_items = None
         if s.clip_grad_norm is not None:
             rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
         rt.step(self.optimizer, self.scheduler)
@@ -408,9 +429,9 @@ class Trainer:
             if self._channels_last:
                 batch = channels_last_batch(batch)
             with rt.autocast(), self._recompiles.watch():
-                out = call_model(self.forward, batch)
+                out = call_model(self.forward, batch, self.signature)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
-            counts = accuracy_counts(out, batch, shift=self._shift_labels)
+            counts = accuracy_counts(out, batch, shift=self._shift_labels, signature=self.signature)
             if counts is not None:
                 correct = counts[0] if correct is None else correct + counts[0]
                 count = count + counts[1]
@@ -446,7 +467,14 @@ class Trainer:
             raise ConfigError("batch_size: auto needs a map-style Dataset or tensors, not an IterableDataset")
         if holds_shards(self.model):
             raise ConfigError("batch_size: auto cannot trace a model sharded by fsdp2 yet: give a number")
-        search = search_batch_size(self.runtime, self.model, self.optimizer, self.loss_fn, train_data)
+        search = search_batch_size(
+            self.runtime,
+            self.model,
+            self.optimizer,
+            self.loss_fn,
+            train_data,
+            step=lambda forward, batch: step_loss(forward, self.loss, batch),  # dict batches too
+        )
         self.extras["batch_search"] = search.to_json()
         self.runtime.print(f"batch_size: auto picked {search.batch_size} ({search.reason})")  # else unsaid
         return s.model_copy(update={"batch_size": search.batch_size})

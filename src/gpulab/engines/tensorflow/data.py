@@ -18,7 +18,15 @@ CACHE_LIMIT_BYTES = 1 << 30  # cache a source that fits comfortably in host memo
 
 
 def as_arrays(data: Any) -> tuple[np.ndarray, ...]:
-    """The recipe's ``(x, y)`` (torch tensors or NumPy arrays) as NumPy arrays."""
+    """The recipe's ``(x, y)`` (torch tensors or NumPy arrays; or a finite ``tf.data.Dataset`` or
+    generator of ``(x, y)`` batches, as ``model.fit`` takes them: read once, batches concatenated) as
+    NumPy arrays."""
+    if hasattr(data, "as_numpy_iterator") or hasattr(data, "__next__"):
+        batches = [
+            tuple(np.asarray(t) for t in batch)
+            for batch in getattr(data, "as_numpy_iterator", lambda: data)()
+        ]
+        return tuple(np.concatenate(parts) for parts in zip(*batches, strict=True))
     return tuple(d.numpy() if hasattr(d, "numpy") else np.asarray(d) for d in data)
 
 

@@ -16,6 +16,7 @@ class TensorFlowEngine:
     export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
     export_precisions = ("fp32",)
     export_model = "the float32 Keras model"
+    export_named_inputs = False  # one input tensor, in file order
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False

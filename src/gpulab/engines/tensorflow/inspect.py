@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
 from gpulab.profiling.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
@@ -46,7 +47,8 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     keras.backend.clear_session()  # layer names as in a fresh process (dense, dense_1), whatever ran before
     keras.utils.set_random_seed(config.seed)
     precision = resolve_precision(config.precision, "/CPU:0", config.init_scale, config.growth_interval)
-    x, y = (_take(part, config.batch_size) for part in recipe.train_data[:2])
+    # NumPy arrays, tensors, a tf.data.Dataset or a generator of (x, y) batches: as model.fit takes them.
+    x, y = (_take(part, config.batch_size) for part in as_arrays(recipe.train_data)[:2])
     with precision.applied(tf, keras):
         run_dtype = SHORT.get(keras.mixed_precision.global_policy().compute_dtype, "?")
         rec = _Recorder(run_dtype)

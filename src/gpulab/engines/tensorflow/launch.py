@@ -5,7 +5,8 @@ whole cluster written into ``TF_CONFIG`` before it starts (``tf_config.py``). So
 supervisor: start ``nproc_per_node`` processes, watch them, and when one dies stop the others (SIGTERM,
 then SIGKILL after a grace period) and end the job in one line naming the worker and its exit code or
 signal. No restarts: a MultiWorkerMirroredStrategy job cannot take a worker back mid-run. A worker that
-stopped answering (suspended) is named as the cause, not the peer that died of losing it (``launch_blame.py``).
+stopped answering (suspended) is named as the cause, not the peer that died of losing it
+(``launch_blame.py``).
 A SIGTERM/SIGINT to the launcher goes to every worker once: they checkpoint one step together and exit.
 
 What is shared with the torch path: the command forms (``resolve_command``), ``--nnodes``/``--node-rank``

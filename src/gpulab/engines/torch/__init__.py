@@ -20,6 +20,7 @@ class TorchEngine:
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
     export_model = "the torch model"
+    export_named_inputs = True  # artifacts take the batch's keys as input names (runtime/signature.py)
     launch_options = (
         ("--rdzv-endpoint", "rdzv_endpoint", None),
         ("--rdzv-id", "rdzv_id", None),

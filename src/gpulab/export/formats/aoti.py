@@ -33,9 +33,9 @@ def available() -> None:
 
 
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
-    program = export_program(model, example, dynamic, NAME)
+    program, sequence = export_program(model, example, dynamic, NAME)
     torch._inductor.aoti_compile_and_package(program, package_path=str(output_path(out)))
-    return {"compiler": compiler()}
+    return {"compiler": compiler(), "sequence_dim": sequence}
 
 
 def load(path: Path) -> Runner:

@@ -16,9 +16,9 @@ def available() -> None:
 
 
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
-    program = export_program(model, example, dynamic, NAME)
+    program, sequence = export_program(model, example, dynamic, NAME)
     torch.export.save(program, output_path(out))
-    return {}
+    return {"sequence_dim": sequence}
 
 
 def load(path: Path) -> Runner:

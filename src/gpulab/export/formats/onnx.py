@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from gpulab.errors import ConfigError
-from gpulab.export.formats.base import Runner, batch_dims, need, output_path
+from gpulab.export.formats.base import Runner, need, output_path, with_sequence
 
 NAME, SUFFIX, RUNTIME = "onnx", ".onnx", "ONNX Runtime"
 OPSET = 18  # the dynamo exporter's own default, read by every ONNX Runtime since 1.14
@@ -21,10 +21,6 @@ def available() -> None:
         need(module, NAME)
 
 
-def input_names(n: int) -> list[str]:
-    return ["input"] if n == 1 else [f"input{i}" for i in range(n)]
-
-
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
     onnx = need("onnx", NAME)
     quiet = logging.getLogger("torch.onnx._internal.exporter._registration")  # "torchvision is not installed"
@@ -32,8 +28,9 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
     quiet.setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # onnxscript's own deprecations, not the user's
+        warnings.filterwarnings("ignore", message="# The axis name")  # ids and mask share one length
         try:
-            _export(model, example, dynamic, out)
+            sequence = _export(model, example, dynamic, out)
         finally:
             quiet.setLevel(level)
     try:
@@ -45,22 +42,39 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
             f"format onnx: the exported graph fails onnx.checker at opset {OPSET} ({first}); "
             "bfloat16 convolutions have no ONNX kernel: use --precision fp32 or fp16"
         ) from None
-    return {"opset": OPSET}
+    if sequence == "dynamic" and not _named_dim1(onnx.load(str(out))):
+        sequence = "fixed (the model specialises on the example's length)"
+    return {"opset": OPSET, "sequence_dim": sequence}
 
 
-def _export(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> None:
-    torch.onnx.export(
-        model,
-        example,
-        str(output_path(out)),
-        dynamo=True,
-        opset_version=OPSET,
-        input_names=input_names(len(example)),
-        output_names=["output"],
-        dynamic_shapes=batch_dims(example, dynamic),
-        external_data=False,  # one self-contained file: the recipes' models are far under protobuf's 2 GB
-        verbose=False,
-    )
+def _named_dim1(graph_model) -> bool:
+    """Whether any graph input's dimension 1 is symbolic (a name, not a number)."""
+    for value in graph_model.graph.input:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) >= 2 and dims[1].dim_param:
+            return True
+    return False
+
+
+def _export(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> str:
+    """The graph written with the model's input and output names (a dict batch's keys); returns how the
+    sequence dimension came out (``base.with_sequence``)."""
+
+    def write(shapes) -> None:
+        torch.onnx.export(
+            model,
+            example,
+            str(output_path(out)),
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=list(model.input_names),
+            output_names=[model.output_name],
+            dynamic_shapes=shapes,
+            external_data=False,  # one self-contained file: the recipes' models are far under protobuf's 2 GB
+            verbose=False,
+        )
+
+    return with_sequence(write, model, example, dynamic)[1]
 
 
 def providers(cuda: bool = False) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.errors import GpulabWarning
+from gpulab.errors import ConfigError, GpulabWarning
 from gpulab.export.formats.base import Runner, output_path
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"
@@ -33,9 +33,22 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
         try:
             scripted, how = torch.jit.script(model), "script"
         except Exception:  # scripting rejects much ordinary Python; tracing records one run instead
-            scripted, how = torch.jit.trace(model, example, check_trace=False), "trace"
+            scripted, how = _trace(model, example), "trace"
         scripted.save(str(output_path(out)))
     return {"method": how}
+
+
+def _trace(model: torch.nn.Module, example: tuple[torch.Tensor, ...]):
+    """One recorded run; a model neither scripting nor tracing takes is one line naming the formats that
+    capture Python differently. A traced graph fixes every shape but the batch's sizes it was given."""
+    try:
+        return torch.jit.trace(model, example, check_trace=False)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ConfigError(
+            f"format torchscript cannot serve this model: neither torch.jit.script nor torch.jit.trace "
+            f"takes it ({type(exc).__name__}: {first}); formats that can: exported, onnx, aoti"
+        ) from None
 
 
 def load(path: Path) -> Runner:
