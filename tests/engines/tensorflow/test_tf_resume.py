@@ -78,8 +78,17 @@ def test_a_tampered_checkpoint_or_a_changed_setting_is_refused_in_one_line(check
     assert "\n" not in changed
 
 
-def test_a_failing_validation_leaves_the_epochs_checkpoint_and_resumes_exactly(checks):
-    v = checks["validation"]
+@pytest.fixture(scope="module")
+def validation(tmp_path_factory, scenario) -> dict:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("TF_CONFIG", None)
+    return scenario(
+        Path(__file__).with_name("tf_validation_scenario.py"), tmp_path_factory.mktemp("tfval"), env=env
+    )
+
+
+def test_a_failing_validation_leaves_the_epochs_checkpoint_and_resumes_exactly(validation):
+    v = validation
     assert v["message"].startswith(
         "validation failed at step 5 (epoch 0): KeyError: 'my_metric'; checkpoint "
     )
