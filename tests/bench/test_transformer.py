@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +39,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
         assert f["tokens_per_s"]["high"] == pytest.approx(tokens * 1e3 / f["step_time"]["low"])
         assert f["mfu_measured"]["unit"] == "%" and 0 < f["mfu_measured"]["value"] <= 100
         assert "mfu" not in f  # a CPU has no datasheet peak
+        assert "peak_memory" not in f  # a CPU reading would slow the variants timed after it
         assert info["precision"] == "fp32" and info["recompiles_after_first_step"] == 0
         assert ("compile_time" in f) == (variant != "eager") == info["compiled"]
     assert rows["compile+optimizer"]["info"]["optimizer_compiled"] is True
@@ -48,6 +51,7 @@ def test_the_cuda_only_variants_are_skipped_in_one_line_each(smoke):
     assert "cuda-graph skipped: CUDA graphs need a CUDA GPU." in notes
     assert any(n.startswith("float8 skipped: Float8 training needs an H100-class GPU") for n in notes)
     assert any(n.startswith("MFU: ") and "fp32 peak" in n for n in notes)
+    assert any(n.startswith("No peak memory for any row: not read on a CPU") for n in notes)
 
 
 def test_the_plot_is_written(smoke):
@@ -110,3 +114,44 @@ def test_quick_runs_on_the_cpu_with_inductor_and_prints_the_table(tmp_path, caps
     assert [r["key"]["model"] for r in suite["rows"]] == ["tiny"] * 3
     assert all(r["info"]["compiled"] for r in suite["rows"][1:])
     assert "mfu measured (%)" in printed and (tmp_path / "transformer.png").is_file()
+
+
+def _mfu_script():
+    path = Path(__file__).parents[2] / "benchmarks" / "transformer_mfu.py"
+    spec = importlib.util.spec_from_file_location("transformer_mfu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_gpu_script_prints_mfu_per_variant_and_the_issue_target(smoke):
+    summary = _mfu_script().summary
+    suite = smoke[0]
+    lines = summary({"suites": {"transformer": suite}})
+    assert lines[0].startswith("micro eager ") and "MFU n/a of the datasheet peak" in lines[0]
+    assert "cuda-graph skipped: CUDA graphs need a CUDA GPU." in lines
+    assert lines[-1].startswith("issue 24 target: no compiled row with a datasheet MFU")
+    # as on a GPU: a datasheet MFU per row; only compiled rows count for the target
+    gpu = json.loads(json.dumps(suite))
+    for row, mfu in zip(gpu["rows"], (60.0, 44.0, 46.5), strict=True):
+        row["figures"]["mfu"] = {**row["figures"]["mfu_measured"], "value": mfu}
+    assert summary({"suites": {"transformer": gpu}})[-1] == (
+        "issue 24 target (>= 45 % with compile): best 46.5 %, MET"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
+    config = BenchConfig(suites=["transformer"], profile="smoke", device="cuda", out_dir=tmp_path)
+    suite = run_bench(config, log=print)["suites"]["transformer"]
+    assert suite["status"] == "ok", suite["notes"]
+    rows = {r["key"]["variant"]: r for r in suite["rows"]}
+    assert {"eager", "compile", "compile+optimizer"} <= set(rows)
+    assert "cuda-graph" not in rows  # until the Trainer has the mode: skipped, with its reason
+    assert any(n.startswith("cuda-graph skipped: the Trainer has no whole-step") for n in suite["notes"])
+    for row in rows.values():
+        assert row["info"]["precision"] == "bf16-mixed"
+        assert row["info"]["recompiles_after_first_step"] == 0
+        if "H100" in torch.cuda.get_device_name():
+            assert 0 < row["figures"]["mfu"]["value"] < 100

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 import torch
 
 from gpulab import precisions
-from gpulab.bench.harness import BenchContext, Timing, memory_kind, missing_memory_note, peak_memory
+from gpulab.bench.harness import (
+    BenchContext,
+    MemoryReading,
+    Timing,
+    memory_kind,
+    missing_memory_note,
+    peak_memory,
+)
 from gpulab.bench.plots import Panel, Plot, series_from_rows
 from gpulab.bench.results import Figure, Row, SuiteResult
 from gpulab.bench.suites import Stepper, Workload, single_runtime
@@ -55,6 +62,12 @@ PROFILES = {
     "smoke": {"gpu": "micro", "cpu": "micro", "warmup": 1, "repeats": 2, "backend": "aot_eager"},
 }
 BATCHES = 4  # distinct batches the steps take in turn
+# A CPU reading sets glibc's mmap threshold for the rest of the process (harness.peak_memory): every later
+# large tensor is then mapped and unmapped, which slowed the next variant's steps here (eager tiny: 37 ms
+# before a reading, 42-49 ms after). The variants are timed one after another, so no reading on a CPU.
+CPU_NO_MEMORY = MemoryReading(
+    None, "not read on a CPU, where the reading would slow the variants timed after it (glibc's thresholds)"
+)
 
 
 def run(ctx: BenchContext) -> SuiteResult:
@@ -170,7 +183,7 @@ def _one(
         frames = frames_compiled()
         timing = ctx.measure(stepper.step, warmup=cfg["warmup"], repeats=cfg["repeats"])
         info["recompiles_after_first_step"] = frames_compiled() - frames if compiled else 0
-        memory = peak_memory(stepper.step, device=ctx.device, repeats=2)
+        memory = peak_memory(stepper.step, device=ctx.device, repeats=2) if ctx.on_gpu else CPU_NO_MEMORY
     if getattr(stepper.forward, "fell_back", False):
         notes.append(f"{variant}: compilation failed, the model ran eager (see the warning above).")
     info["compiled"] = compiled and not getattr(stepper.forward, "fell_back", False)
