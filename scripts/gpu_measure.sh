@@ -25,7 +25,7 @@ step single-rank-nccl-fsdp2 90 bash -c "python3 -m gpulab launch --nproc-per-nod
     gpulab train chargpt --out $work/fsdp2 --max-steps 50 --set strategy=fsdp2"
 step bench 110 python3 -m gpulab bench matmul precision memory accumulate compile parallel transfer \
     inference --quick --out "$work/bench"
-# issue 24: GPT-2-small (bf16-mixed, batch 32 x 1024) per variant: eager, compile, compile+optimizer,
+# issue 24: GPT-2-small (bf16-mixed, batch 32 x 1024) per variant: eager, compile, compile+opt,
 # cuda-graph and float8 (each skipped with its reason where it cannot run), then MFU per variant.
 STEP_TAIL=16 step transformer 300 bash -c "python3 -m gpulab bench transformer --quick --device cuda \
     --out $work/transformer && python3 benchmarks/transformer_mfu.py $work/transformer/results.json"

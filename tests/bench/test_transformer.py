@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from PIL import Image
 
 from gpulab.bench import BenchConfig, run_bench
 from gpulab.bench.harness import BenchContext
-from gpulab.bench.results import RESULTS_FILE, load_results
+from gpulab.bench.results import RESULTS_FILE, Figure, Row, load_results
 from gpulab.bench.suites import transformer
 from gpulab.cli import main
 
@@ -30,7 +31,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
     assert suite["status"] == "ok", suite["notes"]
     assert load_results(out / RESULTS_FILE)["schema_version"] == 1  # the schema holds
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert list(rows) == ["eager", "compile", "compile+optimizer"]
+    assert list(rows) == ["eager", "compile", "compile+opt"]
     for variant, row in rows.items():
         f, info = row["figures"], row["info"]
         assert f["step_time"]["unit"] == "ms" and f["step_time"]["repeats"] == 2
@@ -42,7 +43,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
         assert "peak_memory" not in f  # a CPU reading would slow the variants timed after it
         assert info["precision"] == "fp32" and info["recompiles_after_first_step"] == 0
         assert ("compile_time" in f) == (variant != "eager") == info["compiled"]
-    assert rows["compile+optimizer"]["info"]["optimizer_compiled"] is True
+    assert rows["compile+opt"]["info"]["optimizer_compiled"] is True
     assert rows["compile"]["figures"]["speedup_vs_eager"]["unit"] == "x"
 
 
@@ -94,10 +95,10 @@ def test_an_optimizer_step_that_does_not_compile_runs_eager_and_says_so(monkeypa
     shape = transformer.SHAPES["micro"]
     peaks = transformer.Peaks("fp32", "cpu", None, 1e9)
     notes: list[str] = []
-    row = transformer._one(ctx, "micro", shape, "compile+optimizer", "fp32", cfg, 10**6, peaks, notes)
+    row = transformer._one(ctx, "micro", shape, "compile+opt", "fp32", cfg, 10**6, peaks, notes)
     assert row.info["optimizer_compiled"] is False and row.info["compiled"] is True
     assert notes == [
-        "compile+optimizer: the optimizer step did not compile (RuntimeError: cannot trace this); it ran eager."
+        "compile+opt: the optimizer step did not compile (RuntimeError: cannot trace this); it ran eager."
     ]
     assert row.figures["mfu_measured"].value > 0
 
@@ -147,7 +148,7 @@ def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
     suite = run_bench(config, log=print)["suites"]["transformer"]
     assert suite["status"] == "ok", suite["notes"]
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert {"eager", "compile", "compile+optimizer"} <= set(rows)
+    assert {"eager", "compile", "compile+opt"} <= set(rows)
     assert "cuda-graph" not in rows  # until the Trainer has the mode: skipped, with its reason
     assert any(n.startswith("cuda-graph skipped: the Trainer has no whole-step") for n in suite["notes"])
     for row in rows.values():
@@ -155,3 +156,20 @@ def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
         assert row["info"]["recompiles_after_first_step"] == 0
         if "H100" in torch.cuda.get_device_name():
             assert 0 < row["figures"]["mfu"]["value"] < 100
+
+
+def test_mfu_against_a_measured_peak_a_step_beat_is_rescaled_to_the_fresh_peak(monkeypatch):
+    def fresh(self, achieved):  # as raise_beaten_peak does when the product still loses: the run's figure
+        return replace(self, measured=achieved), "re-measured"
+
+    monkeypatch.setattr(transformer.Peaks, "within_peak", fresh)
+    peaks = transformer.Peaks("fp32", "cpu", None, 1e9)
+    step = Figure.from_samples([1.0, 2.0], "ms", "lower")  # 1e6 FLOPs in 1 ms: 1e9 FLOP/s, then 2e9
+    rows = [
+        Row({"variant": "eager"}, {"step_time": step, "mfu_measured": Figure.from_samples([50, 100], "%")})
+    ]
+    notes: list[str] = []
+    out = transformer._within_measured_peak(peaks, 2 * 10**6, rows, notes)
+    assert out.measured == 2e9 and notes == ["Measured peak: re-measured."]
+    mfu = rows[0].figures["mfu_measured"]
+    assert (mfu.low, mfu.high) == (25, 50)

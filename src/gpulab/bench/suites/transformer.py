@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -54,7 +54,7 @@ SHAPES = {
     "tiny": Shape(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab=512, batch=8),
     "micro": Shape(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab=128, batch=4),
 }
-VARIANTS = ("eager", "compile", "compile+optimizer", "cuda-graph", "float8")
+VARIANTS = ("eager", "compile", "compile+opt", "cuda-graph", "float8")
 PROFILES = {
     "full": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 5, "repeats": 10, "backend": "inductor"},
     "quick": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 3, "repeats": 5, "backend": "inductor"},
@@ -79,7 +79,8 @@ def run(ctx: BenchContext) -> SuiteResult:
         title="Transformer training step",
         description=f"The chargpt model at {shape_name} size ({shape.n_layer} layers, {shape.n_head} heads, "
         f"{shape.n_embd} wide, context {shape.block_size}, vocabulary {shape.vocab}), batch {shape.batch}, "
-        f"{precision}, fused AdamW: tokens/s, step time and MFU per variant; compile time shown apart.",
+        f"{precision}, fused AdamW: tokens/s, step time and MFU per variant (compile+opt: the optimizer step "
+        "compiled too); compile time shown apart.",
     )
     flops, peaks = _flops_and_peaks(ctx, shape, precision)
     for variant in VARIANTS:
@@ -89,6 +90,7 @@ def run(ctx: BenchContext) -> SuiteResult:
             continue
         row = _one(ctx, shape_name, shape, variant, precision, cfg, flops, peaks, result.notes)
         result.rows.append(row)
+    peaks = _within_measured_peak(peaks, flops, result.rows, result.notes)
     eager = result.rows[0].figures["step_time"]
     for row in result.rows[1:]:
         row.figures["speedup_vs_eager"] = Figure.ratio(eager, row.figures["step_time"])
@@ -164,19 +166,21 @@ def _one(
         _to_float8(work.model)
     compiled = variant != "eager"
     forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
+    # achieved TFLOP/s = MFU x the peak in the notes: a column of its own would not fit the table
     info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
+    info["tflop_per_step"] = flops / 1e12
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
-        if variant == "compile+optimizer":
+        if variant == "compile+opt":
             restore = compile_optimizer_step(stepper.optimizer, cfg["backend"])
         first = _first_step(stepper, ctx.device)
-        if variant == "compile+optimizer" and isinstance(first, BaseException):
+        if variant == "compile+opt" and isinstance(first, BaseException):
             restore()  # the optimizer step runs eager; the model stays compiled
             reason = f"{type(first).__name__}: {str(first).splitlines()[0] if str(first) else ''}"
-            notes.append(f"compile+optimizer: the optimizer step did not compile ({reason}); it ran eager.")
+            notes.append(f"compile+opt: the optimizer step did not compile ({reason}); it ran eager.")
             info["optimizer_compiled"] = False
             first = _first_step(stepper, ctx.device)
-        elif variant == "compile+optimizer":
+        elif variant == "compile+opt":
             info["optimizer_compiled"] = True
         if isinstance(first, BaseException):
             raise first
@@ -191,7 +195,6 @@ def _one(
     figures = {
         "step_time": timing.seconds("ms"),
         "tokens_per_s": timing.rate(tokens, "tokens/s"),
-        "tflops": timing.rate(flops, "TFLOP/s", 1e-12),
     }
     mfu_figures(figures, timing, flops, peaks)
     if compiled:
@@ -201,6 +204,27 @@ def _one(
     else:
         info["no_peak_memory"] = memory.kind
     return Row({"model": shape_name, "variant": variant}, figures, info)
+
+
+def _within_measured_peak(peaks: Peaks, flops: int, rows: list[Row], notes: list[str]) -> Peaks:
+    """The peaks, the measured one re-measured where a row's fastest step beat it (a cached matmul timed on
+    a busier machine), each row's ``mfu_measured`` rescaled to it: never over 100 %."""
+    fastest = max((flops * 1e3 / r.figures["step_time"].low for r in rows), default=0.0)
+    fresh, note = peaks.within_peak(fastest)
+    if note is None:
+        return peaks
+    notes.append(f"Measured peak: {note}.")
+    scale = peaks.measured / fresh.measured if fresh.measured else None
+    for row in rows:
+        old = row.figures.get("mfu_measured")
+        if old is None:
+            continue
+        if scale is None:  # the peak could not be re-measured: no MFU against it
+            del row.figures["mfu_measured"]
+            continue
+        new = replace(old, value=old.value * scale, low=old.low * scale, high=old.high * scale)
+        row.figures["mfu_measured"] = new
+    return fresh
 
 
 def mfu_figures(figures: dict, timing: Timing, flops: int, peaks: Peaks) -> None:
