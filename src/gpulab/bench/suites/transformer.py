@@ -320,12 +320,12 @@ def _notes(
 
 def _plot(rows: list[Row]) -> Plot:
     model = rows[0].key["model"]
+    mfu = "mfu" if any("mfu" in r.figures for r in rows) else "mfu_measured"
     panels = [
         Panel("Tokens per second", "variant", "tokens/s", kind="bar"),
-        Panel("MFU (datasheet peak, else measured)", "variant", "%", kind="bar"),
+        Panel(f"MFU (of the {'datasheet' if mfu == 'mfu' else 'measured'} peak)", "variant", "%", kind="bar"),
         Panel("Compile time (first step)", "variant", "s", kind="bar"),
     ]
-    mfu = "mfu" if any("mfu" in r.figures for r in rows) else "mfu_measured"
     for panel, figure in zip(panels, ("tokens_per_s", mfu, "compile_time"), strict=True):
         panel.series.append(series_from_rows(rows, model, "variant", figure))
     return Plot("transformer.png", f"Transformer training step ({model})", panels)
