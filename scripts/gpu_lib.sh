@@ -11,6 +11,8 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 GPULA
 
 step() {  # step NAME SECONDS CMD...: run under a time limit, keep the log in $out, show its tail
     local name=$1 limit=$2
+    # $only (space-separated step names, set by the calling script): run just those.
+    if [[ -n "${only:-}" && " $only " != *" $name "* ]]; then return 0; fi
     shift 2
     echo "== $name (limit ${limit}s): $*"
     local t0=$SECONDS

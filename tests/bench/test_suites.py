@@ -17,8 +17,8 @@ from gpulab.bench.suites import parallel
 from gpulab.errors import ConfigError
 
 FIGURE_FIELDS = {"value", "unit", "repeats", "low", "high", "spread", "better"}
-# parallel starts real processes: it has its own test below.
-IN_PROCESS = [name for name in SUITES if name != "parallel"]
+# parallel starts real processes: it has its own test below; transformer has its own file.
+IN_PROCESS = [name for name in SUITES if name not in ("parallel", "transformer")]
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,10 @@ def smoke(tmp_path_factory):
     return doc, out
 
 
-def test_the_registry_holds_the_eight_suites_each_with_every_profile():
+def test_the_registry_holds_the_nine_suites_each_with_every_profile():
     assert list(SUITES) == [
-        "matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer", "inference"
+        "matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer", "inference",
+        "transformer",
     ]  # fmt: skip
     assert tuple(harness.PROFILES) == bench.PROFILE_NAMES
     for name in SUITES:

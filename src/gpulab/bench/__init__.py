@@ -25,7 +25,17 @@ from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, GpulabError, choices
 from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
 
-SUITE_NAMES = ("matmul", "precision", "memory", "accumulate", "compile", "parallel", "transfer", "inference")
+SUITE_NAMES = (
+    "matmul",
+    "precision",
+    "memory",
+    "accumulate",
+    "compile",
+    "parallel",
+    "transfer",
+    "inference",
+    "transformer",
+)
 PROFILE_NAMES = ("full", "quick", "smoke")
 
 

@@ -17,7 +17,7 @@ def bench(
     suites: list[str] = typer.Argument(
         None,
         help="Suites to run, in order (default: all): matmul precision memory accumulate compile parallel "
-        "transfer inference. Or `compare A.json B.json` to compare two runs.",
+        "transfer inference transformer. Or `compare A.json B.json` to compare two runs.",
     ),
     quick: bool = typer.Option(
         False,
@@ -52,7 +52,8 @@ def bench(
 ) -> None:
     """Benchmark this machine, one suite after another.
 
-    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer, inference runtimes.
+    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer, inference runtimes,
+    transformer (GPT-2-small step: tokens/s and MFU per variant).
 
     Writes OUT/results.json (every figure with its repeats and spread, and the environment), a PNG per
     suite and OUT/report.html (self-contained). `gpulab bench compare A.json B.json` exits 1 when B has

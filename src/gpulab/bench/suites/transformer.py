@@ -1,0 +1,331 @@
+"""transformer: a GPT-2-small training step (the chargpt model at GPT-2-small size) as tokens/s, step time
+and MFU, eager against torch.compile, the whole step as one CUDA graph and Float8.
+
+On a GPU the model is GPT-2-small (12 layers, 12 heads, 768 wide, 1024 context, vocabulary 50304) in
+bf16-mixed; on a CPU, where one such step takes tens of seconds, a tiny one in fp32. The batches are random
+token ids: the step's speed does not depend on the text. FLOPs are counted once (``measure.flops``, fake
+tensors) and MFU is taken against the peak of the precision's peak dtype (``precisions.py``): the datasheet
+figure where the part is known, and the matmul measured here (``hardware.peaks``, cached).
+
+The first step of a compiled variant pays for compilation: timed on its own as the compile time and kept
+out of the step time, as the Trainer's clock does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+
+from gpulab import precisions
+from gpulab.bench.harness import (
+    BenchContext,
+    MemoryReading,
+    Timing,
+    memory_kind,
+    missing_memory_note,
+    peak_memory,
+)
+from gpulab.bench.plots import Panel, Plot, series_from_rows
+from gpulab.bench.results import Figure, Row, SuiteResult
+from gpulab.bench.suites import Stepper, Workload, single_runtime
+from gpulab.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.runtime.compile import compile_model
+from gpulab.runtime.memory import synchronize
+from gpulab.runtime.recompiles import frames_compiled
+from gpulab.train.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    vocab: int
+    batch: int
+
+
+SHAPES = {
+    "gpt2-small": Shape(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab=50304, batch=32),
+    "tiny": Shape(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab=512, batch=8),
+    "micro": Shape(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab=128, batch=4),
+}
+VARIANTS = ("eager", "compile", "compile+opt", "cuda-graph", "float8")
+PROFILES = {
+    "full": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 5, "repeats": 10, "backend": "inductor"},
+    "quick": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 3, "repeats": 5, "backend": "inductor"},
+    # aot_eager: no code generation, so the test of the compiled path takes seconds, not a minute.
+    "smoke": {"gpu": "micro", "cpu": "micro", "warmup": 1, "repeats": 2, "backend": "aot_eager"},
+}
+BATCHES = 4  # distinct batches the steps take in turn
+# A CPU reading sets glibc's mmap threshold for the rest of the process (harness.peak_memory): every later
+# large tensor is then mapped and unmapped, which slowed the next variant's steps here (eager tiny: 37 ms
+# before a reading, 42-49 ms after). The variants are timed one after another, so no reading on a CPU.
+CPU_NO_MEMORY = MemoryReading(
+    None, "not read on a CPU, where the reading would slow the variants timed after it (glibc's thresholds)"
+)
+
+
+def run(ctx: BenchContext) -> SuiteResult:
+    cfg = ctx.pick(PROFILES)
+    shape_name = cfg["gpu"] if ctx.on_gpu else cfg["cpu"]
+    shape = SHAPES[shape_name]
+    precision = "bf16-mixed" if ctx.on_gpu else "fp32"
+    result = SuiteResult(
+        title="Transformer training step",
+        description=f"The chargpt model at {shape_name} size ({shape.n_layer} layers, {shape.n_head} heads, "
+        f"{shape.n_embd} wide, context {shape.block_size}, vocabulary {shape.vocab}), batch {shape.batch}, "
+        f"{precision}, fused AdamW: tokens/s, step time and MFU per variant (compile+opt: the optimizer step "
+        "compiled too); compile time shown apart.",
+    )
+    flops, peaks = _flops_and_peaks(ctx, shape, precision)
+    for variant in VARIANTS:
+        reason = skip_reason(variant, ctx.device)
+        if reason:
+            result.notes.append(f"{variant} skipped: {reason}.")
+            continue
+        row = _one(ctx, shape_name, shape, variant, precision, cfg, flops, peaks, result.notes)
+        result.rows.append(row)
+    peaks = _within_measured_peak(peaks, flops, result.rows, result.notes)
+    eager = result.rows[0].figures["step_time"]
+    for row in result.rows[1:]:
+        row.figures["speedup_vs_eager"] = Figure.ratio(eager, row.figures["step_time"])
+    result.notes += _notes(ctx, shape_name, precision, flops, peaks, result.rows, cfg["backend"])
+    result.plots.append(_plot(result.rows))
+    torch._dynamo.reset()
+    return result
+
+
+def skip_reason(variant: str, device: torch.device) -> str | None:
+    """Why ``variant`` cannot run on ``device`` (one line), or None when it can."""
+    if variant == "cuda-graph":
+        if device.type != "cuda":
+            return "CUDA graphs need a CUDA GPU"
+        return "the Trainer has no whole-step CUDA graph mode yet (issue 24, item 1)"
+    if variant == "float8":
+        if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+            return "Float8 training needs an H100-class GPU (compute capability 9.0 or higher)"
+        if importlib.util.find_spec("torchao") is None:
+            return "Float8 training needs torchao (pip install torchao)"
+    return None
+
+
+def workload(shape: Shape, seed: int = 0) -> Workload:
+    """The chargpt model at ``shape`` (dropout off), AdamW, and ``BATCHES`` batches of random token ids."""
+    options = CharGptOptions(
+        n_layer=shape.n_layer,
+        n_head=shape.n_head,
+        n_embd=shape.n_embd,
+        block_size=shape.block_size,
+        dropout=0.0,
+    )
+    with torch.random.fork_rng(devices=[]):  # the same weights and batches for every variant
+        torch.manual_seed(seed)
+        model = CharGPT(shape.vocab, options)
+        ids = torch.randint(0, shape.vocab, (BATCHES * shape.batch, shape.block_size + 1))
+    return Workload(
+        name="transformer",
+        model=model,
+        loss_fn=next_char_loss,
+        # GPT-2's settings; the Runtime puts AdamW on its fused kernel.
+        optimizer=lambda params: torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1),
+        inputs=ids[:, :-1],
+        targets=ids[:, 1:],
+        batch_size=shape.batch,
+    )
+
+
+def _flops_and_peaks(ctx: BenchContext, shape: Shape, precision: str) -> tuple[int, Peaks]:
+    """FLOPs of one step (forward + backward, traced with fake tensors) and the device's peaks."""
+    with torch.device("meta"):  # shapes are all the count needs: no weights initialised, no memory
+        work = workload(shape)
+    batch = (work.inputs[: shape.batch], work.targets[: shape.batch])
+    with single_runtime(ctx.device, precision) as rt:
+        count = training_step_flops(work.model, work.loss_fn, batch, autocast=rt.autocast)
+    return count.total, device_peaks(ctx.device, precision)
+
+
+def _one(
+    ctx: BenchContext,
+    shape_name: str,
+    shape: Shape,
+    variant: str,
+    precision: str,
+    cfg: dict,
+    flops: int,
+    peaks: Peaks,
+    notes: list[str],
+) -> Row:
+    torch._dynamo.reset()  # each variant compiles from scratch
+    work = workload(shape)
+    if variant == "float8":
+        _to_float8(work.model)
+    compiled = variant != "eager"
+    forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
+    # achieved TFLOP/s = MFU x the peak in the notes: a column of its own would not fit the table
+    info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
+    info["tflop_per_step"] = flops / 1e12
+    with single_runtime(ctx.device, precision) as rt:
+        stepper = Stepper(work, rt, forward=forward)
+        if variant == "compile+opt":
+            restore = compile_optimizer_step(stepper.optimizer, cfg["backend"])
+        first = _first_step(stepper, ctx.device)
+        if variant == "compile+opt" and isinstance(first, BaseException):
+            restore()  # the optimizer step runs eager; the model stays compiled
+            reason = f"{type(first).__name__}: {str(first).splitlines()[0] if str(first) else ''}"
+            notes.append(f"compile+opt: the optimizer step did not compile ({reason}); it ran eager.")
+            info["optimizer_compiled"] = False
+            first = _first_step(stepper, ctx.device)
+        elif variant == "compile+opt":
+            info["optimizer_compiled"] = True
+        if isinstance(first, BaseException):
+            raise first
+        frames = frames_compiled()
+        timing = ctx.measure(stepper.step, warmup=cfg["warmup"], repeats=cfg["repeats"])
+        info["recompiles_after_first_step"] = frames_compiled() - frames if compiled else 0
+        memory = peak_memory(stepper.step, device=ctx.device, repeats=2) if ctx.on_gpu else CPU_NO_MEMORY
+    if getattr(stepper.forward, "fell_back", False):
+        notes.append(f"{variant}: compilation failed, the model ran eager (see the warning above).")
+    info["compiled"] = compiled and not getattr(stepper.forward, "fell_back", False)
+    tokens = shape.batch * shape.block_size
+    figures = {
+        "step_time": timing.seconds("ms"),
+        "tokens_per_s": timing.rate(tokens, "tokens/s"),
+    }
+    mfu_figures(figures, timing, flops, peaks)
+    if compiled:
+        figures["compile_time"] = Figure.single(first, "s", "lower")
+    if memory.figure is not None:
+        figures["peak_memory"] = memory.figure
+    else:
+        info["no_peak_memory"] = memory.kind
+    return Row({"model": shape_name, "variant": variant}, figures, info)
+
+
+def _within_measured_peak(peaks: Peaks, flops: int, rows: list[Row], notes: list[str]) -> Peaks:
+    """The peaks, the measured one re-measured where a row's fastest step beat it (a cached matmul timed on
+    a busier machine), each row's ``mfu_measured`` rescaled to it: never over 100 %."""
+    fastest = max((flops * 1e3 / r.figures["step_time"].low for r in rows), default=0.0)
+    fresh, note = peaks.within_peak(fastest)
+    if note is None:
+        return peaks
+    notes.append(f"Measured peak: {note}.")
+    scale = peaks.measured / fresh.measured if fresh.measured else None
+    for row in rows:
+        old = row.figures.get("mfu_measured")
+        if old is None:
+            continue
+        if scale is None:  # the peak could not be re-measured: no MFU against it
+            del row.figures["mfu_measured"]
+            continue
+        new = replace(old, value=old.value * scale, low=old.low * scale, high=old.high * scale)
+        row.figures["mfu_measured"] = new
+    return fresh
+
+
+def mfu_figures(figures: dict, timing: Timing, flops: int, peaks: Peaks) -> None:
+    """``mfu`` (datasheet peak) and ``mfu_measured`` (the matmul measured here) in %, where a peak is
+    known: one value per repeat, as every rate."""
+    for name, peak in (("mfu", peaks.datasheet), ("mfu_measured", peaks.measured)):
+        if peak:
+            figures[name] = timing.rate(flops * 100 / peak, "%")
+
+
+def compile_optimizer_step(optimizer: torch.optim.Optimizer, backend: str) -> Callable[[], None]:
+    """``optimizer.step`` replaced by its torch.compile'd self (compiled at its first call); returns the
+    function that puts the eager one back."""
+    eager = optimizer.step
+    compiled = torch.compile(eager, backend=backend)
+    optimizer.step = compiled  # type: ignore[method-assign]
+
+    def restore() -> None:
+        optimizer.step = eager  # type: ignore[method-assign]
+
+    return restore
+
+
+def _first_step(stepper: Stepper, device: torch.device) -> float | BaseException:
+    """Seconds of the first step (compilation included), or the error it raised."""
+    synchronize(device)
+    start = time.perf_counter()
+    try:
+        stepper.step()
+        synchronize(device)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # a compile failure: the caller decides
+        return exc
+    return time.perf_counter() - start
+
+
+def _to_float8(model: torch.nn.Module) -> None:
+    """The Linear layers of the blocks as torchao's Float8Linear (dynamic scaling); the output head, tied to
+    the embedding, stays bf16. torchao's kernels need both dimensions divisible by 16."""
+    from torchao.float8 import convert_to_float8_training
+
+    def eligible(module: torch.nn.Module, name: str) -> bool:
+        return (
+            isinstance(module, torch.nn.Linear)
+            and name.startswith("blocks.")
+            and module.in_features % 16 == 0
+            and module.out_features % 16 == 0
+        )
+
+    convert_to_float8_training(model, module_filter_fn=eligible)
+
+
+def _notes(
+    ctx: BenchContext,
+    shape_name: str,
+    precision: str,
+    flops: int,
+    peaks: Peaks,
+    rows: list[Row],
+    backend: str,
+) -> list[str]:
+    dtype = precisions.get(precision).peak_dtype
+    notes = []
+    if not ctx.on_gpu:
+        notes.append(
+            f"On a CPU the model is {shape_name}, not GPT-2-small (one GPT-2-small step takes tens of "
+            "seconds here): run on a GPU for the GPT-2-small figures."
+        )
+    sheet = f"{peaks.datasheet / 1e12:.4g} TFLOP/s (mfu)" if peaks.datasheet else "none for this part"
+    measured = f"{peaks.measured / 1e12:.4g} TFLOP/s (mfu measured)" if peaks.measured else "not measured"
+    notes.append(
+        f"MFU: the step's forward and backward FLOPs (matmuls and attention, counted once: {flops / 1e9:.4g} "
+        f"GFLOP) per second, over the {dtype} peak of {peaks.device_name}: datasheet {sheet}; measured "
+        f"matmul {measured}."
+    )
+    if any(r.key["variant"] == "float8" for r in rows):
+        notes.append(
+            "float8's MFU is against the same bf16 peak, so it compares directly with the other rows."
+        )
+    if backend != "inductor":
+        notes.append(f"Backend {backend} (no code generation) keeps this profile fast.")
+    recompiled = [r.key["variant"] for r in rows if r.info.get("recompiles_after_first_step")]
+    if recompiled:
+        notes.append(
+            f"Recompiled after the first step: {', '.join(recompiled)} (see recompiles in results.json)."
+        )
+    if any("peak_memory" in r.figures for r in rows):
+        notes.append(f"Peak memory: {memory_kind(ctx.device)}.")
+    notes += missing_memory_note(rows, lambda r: r.key["variant"])
+    return notes
+
+
+def _plot(rows: list[Row]) -> Plot:
+    model = rows[0].key["model"]
+    mfu = "mfu" if any("mfu" in r.figures for r in rows) else "mfu_measured"
+    panels = [
+        Panel("Tokens per second", "variant", "tokens/s", kind="bar"),
+        Panel(f"MFU (of the {'datasheet' if mfu == 'mfu' else 'measured'} peak)", "variant", "%", kind="bar"),
+        Panel("Compile time (first step)", "variant", "s", kind="bar"),
+    ]
+    for panel, figure in zip(panels, ("tokens_per_s", mfu, "compile_time"), strict=True):
+        panel.series.append(series_from_rows(rows, model, "variant", figure))
+    return Plot("transformer.png", f"Transformer training step ({model})", panels)
