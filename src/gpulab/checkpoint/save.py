@@ -122,9 +122,15 @@ def _torch_version() -> dict[str, str]:
     return {"torch": torch.__version__}
 
 
-def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
+def save_file(tensors: dict[str, torch.Tensor], filename: str, metadata: dict[str, str]) -> None:
+    """safetensors' torch writer, imported when a torch state is saved (a module-level name, so a test can
+    fake a full disk here)."""
+    from safetensors.torch import save_file as write
 
+    write(tensors, filename, metadata=metadata)
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     try:
         save_file(tensors, str(path), metadata={"format": "pt"})
     except Exception as exc:  # safetensors raises its own types for unsupported tensors
