@@ -47,7 +47,8 @@ def _padded_inputs(path: Path, batch: int, length: int) -> dict[str, np.ndarray]
 
 @pytest.mark.parametrize("fmt", ["onnx", "exported"])
 def test_bert_exports_with_named_inputs_dynamic_batch_and_length_and_parity(bert_run, fmt, tmp_path, capsys):
-    assert main(["export", str(bert_run), "--format", fmt]) == 0
+    recipe = "examples.hf_bert_classifier:build"  # the user repeats the recipe the run names (trust rule)
+    assert main(["export", str(bert_run), "--format", fmt, "--recipe", recipe]) == 0
     artifact = bert_run / "export" / f"examples.hf_bert_classifier-build{SUFFIX[fmt]}"  # no ':' in the name
     assert "inputs input_ids, attention_mask" in capsys.readouterr().out
     report = json.loads(artifact.with_name(artifact.name + ".parity.json").read_text())

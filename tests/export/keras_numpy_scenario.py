@@ -75,10 +75,10 @@ def main_() -> None:
         inspect = ["inspect", "keras_numpy_recipe:build", "--engine", "tensorflow", "--batch-size", "8"]
         result[val]["inspect"] = cli(*inspect, *option)
         for fmt in ("savedmodel", "tflite") if val == "numpy" else ("savedmodel",):
-            code = cli("export", str(run), "--format", fmt)
+            code = cli("export", str(run), "--format", fmt, "--recipe", "keras_numpy_recipe:build")
             artifact = run / "export" / f"keras_numpy_recipe-build.{fmt}"
             parity = json.loads(artifact.with_name(artifact.name + ".parity.json").read_text())
-            infer = cli("infer", str(artifact), "--recipe-data")
+            infer = cli("infer", str(artifact), "--recipe-data", "--recipe", "keras_numpy_recipe:build")
             with np.load(artifact.with_name(artifact.name + ".predictions.npz")) as npz:
                 rows = len(npz["output"])
             result[val][fmt] = {"export": code, "parity": parity, "infer": infer, "rows": rows}

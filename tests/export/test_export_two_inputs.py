@@ -47,7 +47,7 @@ def test_a_two_input_model_with_a_dict_output_exports_and_infers(tmp_path, monke
     run = tmp_path / "run"
     args = ["--max-steps", "4", "--device", "cpu", "--set", "progress=false", "--set", "mfu=false"]
     assert main(["train", "two_input_recipe:build", "--out", str(run), *args]) == 0
-    assert main(["export", str(run), "--format", "exported"]) == 0
+    assert main(["export", str(run), "--format", "exported", "--recipe", "two_input_recipe:build"]) == 0
     artifact = run / "export" / "two_input_recipe-build.pt2"
     info = json.loads(artifact.with_name(artifact.name + ".export.json").read_text())
     assert [i["name"] for i in info["inputs"]] == ["input0", "input1"] and info["call"] == "positional"

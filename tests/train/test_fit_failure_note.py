@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from gpulab.errors import ValidationFailed
 from gpulab.train.failure import describe_batch
 from gpulab.train.trainer import Trainer
 
@@ -57,9 +58,11 @@ def test_a_loader_that_raises_is_named_as_the_batch_being_made():
 
 
 def test_a_validation_that_raises_is_named_after_its_step():
-    with pytest.raises(RuntimeError, match="validation path") as err:
+    with pytest.raises(ValidationFailed, match="validation failed at step 8") as err:
         _fit(FailsInEval(4, 1), Samples())
-    (note,) = err.value.__notes__
+    cause = err.value.__cause__  # the user's own error, whose traceback the CLI prints, carries the note
+    assert isinstance(cause, RuntimeError) and "validation path" in str(cause)
+    (note,) = cause.__notes__
     assert note.startswith(
         "gpulab: the fit failed in validation after step 8 (validation batch 1: (8, 4) float32"
     )

@@ -535,7 +535,10 @@ class Trainer:
     def _note_failure(self, error: BaseException) -> None:
         """Under a bug's traceback (a user's forward raising, a batch of another shape, memory running
         out), one line naming the step, the batch and the checkpoint to resume from. A GpulabError is
-        already one line that says what to do; an interrupt is not a failure."""
+        already one line that says what to do; an interrupt is not a failure. A failed validation is
+        noted on the user's own error under it (the traceback the CLI prints): its batch and shapes."""
+        if isinstance(error, ValidationFailed) and isinstance(error.__cause__, Exception):
+            error = error.__cause__
         if not isinstance(error, Exception) or isinstance(error, GpulabError):
             return
         try:
