@@ -14,6 +14,7 @@ import torch
 
 from gpulab.cli import main
 from gpulab.export.rebuild import rebuild
+from gpulab.train.recipes.trust import RecipeTrust
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -67,7 +68,7 @@ def test_bert_exports_with_named_inputs_dynamic_batch_and_length_and_parity(bert
     arrays = _padded_inputs(tmp_path / "x.npz", batch=5, length=13)  # neither the example's batch nor length
     out = tmp_path / "pred.npz"
     assert main(["infer", str(artifact), "--input", str(tmp_path / "x.npz"), "--out", str(out)]) == 0
-    model = rebuild(bert_run).model
+    model = rebuild(bert_run, RecipeTrust("examples.hf_bert_classifier:build")).model
     with torch.no_grad():
         eager = model(**{k: torch.from_numpy(v) for k, v in arrays.items()}).logits
     got = np.load(out)["output"]
