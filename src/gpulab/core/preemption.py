@@ -117,6 +117,15 @@ def _say(line: str) -> None:
     os.write(2, (line + "\n").encode())
 
 
+def preemption_report(signum: int, step: int, checkpoint: Any | None) -> dict[str, Any]:
+    """What a preempted fit reports (a trainer's ``extras["preempted"]``, read by ``preempted_error``)."""
+    return {
+        "signal": signal.Signals(signum).name,
+        "step": step,
+        "checkpoint": str(checkpoint) if checkpoint is not None else None,
+    }
+
+
 def preempted_error(report: dict[str, Any], rank_zero: bool) -> Preempted:
     """The line a preempted run ends with (from the trainer's ``extras["preempted"]``); silent off rank 0."""
     signum = int(signal.Signals[report["signal"]])

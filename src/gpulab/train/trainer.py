@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +28,7 @@ from gpulab.checkpoint.io import one_line
 from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.context import FitContext
+from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
@@ -664,11 +664,7 @@ class Trainer:
     def _preempted(self) -> dict[str, Any]:
         ckpt = self.checkpointer
         saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
-        return {
-            "signal": signal.Signals(self.state.stop_signal).name,
-            "step": self.state.global_step,
-            "checkpoint": str(saved) if saved is not None else None,
-        }
+        return preemption_report(self.state.stop_signal, self.state.global_step, saved)
 
     def _diagnose(self, result: FitResult) -> Diagnosis:
         """What bounds this run, from its totals and the callbacks' reports."""

@@ -18,7 +18,6 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 from __future__ import annotations
 
 import math
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.context import FitContext
 from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
@@ -568,11 +568,7 @@ class TfTrainer:
     def _preempted(self) -> dict[str, Any]:
         ckpt = self.checkpointer
         saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
-        return {
-            "signal": signal.Signals(self.state.stop_signal).name,
-            "step": self.state.global_step,
-            "checkpoint": str(saved) if saved is not None else None,
-        }
+        return preemption_report(self.state.stop_signal, self.state.global_step, saved)
 
     def _diagnose(self, result: FitResult) -> Any:
         """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
