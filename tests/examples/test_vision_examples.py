@@ -140,6 +140,17 @@ def test_a_vision_example_trains_resumes_exactly_and_exports(case, tmp_path):
 
     artifact = tmp_path / artifact_name
     fmt = {".onnx": "onnx", ".pt2": "exported"}[artifact.suffix]
-    finished(gpulab("export", str(tmp_path / "straight"), "--format", fmt, "--out", str(artifact)))
+    # The user repeats the recipe the run names: a file never decides which code is imported (trust rule).
+    export = (
+        "export",
+        str(tmp_path / "straight"),
+        "--format",
+        fmt,
+        "--out",
+        str(artifact),
+        "--recipe",
+        recipe,
+    )
+    finished(gpulab(*export))
     parity = json.loads(Path(f"{artifact}.parity.json").read_text())
     assert parity["passed"] and parity["top1_agreement"] == 1.0, parity
