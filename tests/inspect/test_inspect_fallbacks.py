@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from gpulab.cli import main
-from gpulab.profiling.inspect_model import inspect_model
+from gpulab.engines.torch.inspect_model import inspect_model
 
 
 class DataDependent(nn.Module):

@@ -46,7 +46,7 @@ def inspect(
     training step fits the device. A layer that fails on its input stops the table there and is named
     with the input it got and what it expected.
     """
-    from gpulab.profiling.inspect_run import InspectFailed, inspect_recipe
+    from gpulab.engines.torch.inspect import InspectFailed, inspect_recipe
 
     flags = {"recipe": recipe, "device": device, "precision": precision, "batch_size": batch_size}
     user = layer_settings(config, flags, set_)

@@ -5,11 +5,11 @@ names what bounds a run; ``training_step_flops`` counts a step's FLOPs; ``NvmlSa
 in a background thread; ``PhaseTimer`` and ``DataWaitMeter`` are the timers.
 """
 
+from gpulab.engines.torch.profile import ProfileOptions, ProfileResult, profile_loop, profile_recipe
 from gpulab.measure.diagnosis import Diagnosis, diagnose, diagnose_run
 from gpulab.measure.flops import FlopCount, Peaks, count_flops, device_peaks, training_step_flops
 from gpulab.measure.sampler import NvmlSampler, SamplerSummary
 from gpulab.measure.timers import DataWaitMeter, PhaseTimer, phase_timer
-from gpulab.profiling.profiler import ProfileOptions, ProfileResult, profile_loop, profile_recipe
 
 __all__ = [
     "DataWaitMeter",

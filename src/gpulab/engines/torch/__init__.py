@@ -1,8 +1,8 @@
 """The torch engine: ``Runtime`` (runtime/), the ``Trainer`` (train/) and each verb's torch side.
 
-Nothing here imports torch at module level: a method imports what it runs. The verbs' torch parts still
-live in the verbs (profiling/profiler.py, profiling/inspect_run.py, export/api.py, bench/, tune/), reached
-from here when called (docs/ARCHITECTURE.md lists these known upward calls).
+Nothing here imports torch at module level: a method imports what it runs. Its profile and inspect live
+here; its export, bench suites and tune hooks still live in the verbs (export/api.py, bench/, tune/),
+reached from here when called (docs/ARCHITECTURE.md lists these known upward calls).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ class TorchEngine:
         return environment()
 
     def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
-        from gpulab.profiling.profiler import profile_recipe
+        from gpulab.engines.torch.profile import profile_recipe
 
         return profile_recipe(user, out_dir, options)
 
     def inspect(self, user: dict[str, Any]) -> Any:
-        from gpulab.profiling.inspect_run import inspect_torch
+        from gpulab.engines.torch.inspect import inspect_torch
 
         return inspect_torch(user)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from gpulab.engines.torch.inspect_model import Inspection, _first_line, inspect_model
 from gpulab.errors import ConfigError, GpulabError
-from gpulab.profiling.inspect_model import Inspection, _first_line, inspect_model
 
 
 class InspectFailed(GpulabError):
