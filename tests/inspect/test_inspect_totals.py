@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.engines.torch.inspect import inspect_recipe
 from gpulab.measure.flops import training_step_flops
+from gpulab.profiling.inspect import inspect_recipe
 from gpulab.runtime.memory_estimate import estimate_memory, example_batch
 from gpulab.runtime.precision import resolve_precision
 from gpulab.train.run import resolve_config

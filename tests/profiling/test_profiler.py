@@ -15,7 +15,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from gpulab.cli import main
-from gpulab.engines.torch.profile import ProfileOptions, profile_loop
+from gpulab.engines.torch.profile import profile_loop
+from gpulab.measure.profile_report import ProfileOptions
 from gpulab.runtime import Runtime
 
 QUICK = ProfileOptions(warmup=1, steps=6, active=2, measure_peak=False)
@@ -163,7 +164,7 @@ def test_profile_runs_the_step_train_would_run_channels_last_checkpointing_and_f
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     import spy_recipe
 
-    from gpulab.engines.torch.profile import ProfileOptions, profile_recipe
+    from gpulab.engines.torch.profile import profile_recipe
 
     seen = spy_recipe.SEEN
     user = {"recipe": "spy_recipe:build", "channels_last": True, "activation_checkpointing": "Block",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.engines.torch.profile import ProfileOptions
 from gpulab.errors import ConfigError
+from gpulab.measure.profile_report import ProfileOptions
 
 needs_tf = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"

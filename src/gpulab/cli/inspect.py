@@ -46,7 +46,8 @@ def inspect(
     training step fits the device. A layer that fails on its input stops the table there and is named
     with the input it got and what it expected.
     """
-    from gpulab.engines.torch.inspect import InspectFailed, inspect_recipe
+    from gpulab.measure.inspection import InspectFailed
+    from gpulab.profiling.inspect import inspect_recipe
 
     flags = {"recipe": recipe, "device": device, "precision": precision, "batch_size": batch_size}
     user = layer_settings(config, flags, set_)

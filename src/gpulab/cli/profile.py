@@ -59,7 +59,7 @@ def profile(
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
     from gpulab import engines
-    from gpulab.engines.torch.profile import ProfileOptions
+    from gpulab.measure.profile_report import ProfileOptions
 
     flags = {
         "recipe": recipe,

@@ -22,8 +22,8 @@ from typing import Any
 
 from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.importing import require_tensorflow
-from gpulab.engines.torch.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
 from gpulab.errors import ConfigError
+from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line
 
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64"}
 SHORT |= {"int32": "i32", "bool": "bool", "uint8": "u8"}
@@ -34,7 +34,7 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     """The ``InspectReport`` of the TensorFlow run ``user`` describes."""
     from gpulab.engines.tensorflow.precision import resolve_precision
     from gpulab.engines.tensorflow.run import resolve_tf_config
-    from gpulab.engines.torch.inspect import InspectReport
+    from gpulab.measure.inspection import InspectReport
 
     user["engine"] = "tensorflow"
     config, recipe = resolve_tf_config(user)
@@ -184,7 +184,7 @@ def _keras_first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
         return f"{type(exc).__name__}: {lines[1][:200]}"
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _is_input_model_child(layer: Any) -> bool:

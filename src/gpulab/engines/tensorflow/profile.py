@@ -45,7 +45,7 @@ NOT_AVAILABLE = {
 
 def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     """Profile the TensorFlow run ``user`` describes; write ``out_dir/profile.json`` and the trace."""
-    from gpulab.engines.torch.profile import ProfileResult, _write_json
+    from gpulab.measure.profile_report import ProfileResult, write_json
 
     if options.memory_snapshot:
         raise ConfigError(
@@ -70,7 +70,7 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
         report = _profile(tf, trainer, out, options)
     report = {"recipe": config.recipe, **report, **recipe.info}
     result = ProfileResult(report, out)
-    _write_json(out / PROFILE_FILE, report)
+    write_json(out / PROFILE_FILE, report)
     result.files["profile"] = str(out / PROFILE_FILE)
     traces = sorted((out / TRACE_DIR).glob("plugins/profile/*/*.xplane.pb"))
     if traces:

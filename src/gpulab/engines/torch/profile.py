@@ -22,13 +22,11 @@ against the datasheet and measured peaks, and the bound from ``diagnosis.diagnos
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import diagnose
 from gpulab.measure.flops import device_peaks, training_step_flops
+from gpulab.measure.profile_report import PROFILE_FILE, ProfileOptions, ProfileResult, write_json
 from gpulab.measure.sampler import NvmlSampler
 from gpulab.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
@@ -50,35 +49,7 @@ from gpulab.runtime.step_call import LossCall, check_batch, step_loss
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
-PROFILE_FILE = "profile.json"
 SNAPSHOT_FILE = "memory_snapshot.pickle"
-
-
-@dataclass
-class ProfileOptions:
-    warmup: int = 3  # untimed steps first
-    steps: int = 10  # timed steps (the breakdown)
-    active: int = 3  # steps recorded by torch.profiler (after one profiler warm-up step)
-    measure_peak: bool = True  # measure this device's matmul peak for MFU (cached)
-    memory_snapshot: bool = False  # CUDA: record allocations during the profiled steps
-    record_shapes: bool = False
-    with_stack: bool = False
-    nvml_interval_s: float = 0.05
-
-
-@dataclass
-class ProfileResult:
-    report: dict[str, Any]
-    out_dir: Path
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def breakdown(self) -> dict[str, float]:
-        return self.report["breakdown_s"]
-
-    @property
-    def diagnosis(self) -> dict[str, Any]:
-        return self.report["diagnosis"]
 
 
 def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOptions | None = None):
@@ -180,7 +151,7 @@ def profile_loop(
     report = _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, compile, extra)
     if rt.is_rank_zero:
         files["profile"] = str(out / PROFILE_FILE)
-        _write_json(out / PROFILE_FILE, {**report, "files": files})
+        write_json(out / PROFILE_FILE, {**report, "files": files})
     return ProfileResult(report, out, files)
 
 
@@ -346,9 +317,3 @@ def _cycle(source) -> Iterator[Any]:
         if empty:
             raise DataError("the training data gives no batch (empty, or smaller than the batch size)")
         epoch += 1
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    tmp.replace(path)
