@@ -26,15 +26,13 @@ LAYERS = [
 # Upward imports that stay for now, each inside a function: (importing component, imported component).
 KNOWN_UPWARD = {
     # The engine objects reach each verb's part for their engine, which still lives in the verb: torch's
-    # export, bench suites and tune hooks, TensorFlow's bench worker, export and tune
-    # hooks (they stand on the verb's machinery: bench's harness, export's parity, tune's space). Next:
-    # move those parts into engines/<name>/ with the machinery they need below the engines.
+    # export and bench suites, TensorFlow's bench worker and export (they stand on the verb's machinery:
+    # bench's harness, export's parity). Next: move those parts into engines/<name>/ with the machinery
+    # they need below the engines.
     ("engines.torch", "export"),
     ("engines.torch", "bench"),
-    ("engines.torch", "tune"),
     ("engines.tensorflow", "export"),
     ("engines.tensorflow", "bench"),
-    ("engines.tensorflow", "tune"),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpulab.tune.space import channels_last_group
+from gpulab.engines.torch.tune_space import channels_last_group
 
 CONV = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU())
 

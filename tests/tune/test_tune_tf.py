@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from gpulab.engines.tensorflow import tune_space as tf_space
 from gpulab.engines.tensorflow.data import caches
-from gpulab.tune import tf_space
 
 SCENARIO = Path(__file__).with_name("tf_tune_scenario.py")
 needs_tf = pytest.mark.skipif(

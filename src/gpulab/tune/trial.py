@@ -27,6 +27,7 @@ from gpulab.bench.results import Figure
 from gpulab.config import merge
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.engines.tensorflow.tune import engine_for
 from gpulab.errors import GpulabError
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
@@ -34,7 +35,6 @@ from gpulab.runtime.compile import apply_activation_checkpointing
 from gpulab.runtime.memory import memory_limit_bytes
 from gpulab.runtime.memory_estimate import _num_rows
 from gpulab.train.run import resolve_config
-from gpulab.tune.engines import engine_for
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
 # tracker (a trial is no run of the user's: it would be one MLflow / W&B run per trial).

@@ -82,7 +82,7 @@ class TensorFlowEngine:
         run_tensorflow_side(names, ctx, config, doc, out, log)
 
     def tuner(self) -> Any:
-        from gpulab.tune.engines import TensorFlowTuner
+        from gpulab.engines.tensorflow.tune import TensorFlowTuner
 
         return TensorFlowTuner()
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from gpulab.engines.tensorflow import tune_space as tf_space
+from gpulab.engines.torch import tune_space as space
+from gpulab.engines.torch.tune_space import Group
 from gpulab.hardware.devices import select_device
-from gpulab.tune import space, tf_space
-from gpulab.tune.space import Group
 
 Search = Any  # tune.search.Search, not imported even for its type: it imports this module
 

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches
-from gpulab.tune import space
-from gpulab.tune.space import Candidate, Group
+from gpulab.engines.torch import tune_space as space
+from gpulab.engines.torch.tune_space import Candidate, Group
 
 KNOBS = ("precision", "batch_size", "data_cache", "prefetch_factor", "compile")
 PREFETCH_DEPTHS = (1, 4)  # batches ahead, against the default tf.data.AUTOTUNE
