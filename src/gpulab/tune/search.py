@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulab.bench.results import Figure
-from gpulab.engines.tensorflow.tune import engine_for
-from gpulab.engines.torch.tune_space import Candidate, Group
 from gpulab.errors import ConfigError
-from gpulab.tune.trial import INTERVALS, Trial, largest_batch, run_trial
+from gpulab.measure.knobs import Candidate, Group
+from gpulab.tune.trial import INTERVALS, Trial, engine_for, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)

@@ -27,7 +27,6 @@ from gpulab.bench.results import Figure
 from gpulab.config import merge
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.engines.tensorflow.tune import engine_for
 from gpulab.errors import GpulabError
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
@@ -101,6 +100,11 @@ class _Watch(Callback):
             self.first_step_s = time.perf_counter() - self.started
         if time.monotonic() > self.deadline:
             state.should_stop, self.stopped = True, True
+
+
+def engine_for(user: dict[str, Any]) -> Any:
+    """The tune hooks of the user's engine (torch unless set): its ``tuner()``."""
+    return engines.of(user).tuner()
 
 
 def plan_steps(samples: int, batch_size: int) -> tuple[int, int]:

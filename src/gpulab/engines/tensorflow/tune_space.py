@@ -13,8 +13,7 @@ from typing import Any
 import torch
 
 from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches
-from gpulab.engines.torch import tune_space as space
-from gpulab.engines.torch.tune_space import Candidate, Group
+from gpulab.measure.knobs import Candidate, Group, batch_group, precision_group
 
 KNOBS = ("precision", "batch_size", "data_cache", "prefetch_factor", "compile")
 PREFETCH_DEPTHS = (1, 4)  # batches ahead, against the default tf.data.AUTOTUNE
@@ -40,9 +39,9 @@ def groups(config: Any, recipe: Any, device: torch.device, resolved_precision: s
     arrays = as_arrays(recipe.train_data)
     rows = len(arrays[0])
     return [
-        space.precision_group(device, resolved_precision),
+        precision_group(device, resolved_precision),
         *[Group(knob, reason=why) for knob, why in NOT_ON_TENSORFLOW.items()],
-        space.batch_group(int(config.batch_size), rows, rows),
+        batch_group(int(config.batch_size), rows, rows),
         cache_group(arrays, config.data_cache),
         prefetch_group(config.prefetch_factor),
         xla_group(),

@@ -84,7 +84,7 @@ class TorchEngine:
         run_torch_suites(names, ctx, config, doc, out, log)
 
     def tuner(self) -> Any:
-        from gpulab.engines.tensorflow.tune import TorchTuner
+        from gpulab.engines.torch.tune import TorchTuner
 
         return TorchTuner()
 

@@ -1,23 +1,20 @@
-"""Which values of each speed knob are worth a trial on this device for this recipe, and why the rest
-are not: a knob value that cannot be fast here is never run, it is listed with the reason.
+"""Which values of the torch engine's speed knobs are worth a trial on this device for this recipe, and
+why the rest are not: a knob value that cannot be fast here is never run, it is listed with the reason.
 
-A ``Group`` is one knob: its candidates (settings to lay over the best config so far) or, when there
-is nothing to try, the reason. The knobs are settings of ``TrainerSettings``, so a chosen value goes
-into tuned.yaml as is.
+The knobs are settings of ``TrainerSettings``, so a chosen value goes into tuned.yaml as is. Precision
+and batch size follow the same rules on every engine (``gpulab.measure.knobs``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
-from gpulab.precisions import PRECISIONS
+from gpulab.measure.knobs import Candidate, Group
 
 # The keys tune may change; everything else in the user's config is left as it is.
 KNOBS = (
@@ -31,51 +28,6 @@ KNOBS = (
     "compile",
     "compile_mode",
 )
-
-
-@dataclass
-class Candidate:
-    label: str  # what the table shows, e.g. "batch_size=256"
-    settings: dict[str, Any]
-
-
-@dataclass
-class Group:
-    """One knob: what to try, or why nothing is tried. ``skipped`` names values left out and why."""
-
-    knob: str
-    candidates: list[Candidate] = field(default_factory=list)
-    reason: str = ""  # when there are no candidates
-    skipped: dict[str, str] = field(default_factory=dict)
-
-
-def precision_group(device: torch.device, resolved: str) -> Group:
-    """fp32 and the mixed precisions this device computes natively (``native_dtypes``); tf32 on CUDA
-    from Ampere. ``resolved`` is what the default config ran in (``auto`` already resolved)."""
-    group = Group("precision")
-    native = native_dtypes(device)
-    for name, spec in PRECISIONS.items():  # the precision table's rows, in its order
-        if name == resolved:
-            continue
-        ok = native[spec.peak_dtype] if spec.mixed else (_has_tf32(device) if spec.tf32 else True)
-        if ok:
-            group.candidates.append(Candidate(f"precision={name}", {"precision": name}))
-        elif spec.tf32:
-            group.skipped[name] = "TF32 exists on CUDA GPUs from compute capability 8.0 only"
-        else:
-            group.skipped[name] = slow_dtype_note(spec.peak_dtype, device)
-    if not group.candidates:
-        group.reason = f"no precision other than {resolved} is fast on {device}"
-    return group
-
-
-def _has_tf32(device: torch.device) -> bool:
-    if device.type != "cuda":
-        return False
-    try:
-        return torch.cuda.get_device_capability(device) >= (8, 0)
-    except Exception:  # no driver: unknown, not tried
-        return False
 
 
 def compile_group(device: torch.device) -> Group:
@@ -92,18 +44,6 @@ def compile_group(device: torch.device) -> Group:
         )
     if device.type == "cpu":
         group.skipped["max-autotune, reduce-overhead"] = "GPU only (Triton autotuning, CUDA graphs)"
-    return group
-
-
-def batch_group(default: int, largest: int, cap: int | None) -> Group:
-    """The largest batch that fits and a few below it (halvings, and twice/four times the default)."""
-    group = Group("batch_size")
-    sizes = {largest, largest // 2, largest // 4, 2 * default, 4 * default}
-    picks = sorted(b for b in sizes if default < b <= largest)[-4:]  # ascending: a failure prunes the rest
-    group.candidates = [Candidate(f"batch_size={b}", {"batch_size": b}) for b in picks]
-    if not picks:
-        bound = "the data's size" if cap is not None and largest >= cap else "memory"
-        group.reason = f"the default batch {default} is already the largest that fits ({bound} binds)"
     return group
 
 
