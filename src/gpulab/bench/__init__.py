@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulab.bench.environment import environment
 from gpulab.bench.plots import matplotlib_missing, render
 from gpulab.bench.report import write_report
-from gpulab.bench.results import SuiteResult, environment, gpu_readings, new_document, write_results
+from gpulab.bench.results import SuiteResult, gpu_readings, new_document, write_results
 from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, GpulabError, choices
 from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
