@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from gpulab.bench.compare import compare_results, environment_differences, unmatched, verdict
-from gpulab.bench.results import SCHEMA_VERSION, Figure, validate
+from gpulab.measure.results import SCHEMA_VERSION, Figure, validate
 
 
 def fig(value, low, high, better="lower", unit="ms"):
@@ -75,6 +75,6 @@ def test_rows_and_suites_missing_from_b_are_listed_and_environment_changes_named
 
 
 def test_compare_reads_json_without_importing_torch():
-    code = "import sys, gpulab.bench.compare, gpulab.bench.results; print('torch' in sys.modules)"
+    code = "import sys, gpulab.bench.compare, gpulab.measure.results; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

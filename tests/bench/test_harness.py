@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from gpulab.bench import harness
-from gpulab.bench.harness import Timing, measure, peak_memory
-from gpulab.bench.results import Figure
 from gpulab.hardware.load import OtherCpuLoad
+from gpulab.measure import harness
+from gpulab.measure.harness import Timing, measure, peak_memory
+from gpulab.measure.results import Figure
 
 
 def test_spread_kind_follows_the_number_of_repeats():

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.bench.harness import CPU_RESOLUTION_MIB, cpu_peak_supported, missing_memory_note, peak_memory
-from gpulab.bench.results import Figure, Row
-from gpulab.bench.suites import memory
+from gpulab.engines.torch.bench import memory
+from gpulab.measure.harness import CPU_RESOLUTION_MIB, cpu_peak_supported, missing_memory_note, peak_memory
+from gpulab.measure.results import Figure, Row
 
 MIB = 1 << 20
 
@@ -76,8 +76,8 @@ def test_a_sweep_stopped_by_the_limit_marks_the_largest_that_fits():
 def test_the_precision_plot_draws_no_peak_memory_panel_without_a_figure(tmp_path):
     from PIL import Image
 
-    from gpulab.bench.plots import render
-    from gpulab.bench.suites import precision
+    from gpulab.engines.torch.bench import precision
+    from gpulab.measure.plots import render
 
     rows = [
         Row({"model": "digits", "precision": p},

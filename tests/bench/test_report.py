@@ -18,9 +18,9 @@ import pytest
 from PIL import Image
 
 from gpulab.bench import SUITES
-from gpulab.bench.plots import Panel, Plot, render, series_from_rows
 from gpulab.bench.report import write_report
-from gpulab.bench.results import Figure, Row, SuiteResult, new_document
+from gpulab.measure.plots import Panel, Plot, render, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult, new_document
 
 
 def _suite(name: str) -> SuiteResult:

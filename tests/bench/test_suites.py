@@ -10,11 +10,12 @@ import torch
 from PIL import Image
 
 import gpulab.bench as bench
-from gpulab.bench import SUITES, BenchConfig, harness, run_bench
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.results import RESULTS_FILE, SPREADS, SuiteResult, load_results, validate
-from gpulab.bench.suites import parallel
+from gpulab.bench import SUITES, BenchConfig, run_bench
+from gpulab.engines.torch.bench import parallel
 from gpulab.errors import ConfigError
+from gpulab.measure import harness
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.results import RESULTS_FILE, SPREADS, SuiteResult, load_results, validate
 
 FIGURE_FIELDS = {"value", "unit", "repeats", "low", "high", "spread", "better"}
 # parallel starts real processes: it has its own test below; transformer has its own file.
@@ -37,7 +38,7 @@ def test_the_registry_holds_the_nine_suites_each_with_every_profile():
     ]  # fmt: skip
     assert tuple(harness.PROFILES) == bench.PROFILE_NAMES
     for name in SUITES:
-        module = importlib.import_module(f"gpulab.bench.suites.{name}")
+        module = importlib.import_module(f"gpulab.engines.torch.bench.{name}")
         assert set(module.PROFILES) == set(bench.PROFILE_NAMES), name
 
 
@@ -217,8 +218,8 @@ def test_the_report_holds_every_suite_that_ran(smoke):
 
 
 def test_precision_says_why_mixed_precision_is_slower_on_a_small_model():
-    from gpulab.bench.results import Figure, Row
-    from gpulab.bench.suites.precision import _launch_bound_notes
+    from gpulab.engines.torch.bench.precision import _launch_bound_notes
+    from gpulab.measure.results import Figure, Row
 
     def row(model, precision, speedup):
         return Row(

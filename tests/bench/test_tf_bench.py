@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from gpulab.bench import BenchConfig, run_bench
-from gpulab.bench.results import RESULTS_FILE, load_results
-from gpulab.bench.tf import TF_SUITES
+from gpulab.engines.tensorflow.bench import TF_SUITES
+from gpulab.measure.results import RESULTS_FILE, load_results
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),

@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 
 from gpulab.bench import BenchConfig, run_bench
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.results import RESULTS_FILE, Figure, Row, load_results
-from gpulab.bench.suites import transformer
 from gpulab.cli import main
+from gpulab.engines.torch.bench import transformer
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.results import RESULTS_FILE, Figure, Row, load_results
 
 
 @pytest.fixture(scope="module")

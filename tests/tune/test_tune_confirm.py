@@ -3,7 +3,7 @@ never holds a knob whose win did not survive a second look (noise on a shared ma
 
 from __future__ import annotations
 
-from gpulab.bench.results import Figure
+from gpulab.measure.results import Figure
 from gpulab.tune.report import summary_lines, tuned_settings
 from gpulab.tune.search import Decision, Search, TuneResult
 from gpulab.tune.trial import Trial

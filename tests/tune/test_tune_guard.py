@@ -41,7 +41,7 @@ def test_a_nan_loss_or_a_worse_one_is_rejected():
 
 
 def test_a_faster_median_inside_the_noise_does_not_win():
-    from gpulab.bench.results import Figure
+    from gpulab.measure.results import Figure
     from gpulab.tune.search import beats
 
     best = Trial("default", {}, samples_per_s=Figure(1000.0, "samples/s", 5, 900.0, 1100.0, "iqr", "higher"))
@@ -54,7 +54,7 @@ def test_a_faster_median_inside_the_noise_does_not_win():
 
 
 def test_a_compile_win_says_what_compiling_cost_and_when_it_pays_back():
-    from gpulab.bench.results import Figure
+    from gpulab.measure.results import Figure
 
     def fig(v):
         return Figure(v, "samples/s", 5, v * 0.95, v * 1.05, "iqr", "higher")

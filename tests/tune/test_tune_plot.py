@@ -10,7 +10,7 @@ import sys
 from PIL import Image
 from rich.console import Console
 
-from gpulab.bench.results import Figure
+from gpulab.measure.results import Figure
 from gpulab.tune.plot import BAR_CELLS, DEFAULT_MARK, speed_bar, tune_plot
 from gpulab.tune.report import print_report, write_outputs
 from gpulab.tune.search import Decision, TuneResult, ratio

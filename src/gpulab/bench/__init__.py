@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.bench.environment import environment
-from gpulab.bench.plots import matplotlib_missing, render
 from gpulab.bench.report import write_report
-from gpulab.bench.results import SuiteResult, gpu_readings, new_document, write_results
 from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, GpulabError, choices
 from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
+from gpulab.measure.plots import matplotlib_missing, render
+from gpulab.measure.results import SuiteResult, gpu_readings, new_document, write_results
 
 SUITE_NAMES = (
     "matmul",
@@ -42,7 +42,7 @@ PROFILE_NAMES = ("full", "quick", "smoke")
 
 def __getattr__(name: str) -> Any:
     if name == "SUITES":
-        registry = {n: importlib.import_module(f"gpulab.bench.suites.{n}").run for n in SUITE_NAMES}
+        registry = {n: importlib.import_module(f"gpulab.engines.torch.bench.{n}").run for n in SUITE_NAMES}
         globals()["SUITES"] = registry  # built once; a test may replace it
         return registry
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -108,7 +108,7 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[s
 
 
 def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[str], None]) -> dict:
-    from gpulab.bench.harness import MIB, PROFILES, BenchContext
+    from gpulab.measure.harness import MIB, PROFILES, BenchContext
 
     defaults = PROFILES[config.profile]
     ctx = BenchContext(

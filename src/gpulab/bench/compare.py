@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpulab.bench.results import Figure
+from gpulab.measure.results import Figure
 
 VERDICTS = ("regression", "improvement", "within noise", "info")
 

@@ -7,7 +7,7 @@ import os
 import platform
 from typing import Any
 
-from gpulab.bench.results import gpu_readings
+from gpulab.measure.results import gpu_readings
 
 
 def environment(device: Any) -> dict[str, Any]:

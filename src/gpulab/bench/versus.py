@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpulab.bench.plots import Panel, Plot, Series, matplotlib_missing, render
-from gpulab.bench.tf import TF_PREFIX, TF_SUITES
+from gpulab.engines.tensorflow.bench import TF_PREFIX, TF_SUITES
+from gpulab.measure.plots import Panel, Plot, Series, matplotlib_missing, render
 
 ENGINES = ("torch", "tensorflow")
 # compile: torch's variant -> TensorFlow's counterpart (the uncompiled baseline, the compiler's default).

@@ -120,8 +120,8 @@ def _table(rows: list[dict]) -> Table:
 def _compare(paths: list[str], tolerance: float, console: Console) -> int:
     from gpulab.bench.compare import compare_results, environment_differences, unmatched
     from gpulab.bench.report import format_number
-    from gpulab.bench.results import load_results
     from gpulab.errors import ConfigError
+    from gpulab.measure.results import load_results
 
     if len(paths) != 2:
         raise ConfigError("compare needs two results files: gpulab bench compare A.json B.json")

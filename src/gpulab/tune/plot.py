@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from gpulab.bench.plots import Panel, Plot, Series, matplotlib_missing, render
+from gpulab.measure.plots import Panel, Plot, Series, matplotlib_missing, render
 from gpulab.tune.search import TuneResult
 from gpulab.tune.trial import Trial
 

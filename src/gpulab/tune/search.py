@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulab.bench.results import Figure
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
+from gpulab.measure.results import Figure
 from gpulab.tune.trial import INTERVALS, Trial, engine_for, largest_batch, run_trial
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)

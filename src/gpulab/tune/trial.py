@@ -22,12 +22,12 @@ from typing import Any
 import torch
 
 from gpulab import engines
-from gpulab.bench.harness import Timing
-from gpulab.bench.results import Figure
 from gpulab.config import merge
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
+from gpulab.measure.harness import Timing
+from gpulab.measure.results import Figure
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing

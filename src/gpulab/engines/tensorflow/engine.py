@@ -72,12 +72,12 @@ class TensorFlowEngine:
         launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
 
     def check_bench(self) -> None:
-        from gpulab.bench.tf.launch import require_tensorflow_installed
+        from gpulab.engines.tensorflow.bench.launch import require_tensorflow_installed
 
         require_tensorflow_installed()
 
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        from gpulab.bench.tf.launch import run_tensorflow_side
+        from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
 
         run_tensorflow_side(names, ctx, config, doc, out, log)
 

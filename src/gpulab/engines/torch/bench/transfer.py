@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpulab.bench.harness import MIB, BenchContext, Timing
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Row, SuiteResult
 from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.measure.harness import MIB, BenchContext, Timing
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Row, SuiteResult
 
 PROFILES = {
     "full": {"sizes_mib": (1, 4, 16, 64, 256), "batches": 16, "batch": 512, "features": 4096},

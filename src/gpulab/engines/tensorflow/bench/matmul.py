@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.bench.results import SuiteResult
-from gpulab.bench.suites import matmul
-from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
+from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
+from gpulab.engines.torch.bench import matmul
+from gpulab.measure.results import SuiteResult
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

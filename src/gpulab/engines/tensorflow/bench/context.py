@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpulab.bench.harness import BenchContext, Timing
-from gpulab.bench.results import SuiteResult
+from gpulab.measure.harness import BenchContext, Timing
+from gpulab.measure.results import SuiteResult
 
 
 @dataclass

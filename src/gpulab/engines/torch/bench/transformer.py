@@ -21,7 +21,9 @@ from dataclasses import dataclass, replace
 import torch
 
 from gpulab import precisions
-from gpulab.bench.harness import (
+from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
+from gpulab.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.measure.harness import (
     BenchContext,
     MemoryReading,
     Timing,
@@ -29,10 +31,8 @@ from gpulab.bench.harness import (
     missing_memory_note,
     peak_memory,
 )
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import Stepper, Workload, single_runtime
-from gpulab.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.runtime.compile import compile_model
 from gpulab.runtime.memory import synchronize
 from gpulab.runtime.recompiles import frames_compiled

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab.bench.results import SuiteResult
-from gpulab.bench.suites import accumulate
-from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
-from gpulab.bench.tf.stepper import tf_stepper
+from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
+from gpulab.engines.tensorflow.bench.stepper import tf_stepper
+from gpulab.engines.torch.bench import accumulate
+from gpulab.measure.results import SuiteResult
 
 
 def run(ctx: TfBenchContext) -> SuiteResult:

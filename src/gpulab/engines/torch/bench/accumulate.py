@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 
 PROFILES = {
     "full": {"model": "digits", "global_batch": 256, "ks": (1, 2, 4, 8, 16)},

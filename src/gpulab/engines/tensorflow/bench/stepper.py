@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from gpulab.bench.suites import MODELS
 from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.recipes import load_tf_recipe
+from gpulab.engines.torch.bench import MODELS
 
 
 class TfStepper:

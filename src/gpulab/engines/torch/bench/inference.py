@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import load_workload
+from gpulab.engines.torch.bench import load_workload
 from gpulab.errors import GpulabError, GpulabWarning
 from gpulab.export import formats
 from gpulab.export.formats.base import Deployable
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.runtime.compile import compile_model
 
 RUNTIMES = ("eager", "compile", "exported", "aoti", "onnxruntime", "onnxruntime-cuda", "torchscript")

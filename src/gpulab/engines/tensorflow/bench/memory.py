@@ -4,10 +4,10 @@ time and samples/s, and stops at the step budget or the profile's largest batch.
 
 from __future__ import annotations
 
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import memory
-from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
-from gpulab.bench.tf.stepper import peak_memory_tf, tf_stepper
+from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
+from gpulab.engines.tensorflow.bench.stepper import peak_memory_tf, tf_stepper
+from gpulab.engines.torch.bench import memory
+from gpulab.measure.results import Figure, Row, SuiteResult
 
 # Smoke (the tests' profile): digits, as the transformer's step takes ~3 s to trace (see precision.py).
 SMOKE_MODEL = "digits"
@@ -51,7 +51,7 @@ def run(ctx: TfBenchContext) -> SuiteResult:
 
 
 def _measure(tf, ctx: TfBenchContext, cfg: dict, batch: int) -> tuple[Row, str]:
-    from gpulab.bench.suites import load_workload
+    from gpulab.engines.torch.bench import load_workload
 
     work = load_workload(cfg["model"], seed=0, batch_size=batch)  # the torch suite's synthetic batches
     x, y = memory._synthetic(work, batch)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
 from gpulab.hardware.devices import cpu_model
 from gpulab.hardware.peaks import datasheet_peak
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.runtime.precision import TF32
 
 PROFILES = {

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpulab.bench.tf import TF_PREFIX, TF_SUITES
+from gpulab.engines.tensorflow.bench import TF_PREFIX, TF_SUITES
 from gpulab.errors import ConfigError, GpulabError, choices
 
 
@@ -38,14 +38,14 @@ def run_tensorflow_suites(
     names: list[str], settings: dict[str, Any], doc: dict[str, Any], out: Path, log: Callable[[str], None]
 ) -> None:
     """Run ``names`` (those with a TensorFlow side) in a worker process; merge its suites into ``doc``."""
-    from gpulab.bench.tf.worker import RESULT_FILE
+    from gpulab.engines.tensorflow.bench.worker import RESULT_FILE
 
     out.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = out / "tf-spec.json", out / RESULT_FILE
     result_path.unlink(missing_ok=True)
     spec_path.write_text(json.dumps({**settings, "suites": names, "out": str(out)}))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-    cmd = [sys.executable, "-m", "gpulab.bench.tf.worker", str(spec_path)]
+    cmd = [sys.executable, "-m", "gpulab.engines.tensorflow.bench.worker", str(spec_path)]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) as proc:
         for line in proc.stdout:  # the worker's progress lines, as the torch suites print theirs
             log(line.rstrip("\n"))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from gpulab.bench.harness import BenchContext, memory_kind, missing_memory_note, peak_memory
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure.harness import BenchContext, memory_kind, missing_memory_note, peak_memory
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
 PROFILES = {

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import compile as torch_compile
-from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
-from gpulab.bench.tf.stepper import tf_stepper
+from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
+from gpulab.engines.tensorflow.bench.stepper import tf_stepper
+from gpulab.engines.torch.bench import compile as torch_compile
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 
 VARIANTS = {"graph": False, "xla": True}
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import psutil
 import torch
 
-from gpulab.bench.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Row, SuiteResult
-from gpulab.bench.suites import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Row, SuiteResult
 
 PROFILES = {
     "full": {"model": "chargpt", "first": 8, "last": 4096, "step_budget_s": 2.0, "repeats": 5},

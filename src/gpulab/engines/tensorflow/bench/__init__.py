@@ -2,8 +2,9 @@
 TensorFlow, run in a process of their own (``worker``) so that TensorFlow's threads, allocator and start-up
 never touch the torch suites' figures. Nothing here imports TensorFlow at module level.
 
-``TF_SUITES`` names the suites that have a TensorFlow side (module ``gpulab.bench.tf.<name>``); rows use the
-torch suites' keys, so the report pairs each TensorFlow row with the torch row of the same workload.
+``TF_SUITES`` names the suites that have a TensorFlow side (module
+``gpulab.engines.tensorflow.bench.<name>``); rows use the torch suites' keys, so the report pairs each
+TensorFlow row with the torch row of the same workload.
 """
 
 from __future__ import annotations

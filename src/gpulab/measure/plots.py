@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.bench.results import Row
+from gpulab.measure.results import Row
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gpulab.bench.results import Figure, Row, spread_of
+from gpulab.measure.results import Figure, Row, spread_of
 from gpulab.runtime.memory import (
     proc_status_bytes,
     synchronize,

@@ -11,10 +11,10 @@ import time
 
 import torch
 
-from gpulab.bench.harness import BenchContext
-from gpulab.bench.plots import Panel, Plot, series_from_rows
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure.harness import BenchContext
+from gpulab.measure.plots import Panel, Plot, series_from_rows
+from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.runtime.compile import compile_model
 from gpulab.runtime.memory import synchronize
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from gpulab.bench.results import Figure, Row, SuiteResult
-from gpulab.bench.suites import precision
-from gpulab.bench.tf.context import TfBenchContext, tensorflow_side
-from gpulab.bench.tf.stepper import peak_memory_tf, tf_stepper
+from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
+from gpulab.engines.tensorflow.bench.stepper import peak_memory_tf, tf_stepper
+from gpulab.engines.torch.bench import precision
+from gpulab.measure.results import Figure, Row, SuiteResult
 
 # Smoke (the tests' profile) keeps to digits: tracing a transformer's training step into a graph takes
 # ~3 s per precision on TensorFlow (measured, busy 2-core CPU), most of the suite's time.

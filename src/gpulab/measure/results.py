@@ -140,7 +140,7 @@ class SuiteResult:
     description: str = ""
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    plots: list[Any] = field(default_factory=list)  # gpulab.bench.plots.Plot
+    plots: list[Any] = field(default_factory=list)  # gpulab.measure.plots.Plot
 
     def to_json(self) -> dict[str, Any]:
         return {

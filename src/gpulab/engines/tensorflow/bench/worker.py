@@ -1,4 +1,5 @@
-"""``python -m gpulab.bench.tf.worker SPEC.json``: the TensorFlow suites, in a process of their own.
+"""``python -m gpulab.engines.tensorflow.bench.worker SPEC.json``: the TensorFlow suites, in a process of
+their own.
 
 ``run_bench`` writes the spec (suites, profile, device, repeats...), this process runs each suite through
 the same ``_run_suite`` as the torch side (busy-machine note, plots, status) and writes
@@ -35,8 +36,8 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     import torch
 
     from gpulab.bench import _run_suite
-    from gpulab.bench.tf import TF_PREFIX
-    from gpulab.bench.tf.context import TfBenchContext
+    from gpulab.engines.tensorflow.bench import TF_PREFIX
+    from gpulab.engines.tensorflow.bench.context import TfBenchContext
     from gpulab.engines.tensorflow.devices import configure_memory, device_name
     from gpulab.engines.tensorflow.importing import require_tensorflow
 
@@ -60,7 +61,7 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     }
     for name in spec["suites"]:
         ctx.log(f"[{TF_PREFIX}{name}] running on {tf_device} ({ctx.profile})")
-        suite_run = importlib.import_module(f"gpulab.bench.tf.{name}").run
+        suite_run = importlib.import_module(f"gpulab.engines.tensorflow.bench.{name}").run
         suite = _run_suite(name, ctx, out, suite_run=suite_run, engine="tensorflow")
         doc["suites"][TF_PREFIX + name] = suite
         ctx.log(
