@@ -26,13 +26,10 @@ LAYERS = [
 # Upward imports that stay for now, each inside a function: (importing component, imported component).
 KNOWN_UPWARD = {
     # The engine objects reach each verb's part for their engine, which still lives in the verb: torch's
-    # export and bench suites, TensorFlow's bench worker and export (they stand on the verb's machinery:
-    # bench's harness, export's parity). Next: move those parts into engines/<name>/ with the machinery
-    # they need below the engines.
+    # and TensorFlow's export (they stand on export's sidecar and parity). Next: move those parts into
+    # engines/<name>/ with the machinery they need below the engines.
     ("engines.torch", "export"),
-    ("engines.torch", "bench"),
     ("engines.tensorflow", "export"),
-    ("engines.tensorflow", "bench"),
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from gpulab.bench import SUITES
+from gpulab.bench import SUITE_NAMES as SUITES
 from gpulab.bench.report import write_report
 from gpulab.measure.plots import Panel, Plot, render, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult, new_document

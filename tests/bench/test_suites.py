@@ -10,8 +10,10 @@ import torch
 from PIL import Image
 
 import gpulab.bench as bench
-from gpulab.bench import SUITES, BenchConfig, run_bench
+from gpulab.bench import BenchConfig, run_bench
 from gpulab.engines.torch.bench import parallel
+from gpulab.engines.torch.bench import run as torch_side
+from gpulab.engines.torch.bench.run import SUITES
 from gpulab.errors import ConfigError
 from gpulab.measure import harness
 from gpulab.measure.harness import BenchContext
@@ -197,7 +199,8 @@ def test_a_failing_suite_is_recorded_and_the_others_still_run(tmp_path, monkeypa
     def fine(ctx):
         return SuiteResult(title="fine")
 
-    monkeypatch.setattr(bench, "SUITES", {"boom": boom, "fine": fine})
+    monkeypatch.setattr(torch_side, "SUITES", {"boom": boom, "fine": fine})
+    monkeypatch.setattr(bench, "SUITE_NAMES", ("boom", "fine"))
     threads = torch.get_num_threads()
     config = BenchConfig(profile="smoke", device="cpu", out_dir=tmp_path, threads=1)
     doc = run_bench(config, log=lambda _: None)

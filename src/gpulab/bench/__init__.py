@@ -3,16 +3,13 @@
 run_bench = resolve the device -> record the environment -> run each suite (harness: warm-up, sync,
 repeats, median and spread) -> draw its plots -> write results.json after every suite -> report.html.
 
-``SUITES`` is the registry: name -> ``run(ctx) -> SuiteResult``, in run order. It is built on first use
-because it imports torch and every suite: ``gpulab bench compare`` only reads JSON and starts without.
+``SUITE_NAMES`` are the suites, in run order; each engine runs its side of them
+(``engines.get(name).bench``: engines/torch/bench/run.py, engines/tensorflow/bench/launch.py) through the
+same ``measure.suite_run.run_suite``. ``gpulab bench compare`` only reads JSON and starts without torch.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
-import time
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,35 +18,11 @@ from typing import Any
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
 from gpulab.engines import get as get_engine
-from gpulab.errors import ConfigError, GpulabError, choices
-from gpulab.hardware.load import BUSY_FRACTION as BUSY_WARNING  # others' share before a suite says so
-from gpulab.measure.plots import matplotlib_missing, render
-from gpulab.measure.results import SuiteResult, gpu_readings, new_document, write_results
+from gpulab.errors import ConfigError, choices
+from gpulab.measure.results import new_document, write_results
+from gpulab.measure.suite_run import SUITE_NAMES
 
-SUITE_NAMES = (
-    "matmul",
-    "precision",
-    "memory",
-    "accumulate",
-    "compile",
-    "parallel",
-    "transfer",
-    "inference",
-    "transformer",
-)
 PROFILE_NAMES = ("full", "quick", "smoke")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SUITES":
-        registry = {n: importlib.import_module(f"gpulab.engines.torch.bench.{n}").run for n in SUITE_NAMES}
-        globals()["SUITES"] = registry  # built once; a test may replace it
-        return registry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _suites() -> dict[str, Any]:
-    return sys.modules[__name__].SUITES  # through __getattr__ the first time
 
 
 @dataclass
@@ -78,7 +51,7 @@ class BenchConfig:
         return list(dict.fromkeys(self.engines))
 
     def suite_names(self) -> list[str]:
-        known = _suites()
+        known = SUITE_NAMES
         unknown = [s for s in self.suites if s not in known]
         if unknown:
             raise ConfigError(f"unknown bench suite {unknown[0]!r}; valid choices: {choices(known)}")
@@ -133,56 +106,3 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     write_results(doc, out)
     write_report(doc, out)
     return doc
-
-
-def run_torch_suites(
-    names: list[str], ctx: Any, config: BenchConfig, doc: dict, out: Path, log: Callable
-) -> None:
-    """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
-    for name in names:
-        log(f"[{name}] running on {ctx.device} ({config.profile})")
-        doc["suites"][name] = _run_suite(name, ctx, out)
-        suite = doc["suites"][name]
-        log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
-        write_results(doc, out)
-
-
-def _run_suite(
-    name: str, ctx: Any, out: Path, suite_run: Callable | None = None, engine: str = "torch"
-) -> dict:
-    """One suite, its failure kept to itself; every row and the suite say which ``engine`` ran them."""
-    from gpulab.hardware.load import OtherCpuLoad
-
-    others = OtherCpuLoad()
-    start = time.perf_counter()
-    try:
-        result = (suite_run or _suites()[name])(ctx)
-        status = "ok"
-    except GpulabError:
-        raise  # a user's mistake (a device that is not there...): one line from the CLI
-    except Exception as exc:  # a failing suite must not lose the others' results
-        result = SuiteResult(
-            title=name, notes=[f"FAILED: {type(exc).__name__}: {exc}", traceback.format_exc()]
-        )
-        status = "error"
-    busy = others.fraction()
-    if busy is not None and busy > BUSY_WARNING:
-        result.notes.append(
-            f"Other processes used {busy:.0%} of this machine's CPU time while this suite ran: CPU figures "
-            "are slower and noisier than on an idle machine; multi-threaded kernels suffer most, as their "
-            "threads wait for each other (--threads 1 gives steadier numbers)."
-        )
-    missing = matplotlib_missing()
-    if missing:
-        result.notes.append(missing)
-    else:
-        for plot in result.plots:
-            render(plot, out)
-    for row in result.rows:
-        row.info["engine"] = engine
-    suite = {**result.to_json(), "engine": engine, "status": status}
-    suite["seconds"] = round(time.perf_counter() - start, 3)
-    suite["cpu_used_by_others"] = None if busy is None else round(busy, 3)
-    if ctx.on_gpu:
-        suite["gpu_readings"] = gpu_readings()  # clocks and power just after the load
-    return suite

@@ -79,7 +79,7 @@ class TorchEngine:
         return None
 
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        from gpulab.bench import run_torch_suites
+        from gpulab.engines.torch.bench.run import run_torch_suites
 
         run_torch_suites(names, ctx, config, doc, out, log)
 

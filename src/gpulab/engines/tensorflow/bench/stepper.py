@@ -1,6 +1,6 @@
-"""One training step of a built-in recipe's model on TensorFlow, as ``bench.suites.Stepper`` on torch.
+"""One training step of a built-in recipe's model on TensorFlow, as ``engines.torch.bench.Stepper`` on torch.
 
-The same model sizes (``bench.suites.MODELS``) through the TensorFlow engine's recipes and precisions.
+The same model sizes (``engines.torch.bench.MODELS``) through the TensorFlow engine's recipes and precisions.
 The step is a ``tf.function`` (TensorFlow's normal way to train: Keras's fit does the same), with
 ``jit=True`` compiled by XLA. Batches are device-resident tensors taken in turn, so the step is timed, not
 the input pipeline. Every ``step()`` reads its loss back, which waits for the device (TensorFlow's GPU

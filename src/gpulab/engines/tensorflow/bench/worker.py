@@ -2,7 +2,7 @@
 their own.
 
 ``run_bench`` writes the spec (suites, profile, device, repeats...), this process runs each suite through
-the same ``_run_suite`` as the torch side (busy-machine note, plots, status) and writes
+the same ``run_suite`` as the torch side (busy-machine note, plots, status) and writes
 ``OUT/tf-suites.json`` after every suite: ``{"suites": {"tf-<name>": SUITE}, "environment": {...}}``, or
 ``{"error": "<one line>"}`` for a user's mistake (a GPU TensorFlow does not see).
 """
@@ -35,11 +35,11 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     import keras
     import torch
 
-    from gpulab.bench import _run_suite
     from gpulab.engines.tensorflow.bench import TF_PREFIX
     from gpulab.engines.tensorflow.bench.context import TfBenchContext
     from gpulab.engines.tensorflow.devices import configure_memory, device_name
     from gpulab.engines.tensorflow.importing import require_tensorflow
+    from gpulab.measure.suite_run import run_suite
 
     tf = require_tensorflow()
     if spec.get("threads"):
@@ -62,7 +62,7 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     for name in spec["suites"]:
         ctx.log(f"[{TF_PREFIX}{name}] running on {tf_device} ({ctx.profile})")
         suite_run = importlib.import_module(f"gpulab.engines.tensorflow.bench.{name}").run
-        suite = _run_suite(name, ctx, out, suite_run=suite_run, engine="tensorflow")
+        suite = run_suite(name, ctx, out, suite_run=suite_run, engine="tensorflow")
         doc["suites"][TF_PREFIX + name] = suite
         ctx.log(
             f"[{TF_PREFIX}{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s"

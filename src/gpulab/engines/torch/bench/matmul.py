@@ -27,7 +27,7 @@ MIN_SAMPLE_S = 0.01  # batch products shorter than this into one clock read
 
 def run(ctx: BenchContext, timer=None, oom: tuple = ()) -> SuiteResult:
     """``timer(ctx, device, dtype, n) -> Timing`` and ``oom`` (its out-of-memory errors) let the
-    TensorFlow side (``bench/tf/matmul.py``) reuse the sweep, budget and plot."""
+    TensorFlow side (``engines/tensorflow/bench/matmul.py``) reuse the sweep, budget and plot."""
     cfg = ctx.pick(PROFILES)
     devices = [torch.device("cpu")] + ([ctx.device] if ctx.device.type != "cpu" else [])
     result = SuiteResult(

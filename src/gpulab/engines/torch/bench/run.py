@@ -1,0 +1,36 @@
+"""The torch engine's side of ``gpulab bench``: every suite in this process. ``SUITES`` maps each suite
+name to its ``run(ctx) -> SuiteResult`` (the modules beside this one), built on first use."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpulab.measure.results import write_results
+from gpulab.measure.suite_run import SUITE_NAMES, run_suite
+from gpulab.train import NAME
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SUITES":
+        registry = {n: importlib.import_module(f"gpulab.engines.torch.bench.{n}").run for n in SUITE_NAMES}
+        globals()["SUITES"] = registry  # built once; a test may replace it
+        return registry
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def suites() -> dict[str, Callable]:
+    return sys.modules[__name__].SUITES  # through __getattr__ the first time
+
+
+def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+    """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
+    for name in names:
+        log(f"[{name}] running on {ctx.device} ({config.profile})")
+        doc["suites"][name] = run_suite(name, ctx, out, suites()[name], engine=NAME)
+        suite = doc["suites"][name]
+        log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
+        write_results(doc, out)
