@@ -16,7 +16,9 @@ LAYERS = [
     ("__main__", "cli"),
     ("bench", "tune", "export", "profiling"),  # the verbs: engine-neutral logic, each engine's part
     ("engines", "engines.torch", "engines.tensorflow", "train"),  # train/: the torch engine's loop
-    ("core",),  # what every engine's loop uses
+    # core: what every engine's loop uses; artifact: what every engine's export writes and checks (format
+    # registry and helpers, the inputs, parity), so an engine's export stands on it, not on the verb
+    ("core", "artifact"),
     ("measure",),  # timers, FLOPs and peaks, NVML sampling, diagnosis
     ("runtime", "distributed"),  # torch's device x precision x strategy; process groups and launchers
     ("checkpoint", "precisions", "config", "gpulab"),  # storage, the precision table, settings, __version__
@@ -61,8 +63,8 @@ def modules() -> dict[str, Path]:
 
 def import_graph() -> dict[str, set[str]]:
     """module -> the gpulab modules it imports. A registry that loads a built-in by name through importlib
-    (engines.get, export.formats.get, bench's SUITES, the built-in recipes) adds no edge: it is the plugin
-    seam, loaded when asked for."""
+    (engines.get, artifact.formats.get, torch's bench SUITES, the built-in recipes) adds no edge: it is
+    the plugin seam, loaded when asked for."""
     mods = modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for module, path in mods.items():

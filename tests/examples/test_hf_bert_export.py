@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gpulab.cli import main
-from gpulab.export.rebuild import rebuild
+from gpulab.engines.torch.rebuild import rebuild
 from gpulab.train.recipes.trust import RecipeTrust
 
 pytest.importorskip("transformers")

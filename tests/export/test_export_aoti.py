@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpulab.cli import main
-from gpulab.export.formats.aoti import compiler
+from gpulab.engines.torch.formats.aoti import compiler
 
 
 def test_no_compiler_is_one_line(digits_run, tmp_path, monkeypatch, capsys):

@@ -8,10 +8,10 @@ import json
 import numpy as np
 import torch
 
+from gpulab.artifact.parity import TOLERANCES
+from gpulab.engines.torch.formats.onnx import session
+from gpulab.engines.torch.rebuild import rebuild
 from gpulab.export.api import export
-from gpulab.export.formats.onnx import session
-from gpulab.export.parity import TOLERANCES
-from gpulab.export.rebuild import rebuild
 
 
 def test_chargpt_onnx_dynamic_batch_logits_within_tolerance(chargpt_run, tmp_path):

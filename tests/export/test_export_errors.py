@@ -76,7 +76,7 @@ def test_missing_optional_package_names_the_pip_line(digits_run, monkeypatch, ca
 
 
 def test_parity_failure_exits_1_with_the_figures(digits_run, tmp_path, monkeypatch, capsys):
-    from gpulab.export.formats import exported
+    from gpulab.engines.torch.formats import exported
 
     real = exported.load
     monkeypatch.setattr(exported, "load", lambda path: lambda x, run=real(path): run(x) + 0.5)

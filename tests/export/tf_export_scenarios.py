@@ -71,7 +71,7 @@ def main_() -> None:
     result["truncated_weights"] = truncated_weights(run, root / "truncated")
     result["tampered_weights"] = tampered_weights(run, root / "tampered")
     result["trust"] = trust(run, root)
-    from gpulab.export.tf_api import keras_recipe
+    from gpulab.engines.tensorflow.export import keras_recipe
 
     result["labels"] = keras_recipe("digits", {}).val_data[1].tolist()
     print("RESULT " + json.dumps(result))
@@ -79,7 +79,7 @@ def main_() -> None:
 
 def off_by_half(run: Path) -> dict:
     """A SavedModel runtime that adds 0.5 to every output: the parity check must fail, exit 1."""
-    from gpulab.export.formats import savedmodel
+    from gpulab.engines.tensorflow.formats import savedmodel
 
     real = savedmodel.load
     savedmodel.load = lambda path: lambda x, run=real(path): run(x) + 0.5

@@ -25,7 +25,7 @@ def _checkpoints(path: Path) -> tuple[Path, Path | None]:
     """(checkpoints, run directory or None). A run directory means its checkpoints, as for `gpulab export
     RUN`: inspecting runs/x itself said INVALID ("no complete checkpoint") about a run whose checkpoints
     are fine."""
-    from gpulab.export.rebuild import checkpoint_root
+    from gpulab.engines.torch.rebuild import checkpoint_root
 
     return checkpoint_root(path) if path.is_dir() else (path, None)
 
@@ -65,7 +65,7 @@ def inspect(
 
 def _named(report: dict, run_dir: Path | None) -> tuple[str, str] | None:
     """(recipe, the file naming it): the checkpoint's own record, else the run's summary.json."""
-    from gpulab.export.rebuild import recorded_recipe
+    from gpulab.engines.torch.rebuild import recorded_recipe
 
     trajectory = {"recipe": report["recipe"]} if report.get("recipe") else None
     found = recorded_recipe(trajectory, Path(report.get("recipe_file") or report["path"]), run_dir)

@@ -51,7 +51,7 @@ def export(
     A module:function recipe the checkpoint or summary.json names is code: it is refused (exit 2) unless
     you repeat it with --recipe or pass --trust-recipe. Built-in recipes need neither.
     """
-    from gpulab.export import parity
+    from gpulab.artifact import parity
     from gpulab.export.api import export as run_export
 
     result = run_export(

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gpulab import engines
+from gpulab.artifact import data as export_data
+from gpulab.artifact import formats, parity
+from gpulab.artifact.format_base import DTYPES, Deployable, Served
 from gpulab.config import ENGINES
+from gpulab.engines.torch.rebuild import file_stem, rebuild, run_engine
 from gpulab.errors import CheckpointError, ConfigError, choices
-from gpulab.export import data as export_data
-from gpulab.export import formats, parity
-from gpulab.export.formats.base import DTYPES, Deployable, Served
-from gpulab.export.rebuild import file_stem, rebuild, run_engine
 from gpulab.runtime.signature import Signature
 from gpulab.train.recipes.trust import RecipeTrust
 

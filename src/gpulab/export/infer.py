@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from gpulab import engines
+from gpulab.artifact import data as export_data
+from gpulab.artifact import formats, parity
 from gpulab.errors import ConfigError, DataError, choices
-from gpulab.export import data as export_data
-from gpulab.export import formats, parity
 from gpulab.export.api import read_sidecar, sidecar_path
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 

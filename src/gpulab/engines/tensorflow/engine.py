@@ -52,15 +52,17 @@ class TensorFlowEngine:
         return inspect_tf(user)
 
     def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.engines.tensorflow.export import export_tf
         from gpulab.export.api import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
-        from gpulab.export.tf_api import export_tf
 
         batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
         out, input_file, trust = request["out"], request["input_file"], request["trust"]
         return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        from gpulab.export.tf_api import keras_recipe  # its data in TensorFlow's layout (NHWC images)
+        from gpulab.engines.tensorflow.export import (
+            keras_recipe,  # its data in TensorFlow's layout (NHWC images)
+        )
 
         return keras_recipe(name, dict(options))
 

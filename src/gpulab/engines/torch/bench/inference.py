@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from gpulab.artifact import formats
+from gpulab.artifact.format_base import Deployable
 from gpulab.engines.torch.bench import load_workload
 from gpulab.errors import GpulabError, GpulabWarning
-from gpulab.export import formats
-from gpulab.export.formats.base import Deployable
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
+from gpulab.artifact.format_base import Runner, export_program, output_path
 from gpulab.errors import MissingPackageError
-from gpulab.export.formats.base import Runner, export_program, output_path
 
 NAME, SUFFIX, RUNTIME = "aoti", ".aoti.pt2", "AOTInductor (aoti_load_package)"
 REQUIRED_SUFFIX = ".pt2"  # aoti_load_package refuses any other name

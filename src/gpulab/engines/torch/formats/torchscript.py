@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
+from gpulab.artifact.format_base import Runner, output_path
 from gpulab.errors import ConfigError, GpulabWarning
-from gpulab.export.formats.base import Runner, output_path
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"
 

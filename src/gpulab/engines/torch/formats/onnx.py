@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
+from gpulab.artifact.format_base import Runner, need, output_path, with_sequence
 from gpulab.errors import ConfigError
-from gpulab.export.formats.base import Runner, need, output_path, with_sequence
 
 NAME, SUFFIX, RUNTIME = "onnx", ".onnx", "ONNX Runtime"
 OPSET = 18  # the dynamo exporter's own default, read by every ONNX Runtime since 1.14

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from gpulab.artifact.format_base import Runner, output_path
 from gpulab.errors import MissingPackageError
-from gpulab.export.formats.base import Runner, output_path
 
 NAME, SUFFIX, RUNTIME = "savedmodel", ".savedmodel", "TensorFlow SavedModel"
 PIP_TENSORFLOW = "pip install 'gpulab[tensorflow]'"

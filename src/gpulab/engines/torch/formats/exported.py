@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.export.formats.base import Runner, export_program, output_path
+from gpulab.artifact.format_base import Runner, export_program, output_path
 
 NAME, SUFFIX, RUNTIME = "exported", ".pt2", "torch.export ExportedProgram"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from gpulab.artifact.format_base import Runner, output_path
+from gpulab.engines.tensorflow.formats import savedmodel
 from gpulab.errors import ConfigError
-from gpulab.export.formats import savedmodel
-from gpulab.export.formats.base import Runner, output_path
 
 NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
+from gpulab.artifact import data as export_data
+from gpulab.artifact import parity
 from gpulab.checkpoint.io import verify_files
+from gpulab.engines.torch.rebuild import SUMMARY_FILE, file_stem, run_summary
 from gpulab.errors import CheckpointError, ConfigError
-from gpulab.export import data as export_data
-from gpulab.export import parity
-from gpulab.export.rebuild import SUMMARY_FILE, file_stem, run_summary
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 # As engines/tensorflow/run.py writes them (not imported: keeps this module light).

@@ -1,0 +1,1 @@
+"""The TensorFlow engine's export formats, one module each (``gpulab.artifact.formats`` finds them)."""
