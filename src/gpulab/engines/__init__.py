@@ -30,8 +30,8 @@ _MODULES = {"torch": "gpulab.engines.torch", "tensorflow": "gpulab.engines.tenso
 
 
 class Engine(Protocol):
-    """What the verbs need of an engine. Methods import the framework (and the verb's engine-specific
-    implementation) when called, never at the engine module's import."""
+    """What the verbs need of an engine. Methods import the framework (and the engine's part of the verb,
+    engines/<name>/) when called, never at the engine module's import."""
 
     name: str
     export_formats: tuple[str, ...]  # the formats a run of this engine exports to

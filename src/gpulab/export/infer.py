@@ -13,8 +13,8 @@ import numpy as np
 from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
+from gpulab.artifact.sidecar import read_sidecar, sidecar_path
 from gpulab.errors import ConfigError, DataError, choices
-from gpulab.export.api import read_sidecar, sidecar_path
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 

@@ -52,8 +52,8 @@ class TensorFlowEngine:
         return inspect_tf(user)
 
     def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
         from gpulab.engines.tensorflow.export import export_tf
-        from gpulab.export.api import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
 
         batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
         out, input_file, trust = request["out"], request["input_file"], request["trust"]

@@ -17,8 +17,8 @@ import torch
 
 from gpulab.artifact import data as export_data
 from gpulab.artifact import parity
+from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
-from gpulab.engines.torch.rebuild import SUMMARY_FILE, file_stem, run_summary
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
@@ -92,7 +92,7 @@ def eager_runner(model: Any):
 def export_tf(
     path: Path, module, fixed: int | None, out, input_file, sidecar: str, batch: dict, trust: RecipeTrust
 ):
-    from gpulab.export.api import ExportResult
+    from gpulab.artifact.sidecar import ExportResult
 
     source = rebuild_keras(path, trust)
     if input_file:

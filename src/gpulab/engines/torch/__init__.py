@@ -1,8 +1,8 @@
 """The torch engine: ``Runtime`` (runtime/), the ``Trainer`` (train/) and each verb's torch side.
 
-Nothing here imports torch at module level: a method imports what it runs. Its profile and inspect live
-here; its export, bench suites and tune hooks still live in the verbs (export/api.py, bench/, tune/),
-reached from here when called (docs/ARCHITECTURE.md lists these known upward calls).
+Nothing here imports torch at module level: a method imports what it runs. Each verb's torch part is a
+module beside this one: profile.py, inspect.py, export.py (with rebuild.py and formats/), bench/ (its
+suites; run.py runs them), tune.py (with tune_space.py).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class TorchEngine:
         return inspect_torch(user)
 
     def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
-        from gpulab.export.api import export_torch
+        from gpulab.engines.torch.export import export_torch
 
         return export_torch(path, module, fixed, **request)
 

@@ -9,18 +9,16 @@ refused, never replaced by an older one without saying so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from gpulab.artifact.run_record import SUMMARY_FILE, run_engine, run_summary
 from gpulab.checkpoint.io import STATE
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
-
-SUMMARY_FILE = "summary.json"  # as train/run.py writes it (not imported: that would pull in the Trainer)
 
 
 @dataclass
@@ -37,21 +35,6 @@ class Source:
     val_data: Any
     model_inputs: list[str] | None = None  # the run's settings of the same names (runtime/signature.py)
     model_output: str | None = None
-
-
-def run_summary(path: Path) -> dict[str, Any] | None:
-    """``PATH/summary.json`` as a dict, or None where the path is not a finished run directory."""
-    try:
-        summary = json.loads((path / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def run_engine(path: Path) -> str:
-    """``torch`` or ``tensorflow``: what trained the run (summary.json's ``engine``; torch if none)."""
-    summary = run_summary(path) if path.is_dir() else None
-    return str((summary or {}).get("engine") or "torch")
 
 
 def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
@@ -106,12 +89,6 @@ def recorded_recipe(
         options = dict(summary.get("config", {}).get("options") or {})
         return str(summary["recipe"]), options, str(run_dir / SUMMARY_FILE)
     return None
-
-
-def file_stem(recipe: str) -> str:
-    """A recipe name as a file name: ``examples.cnn_case:build`` -> ``examples.cnn_case-build`` (a ``:``
-    is a drive separator on Windows and a list separator in PATH-like variables)."""
-    return recipe.replace(":", "-").replace("/", "-")
 
 
 def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict[str, Any]]:
