@@ -329,9 +329,9 @@ def make_loader(
     shard = {"rank": rank, "world_size": world_size}
     if isinstance(data, DataLoader):
         return LoaderBatches(distributed_loader(data, rank, world_size, seed), device)
-    if _is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
+    if is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
         data = _SampleList(data)
-    tensors = _as_tensors(data)
+    tensors = as_tensors(data)
     if tensors is not None:
         return TensorBatches(
             tensors,
@@ -418,7 +418,7 @@ def _warn_unsharded(data: IterableDataset, rank: int, world_size: int) -> None:
         )
 
 
-def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
+def as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
     """The tensors behind ``data`` when it takes the fast path, else None."""
     if isinstance(data, TensorDataset):
         return tuple(data.tensors)
@@ -429,7 +429,7 @@ def _as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
     return None
 
 
-def _is_sample_list(data: Any) -> bool:
+def is_sample_list(data: Any) -> bool:
     """A list of samples (dicts, tuples), not of whole tensors: the fast path takes the latter."""
     return isinstance(data, list) and bool(data) and isinstance(data[0], (Mapping, tuple, list))
 

@@ -24,9 +24,9 @@ from gpulab.runtime.memory_estimate import (
     LossFn,
     StepFn,
     _all_tensors,
-    _num_rows,
     _take,
     estimate_memory,
+    num_rows,
     tensor_bytes,
 )
 
@@ -295,7 +295,7 @@ def search_batch_size(
     limit = limit_bytes if limit_bytes is not None else memory_limit_bytes(device)
     if limit is None and device.type == "cpu":
         limit = default_cpu_limit()
-    rows = _num_rows(data)
+    rows = num_rows(data)
     cap = high or (max(1, rows // runtime.world_size) if rows else None)
     start, growth = 1, 2.0
     if limit is not None:

@@ -465,7 +465,8 @@ def _batch_bytes(batch: Any) -> float:
     return float(sum(t.numel() * t.element_size() for t in tree_flatten(batch)[0] if torch.is_tensor(t)))
 
 
-def _num_rows(data: Any) -> int | None:
+def num_rows(data: Any) -> int | None:
+    """How many samples ``data`` holds (tensors: their first dimension; else ``len``), None if unknown."""
     if isinstance(data, (tuple, list)) and data and torch.is_tensor(data[0]):
         return int(data[0].shape[0])
     if isinstance(data, Mapping) and data and all(torch.is_tensor(t) for t in data.values()):

@@ -166,7 +166,7 @@ class Runtime:
         if optimizer is None:
             return model, None
         if not isinstance(optimizer, torch.optim.Optimizer):
-            optimizer = optimizer(unwrap_module(model) if _takes_model(optimizer) else model.parameters())
+            optimizer = optimizer(unwrap_module(model) if takes_model(optimizer) else model.parameters())
         optimizer = self.strategy.setup_optimizer(optimizer)
         if self.fuse_optimizer:
             self._reasons["optimizer"] = use_fused_kernels(optimizer)
@@ -284,7 +284,7 @@ def _model_does_not_fit(model: nn.Module, device: torch.device) -> str:
     )
 
 
-def _takes_model(factory: Callable) -> bool:
+def takes_model(factory: Callable) -> bool:
     """Whether an optimizer factory wants the model (its first parameter is named ``model``), not the
     parameters."""
     try:

@@ -32,7 +32,7 @@ from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing
 from gpulab.runtime.memory import memory_limit_bytes
-from gpulab.runtime.memory_estimate import _num_rows
+from gpulab.runtime.memory_estimate import num_rows
 from gpulab.train.run import resolve_config
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
@@ -222,7 +222,7 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
                 limit = limit or memory_limit_bytes(rt.device)
                 if limit is None and rt.device.type == "cpu":
                     limit = default_cpu_limit()
-                rows = _num_rows(recipe.train_data)
+                rows = num_rows(recipe.train_data)
                 start = int(config.batch_size) if config.batch_size != "auto" else 1
                 search = find_batch_size(step, device=rt.device, limit_bytes=limit, start=start, high=rows)
     except (GpulabError, TypeError, ValueError, RuntimeError) as exc:  # dict batches, a stream, ...

@@ -23,7 +23,7 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     from gpulab.hardware.devices import select_device
     from gpulab.runtime.memory_estimate import estimate_memory, example_batch
     from gpulab.runtime.precision import resolve_precision
-    from gpulab.runtime.runtime import _takes_model
+    from gpulab.runtime.runtime import takes_model
     from gpulab.train.run import resolve_config
 
     config, recipe = resolve_config(user)
@@ -60,7 +60,7 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
         return report
     optimizer = recipe.optimizer
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        optimizer = optimizer(model if _takes_model(optimizer) else model.parameters())  # state is lazy
+        optimizer = optimizer(model if takes_model(optimizer) else model.parameters())  # state is lazy
     report.optimizer = type(optimizer).__name__ if optimizer is not None else None
     try:
         report.memory = estimate_memory(

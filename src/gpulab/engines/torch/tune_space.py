@@ -49,13 +49,13 @@ def compile_group(device: torch.device) -> Group:
 
 def loader_group(data: Any, device: torch.device) -> Group:
     """DataLoader workers and pinned memory, for data that goes through a DataLoader the Trainer makes."""
-    from gpulab.data.loaders import _as_tensors, _is_sample_list
+    from gpulab.data.loaders import as_tensors, is_sample_list
 
     group = Group("num_workers")
     if isinstance(data, DataLoader):
         group.reason = "the recipe passes its own DataLoader, which keeps its own workers"
         return group
-    if not _is_sample_list(data) and _as_tensors(data) is not None:
+    if not is_sample_list(data) and as_tensors(data) is not None:
         group.reason = "the data are tensors: batches are sliced on the fast path, without a DataLoader"
         return group
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
