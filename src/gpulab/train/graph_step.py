@@ -14,6 +14,7 @@ static tensor, cloned once per step for the loss window and read only when the r
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from gpulab.runtime.cuda_graph import CudaGraphs, GraphBackend, optimizer_blocker, prepare_optimizer
+from gpulab.runtime.precision import _Autocast
 from gpulab.runtime.step_call import step_loss
 
 if TYPE_CHECKING:
@@ -129,7 +131,7 @@ class WholeStepGraph:
         """The step itself: what the warm-up runs, the graph records and an eager step runs."""
         t, rt = self.t, self.t.runtime
         t.optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay where the graph wrote them
-        with rt.autocast():
+        with self._autocast():
             loss = step_loss(t.forward, t.loss, batch)
         rt.precision.backward(loss)
         if t.settings.clip_grad_norm is not None:
@@ -140,6 +142,14 @@ class WholeStepGraph:
             return loss
         out.copy_(loss)
         return out
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        """The precision's autocast without its cast cache, as torch's CUDA-graph docs require (cached
+        casts made outside the capture would be read by the graph after autocast freed them)."""
+        precision = self.t.runtime.precision
+        if not isinstance(precision, _Autocast):  # fp32, tf32, or a policy of the user's: as it says
+            return precision.autocast()
+        return torch.autocast(self.device.type, dtype=precision.compute_dtype, cache_enabled=False)
 
     def _warmup(self, batch: Any) -> torch.Tensor:
         timed = self.auto and self.counts["warmup"] > 0  # the first pays lazy initialisation
@@ -173,6 +183,9 @@ class WholeStepGraph:
         self.mode = "graph"
 
     def _after_failed_capture(self) -> None:
+        for name in ("grad_scale", "found_inf"):  # left on the optimizer by a GradScaler step cut short
+            if hasattr(self.t.optimizer, name):
+                delattr(self.t.optimizer, name)
         scaler = getattr(self.t.runtime.precision, "scaler", None)
         if scaler is not None:  # the scaler's per-step bookkeeping stopped half way: start it afresh
             from collections import defaultdict
@@ -205,7 +218,7 @@ class WholeStepGraph:
         use, self.reason = choose(min(self._eager_times), min(self._replay_times))
         if not use:
             self.mode, self.graph = "eager", None
-        self.t.runtime.print(self.reason)
+        self._say(self.reason)
 
     def _now(self) -> float:
         self.backend.synchronize(self.device)
@@ -238,7 +251,11 @@ class WholeStepGraph:
     def _fall_back(self, cause: str) -> None:
         self.mode, self.graph, self._static = "eager", None, None
         self.reason = f"cuda_graph: eager steps from step {self.t.state.global_step + 1}: {cause}"
-        self.t.runtime.print(self.reason)
+        self._say(self.reason)
+
+    def _say(self, line: str) -> None:
+        if self.t.settings.progress is not False:  # progress=False: quiet, as the Trainer's other lines
+            self.t.runtime.print(line)
 
     def report(self) -> dict[str, Any]:
         """For summary.json: what ran, how often, and the one line saying why."""
