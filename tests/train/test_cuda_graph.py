@@ -142,8 +142,9 @@ def test_each_batch_lands_in_the_static_buffers():
         {"clip_grad_norm": 0.5},
         {"precision": "bf16-mixed"},
         {"precision": "fp16-mixed", "init_scale": 2.0**4},
+        {"precision": "fp16-mixed", "init_scale": 2.0**40, "clip_grad_norm": 0.5},  # overflows: skipped steps
     ],
-    ids=["fp32", "clip", "bf16-mixed", "fp16-mixed"],
+    ids=["fp32", "clip", "bf16-mixed", "fp16-mixed", "fp16-overflow-clip"],
 )
 def test_parameters_and_losses_equal_eager_bit_for_bit(settings):
     # 256 samples at batch 32: 8 steps an epoch, 3 epochs; a warm-up crosses no epoch end.
@@ -153,6 +154,8 @@ def test_parameters_and_losses_equal_eager_bit_for_bit(settings):
     assert _same_parameters(eager, graph)
     assert _losses(graph_result) == _losses(eager_result)
     assert graph_result.skipped_steps == eager_result.skipped_steps
+    if settings.get("init_scale") == 2.0**40:
+        assert graph_result.skipped_steps > 3  # skipped inside replays too, not only in the warm-up
 
 
 def test_the_partial_last_batch_is_one_eager_step_and_the_graph_stays():
