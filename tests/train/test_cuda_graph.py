@@ -180,6 +180,28 @@ def test_learning_rate_schedule_reaches_the_graph():
     assert _same_parameters(eager, graph)
 
 
+def test_a_scheduler_that_assigns_floats_still_reaches_the_graph():
+    class Halving:  # not an LRScheduler: it rebinds group["lr"] to a float, as hand-written ones do
+        def __init__(self, optimizer, total):
+            self.optimizer, self.n = optimizer, 0
+
+        def step(self):
+            self.n += 1
+            for group in self.optimizer.param_groups:
+                group["lr"] = 1e-2 * 0.5 ** (self.n // 4)
+
+    def halving(opt, total):
+        return Halving(opt, total)
+
+    _, _, eager = _fit(False, max_steps=16, scheduler=halving)
+    trainer, _, graph = _fit(True, max_steps=16, scheduler=halving)
+    assert trainer._graph.counts["replays"] == 13
+    # The fake replay reads group["lr"] live; a real graph reads only the tensor it recorded, which must
+    # hold the LR of the last replay (steps 13-16 ran at 1e-2 / 8).
+    assert float(trainer._graph._lrs[0]) == 1e-2 * 0.5**3
+    assert _same_parameters(eager, graph)
+
+
 def test_resume_from_a_checkpoint_continues_as_an_uninterrupted_run(tmp_path):
     _, _, whole = _fit(True, max_steps=20, out_dir=str(tmp_path / "whole"), checkpoints=False)
     out = str(tmp_path / "cut")

@@ -99,6 +99,7 @@ class WholeStepGraph:
         self._static: list[Any] | None = None  # the batch's leaves the graph reads
         self._spec: Any = None
         self._loss: torch.Tensor | None = None
+        self._lrs: list[torch.Tensor] = []
 
     # -- one step ---------------------------------------------------------------------------------------
     def step(self, batch: Any, last_in_epoch: bool) -> torch.Tensor:
@@ -165,6 +166,8 @@ class WholeStepGraph:
 
     def _capture(self, batch: Any, loss: torch.Tensor) -> None:
         """Record the step once, against static copies of this batch; the next batch replays it."""
+        # Again: a scheduler may have assigned floats during the warm-up; the graph must read tensors.
+        prepare_optimizer(self.t.optimizer, self.device, capturable=self.device.type == "cuda")
         leaves, self._spec = pytree.tree_flatten(batch)
         self._static = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
         self._loss = torch.empty_like(loss)
@@ -181,6 +184,7 @@ class WholeStepGraph:
             return
         self.counts["captures"] += 1
         self.mode = "graph"
+        self._lrs = [g["lr"] for g in self.t.optimizer.param_groups]  # the LR tensors the graph reads
 
     def _after_failed_capture(self) -> None:
         for name in ("grad_scale", "found_inf"):  # left on the optimizer by a GradScaler step cut short
@@ -196,6 +200,7 @@ class WholeStepGraph:
         self.graph = None
 
     def _replay(self, batch: Any) -> torch.Tensor:
+        self._keep_lr_static()
         leaves = pytree.tree_leaves(batch)
         for static, leaf in zip(self._static, leaves, strict=True):
             if isinstance(static, torch.Tensor):
@@ -210,6 +215,15 @@ class WholeStepGraph:
             if len(self._replay_times) == AUTO_TIMED:
                 self._decide()
         return loss
+
+    def _keep_lr_static(self) -> None:
+        """A scheduler or callback that assigned a new LR (a float) instead of filling the tensor: copy it
+        into the tensor the graph reads, and put that tensor back in the group."""
+        for group, lr in zip(self.t.optimizer.param_groups, self._lrs, strict=True):
+            if group["lr"] is not lr:
+                new = group["lr"]
+                lr.copy_(new) if isinstance(new, torch.Tensor) else lr.fill_(float(new))
+                group["lr"] = lr
 
     def _decide(self) -> None:
         if not self._eager_times:  # warmup 1: nothing timed eagerly (tests); keep the graph
