@@ -202,6 +202,21 @@ def test_a_scheduler_that_assigns_floats_still_reaches_the_graph():
     assert _same_parameters(eager, graph)
 
 
+def test_a_schedule_of_betas_falls_back_in_one_line(capsys):
+    def cycling(opt, total):  # as OneCycleLR's cycle_momentum does to Adam
+        def beta(step):
+            for group in opt.param_groups:
+                group["betas"] = (0.9 - 0.01 * step, 0.999)
+            return 1.0
+
+        return torch.optim.lr_scheduler.LambdaLR(opt, beta)
+
+    trainer, result, _ = _fit(True, max_steps=8, scheduler=cycling, progress=None)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "cuda_graph" in line]
+    assert len(lines) == 2 and "the optimizer's betas changed after the capture (a graph keeps" in lines[1]
+    assert result.extras["cuda_graph"]["mode"] == "eager" and result.steps == 8
+
+
 def test_resume_from_a_checkpoint_continues_as_an_uninterrupted_run(tmp_path):
     _, _, whole = _fit(True, max_steps=20, out_dir=str(tmp_path / "whole"), checkpoints=False)
     out = str(tmp_path / "cut")

@@ -185,6 +185,7 @@ class WholeStepGraph:
         self.counts["captures"] += 1
         self.mode = "graph"
         self._lrs = [g["lr"] for g in self.t.optimizer.param_groups]  # the LR tensors the graph reads
+        self._baked = _baked_settings(self.t.optimizer)
 
     def _after_failed_capture(self) -> None:
         for name in ("grad_scale", "found_inf"):  # left on the optimizer by a GradScaler step cut short
@@ -201,6 +202,12 @@ class WholeStepGraph:
 
     def _replay(self, batch: Any) -> torch.Tensor:
         self._keep_lr_static()
+        changed = _changed(self._baked, _baked_settings(self.t.optimizer))
+        if changed:  # e.g. OneCycleLR cycling Adam's betas: the graph would keep the captured ones
+            self._fall_back(
+                f"the optimizer's {changed} changed after the capture (a graph keeps the value it captured)"
+            )
+            return self._run(batch)
         leaves = pytree.tree_leaves(batch)
         for static, leaf in zip(self._static, leaves, strict=True):
             if isinstance(static, torch.Tensor):
@@ -274,6 +281,23 @@ class WholeStepGraph:
     def report(self) -> dict[str, Any]:
         """For summary.json: what ran, how often, and the one line saying why."""
         return {"mode": self.mode, **self.counts, **({"reason": self.reason} if self.reason else {})}
+
+
+def _baked_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each group's settings other than the LR (a tensor the graph reads): a graph bakes them in."""
+    skip = ("params", "param_names", "lr")
+    return [
+        {k: v for k, v in g.items() if k not in skip and not isinstance(v, torch.Tensor)}
+        for g in optimizer.param_groups
+    ]
+
+
+def _changed(before: list[dict[str, Any]], now: list[dict[str, Any]]) -> str | None:
+    for old, new in zip(before, now, strict=True):
+        for key in old.keys() | new.keys():
+            if old.get(key) != new.get(key):
+                return key
+    return None
 
 
 def make_graph_step(
