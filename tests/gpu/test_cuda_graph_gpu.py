@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gpulab.train import graph_step
 from gpulab.train.trainer import Trainer
 
 pytestmark = [
@@ -90,16 +91,36 @@ class _HostRead(nn.Module):
         return self.layer(x)
 
 
-def test_a_host_read_inside_the_model_falls_back_in_one_line():
+def _host_read_fit():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(256, 32, generator=g), torch.randn(256, 1, generator=g)
     trainer = Trainer(
         device="cuda", progress=False, batch_size=32, max_steps=12, log_every=4, cuda_graph=True
     )
     result = trainer.fit(_HostRead(), (x, y), loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.AdamW(p))
-    report = result.extras["cuda_graph"]
-    assert report["mode"] == "eager" and "capture failed" in report["reason"], report
     assert result.steps == 12 and result.final_loss == result.final_loss  # trained on, finite
+    return result.extras["cuda_graph"]
+
+
+def test_a_host_read_inside_the_model_is_named_before_capture():
+    report = _host_read_fit()
+    assert report["mode"] == "eager" and "reads a tensor on the host (.item()" in report["reason"], report
+    assert report["captures"] == 0
+
+
+def test_a_real_capture_that_fails_falls_back_in_one_line(monkeypatch):
+    class Blind:  # no probe: the CUDA capture itself must refuse the .item() and the run go on eagerly
+        found = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(graph_step, "HostReadProbe", Blind)
+    report = _host_read_fit()
+    assert report["mode"] == "eager" and "capture failed" in report["reason"], report
 
 
 def test_auto_says_what_it_chose():

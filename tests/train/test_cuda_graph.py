@@ -247,12 +247,22 @@ def test_loading_optimizer_state_copies_into_the_static_tensors():
     assert torch.equal(next(iter(opt.state.values()))["exp_avg"], first["exp_avg"])
 
 
+def test_a_host_read_in_the_model_is_named_before_any_capture(capsys):
+    _, _, eager = _fit(False, max_steps=10, model=_Net(item=True))
+    trainer, result, graph = _fit(True, max_steps=10, model=_Net(item=True), progress=None)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "cuda_graph" in line]
+    assert len(lines) == 2  # the intent, then the one line naming the cause and where
+    assert lines[1].startswith("cuda_graph: eager steps from step 1: the step reads a tensor on the host")
+    assert "(.item(), float(), int() or bool() of a tensor at test_cuda_graph.py:" in lines[1]
+    assert result.extras["cuda_graph"]["mode"] == "eager"
+    assert trainer.graph_backend.calls == ["warmup"]  # no capture tried
+    assert _same_parameters(eager, graph)
+
+
 def test_a_capture_that_fails_says_why_in_one_line_and_trains_eagerly(capsys):
     error = RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore detail")
-    _, _, eager = _fit(False, max_steps=10, model=_Net(item=True))
-    trainer, result, graph = _fit(
-        True, max_steps=10, model=_Net(item=True), backend=FakeGraphs(error), progress=None
-    )
+    _, _, eager = _fit(False, max_steps=10)
+    trainer, result, graph = _fit(True, max_steps=10, backend=FakeGraphs(error), progress=None)
     lines = [line for line in capsys.readouterr().out.splitlines() if "cuda_graph" in line]
     assert len(lines) == 2  # the intent, then the one line naming the cause
     assert "capture failed (RuntimeError: CUDA error: operation not permitted" in lines[1]

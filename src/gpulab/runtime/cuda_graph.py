@@ -14,10 +14,13 @@ to the device; ``load_optimizer_in_place`` loads a checkpoint by copying into th
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Set on an optimizer once ``prepare_optimizer`` ran: its state tensors are a graph's static buffers.
 STATIC_MARK = "_gpulab_static_state"
@@ -130,3 +133,37 @@ def load_optimizer_in_place(optimizer: torch.optim.Optimizer, saved: dict[str, A
             if isinstance(value, torch.Tensor) and isinstance(old.get(key), torch.Tensor):
                 old[key].copy_(value)
                 state[key] = old[key]
+
+
+# Operators that read a device tensor on the host (a sync, which a capture refuses): .item(), float(),
+# int(), bool() and `if tensor:` (_local_scalar_dense), and those whose output size depends on the data.
+_HOST_READS = {
+    torch.ops.aten._local_scalar_dense.default: ".item(), float(), int() or bool() of a tensor",
+    torch.ops.aten.nonzero.default: "nonzero() (or a boolean-mask index)",
+    torch.ops.aten.masked_select.default: "masked_select() (or a boolean-mask index)",
+}
+_OWN_CODE = (os.sep + "torch" + os.sep, os.sep + "gpulab" + os.sep, os.sep + "contextlib.py")
+
+
+class HostReadProbe(TorchDispatchMode):
+    """Active around one eager forward and loss: notes the first operator that reads a tensor on the host
+    and where the user's code called it, so the cause is named before any capture is tried (on any
+    device: the CPU tests see the same thing a GPU capture would refuse)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: str | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        what = _HOST_READS.get(func)
+        if what is not None and self.found is None:
+            self.found = f"{what}{_user_frame()}"
+        return func(*args, **(kwargs or {}))
+
+
+def _user_frame() -> str:
+    """`` at FILE:LINE`` of the innermost caller outside torch and gpulab, or nothing."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if not any(part in frame.filename for part in _OWN_CODE):
+            return f" at {os.path.basename(frame.filename)}:{frame.lineno}"
+    return ""

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils import _pytree as pytree
 
-from gpulab.runtime.cuda_graph import CudaGraphs, GraphBackend, optimizer_blocker, prepare_optimizer
+from gpulab.runtime.cuda_graph import (
+    CudaGraphs,
+    GraphBackend,
+    HostReadProbe,
+    optimizer_blocker,
+    prepare_optimizer,
+)
 from gpulab.runtime.precision import _Autocast
 from gpulab.runtime.step_call import step_loss
 
@@ -128,11 +134,13 @@ class WholeStepGraph:
         rt.strategy.heartbeat.step += 1
         return loss
 
-    def _run(self, batch: Any, out: torch.Tensor | None = None) -> torch.Tensor:
+    def _run(
+        self, batch: Any, out: torch.Tensor | None = None, probe: HostReadProbe | None = None
+    ) -> torch.Tensor:
         """The step itself: what the warm-up runs, the graph records and an eager step runs."""
         t, rt = self.t, self.t.runtime
         t.optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay where the graph wrote them
-        with self._autocast():
+        with self._autocast(), probe or contextlib.nullcontext():
             loss = step_loss(t.forward, t.loss, batch)
         rt.precision.backward(loss)
         if t.settings.clip_grad_norm is not None:
@@ -155,12 +163,17 @@ class WholeStepGraph:
     def _warmup(self, batch: Any) -> torch.Tensor:
         timed = self.auto and self.counts["warmup"] > 0  # the first pays lazy initialisation
         start = self._now() if timed else 0.0
+        # The first step's forward and loss run under a probe for host reads (not a compiled model's:
+        # dynamo and a dispatch mode do not mix; its capture is the check).
+        probe = HostReadProbe() if self.counts["warmup"] == 0 and not _compiled(self.t) else None
         with self.backend.warmup(self.device):
-            loss = self._run(batch)
+            loss = self._run(batch, probe=probe)
         if timed:
             self._eager_times.append(self._now() - start)
         self.counts["warmup"] += 1
-        if self.counts["warmup"] >= self.warmup_steps:
+        if probe is not None and probe.found:
+            self._fall_back(f"the step reads a tensor on the host ({probe.found}), which a graph cannot hold")
+        elif self.counts["warmup"] >= self.warmup_steps:
             self._capture(batch, loss)
         return loss
 
@@ -281,6 +294,10 @@ class WholeStepGraph:
     def report(self) -> dict[str, Any]:
         """For summary.json: what ran, how often, and the one line saying why."""
         return {"mode": self.mode, **self.counts, **({"reason": self.reason} if self.reason else {})}
+
+
+def _compiled(trainer: Any) -> bool:
+    return bool(getattr(getattr(trainer, "settings", None), "compile", False))
 
 
 def _baked_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
