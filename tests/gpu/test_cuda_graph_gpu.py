@@ -112,6 +112,9 @@ def test_a_real_capture_that_fails_falls_back_in_one_line(monkeypatch):
     class Blind:  # no probe: the CUDA capture itself must refuse the .item() and the run go on eagerly
         found = None
 
+        def __init__(self, device):
+            pass
+
         def __enter__(self):
             return self
 

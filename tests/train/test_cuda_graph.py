@@ -10,6 +10,7 @@ The real capture is tests/gpu/test_cuda_graph_gpu.py's.
 from __future__ import annotations
 
 import contextlib
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.core.callbacks import Callback
-from gpulab.runtime.cuda_graph import CudaGraphs, load_optimizer_in_place, prepare_optimizer
+from gpulab.runtime.cuda_graph import CudaGraphs, HostReadProbe, load_optimizer_in_place, prepare_optimizer
 from gpulab.train.graph_step import blocker, choose
 from gpulab.train.trainer import Trainer
 
@@ -393,3 +394,15 @@ def test_auto_measures_then_says_which_it_chose_in_one_line(capsys):
     assert len(lines) == 1 and lines[0].startswith("cuda_graph auto: ")
     assert result.extras["cuda_graph"]["reason"] == lines[0]
     assert trainer.graph_backend.calls.count("capture") == 1
+
+
+def test_the_probe_counts_host_reads_of_the_runs_device_only():
+    t = torch.ones(4)
+    with HostReadProbe(torch.device("cuda")) as probe:  # a CPU tensor read in a GPU step syncs nothing
+        float(t.sum())
+    assert probe.found is None
+    with HostReadProbe(torch.device("cpu")) as probe:
+        line = sys._getframe().f_lineno + 1
+        t[t > 0].sum()  # a boolean-mask index: its size is read on the host
+        float(t.sum())
+    assert probe.found.endswith(f" at test_cuda_graph.py:{line}")  # the first read, where it was made

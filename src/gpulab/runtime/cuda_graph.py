@@ -150,15 +150,25 @@ class HostReadProbe(TorchDispatchMode):
     and where the user's code called it, so the cause is named before any capture is tried (on any
     device: the CPU tests see the same thing a GPU capture would refuse)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         super().__init__()
+        self.device_type = device.type  # a CPU tensor read during a GPU step syncs nothing: not counted
         self.found: str | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        what = _HOST_READS.get(func)
-        if what is not None and self.found is None:
+        what = _HOST_READS.get(func) or _mask_index(func, args)
+        on_device = bool(args) and getattr(args[0], "device", None) is not None
+        if what is not None and self.found is None and on_device and args[0].device.type == self.device_type:
             self.found = f"{what}{_user_frame()}"
         return func(*args, **(kwargs or {}))
+
+
+def _mask_index(func: Any, args: tuple) -> str | None:
+    """``x[mask]``: its result's size is the mask's count, read on the host."""
+    if func is not torch.ops.aten.index.Tensor or len(args) < 2:
+        return None
+    masks = [i for i in args[1] if isinstance(i, torch.Tensor) and i.dtype == torch.bool]
+    return "a boolean-mask index" if masks else None
 
 
 def _user_frame() -> str:

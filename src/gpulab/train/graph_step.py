@@ -165,7 +165,7 @@ class WholeStepGraph:
         start = self._now() if timed else 0.0
         # The first step's forward and loss run under a probe for host reads (not a compiled model's:
         # dynamo and a dispatch mode do not mix; its capture is the check).
-        probe = HostReadProbe() if self.counts["warmup"] == 0 and not _compiled(self.t) else None
+        probe = HostReadProbe(self.device) if self.counts["warmup"] == 0 and not _compiled(self.t) else None
         with self.backend.warmup(self.device):
             loss = self._run(batch, probe=probe)
         if timed:
