@@ -168,6 +168,21 @@ def test_the_partial_last_batch_is_one_eager_step_and_the_graph_stays():
     assert _same_parameters(eager, graph)
 
 
+def test_the_capture_never_takes_an_epochs_last_batch():
+    data = _data(n=80)  # 32, 32, 16: the third warm-up step is the partial batch
+    _, _, eager = _fit(False, epochs=4, data=data)
+    trainer, result, graph = _fit(True, epochs=4, data=data)
+    assert trainer.graph_backend.calls[:5] == ["warmup"] * 4 + ["capture"]  # on epoch 2's first batch
+    assert result.extras["cuda_graph"] == {
+        "mode": "graph",
+        "warmup": 4,
+        "captures": 1,
+        "replays": 5,
+        "eager": 3,
+    }
+    assert _same_parameters(eager, graph)
+
+
 def test_learning_rate_schedule_reaches_the_graph():
     def schedule(opt, total):
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / total)

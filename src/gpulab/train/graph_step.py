@@ -117,7 +117,7 @@ class WholeStepGraph:
         if self.mode == "eager":
             loss = self._run(batch)
         elif self.mode == "warmup":
-            loss = self._warmup(batch)
+            loss = self._warmup(batch, last_in_epoch)
         elif self._fits(batch):
             loss = self._replay(batch)
         elif last_in_epoch:  # the epoch's partial last batch: one eager step, the graph stays
@@ -160,7 +160,7 @@ class WholeStepGraph:
             return precision.autocast()
         return torch.autocast(self.device.type, dtype=precision.compute_dtype, cache_enabled=False)
 
-    def _warmup(self, batch: Any) -> torch.Tensor:
+    def _warmup(self, batch: Any, last_in_epoch: bool) -> torch.Tensor:
         timed = self.auto and self.counts["warmup"] > 0  # the first pays lazy initialisation
         start = self._now() if timed else 0.0
         # The first step's forward and loss run under a probe for host reads (not a compiled model's:
@@ -173,7 +173,7 @@ class WholeStepGraph:
         self.counts["warmup"] += 1
         if probe is not None and probe.found:
             self._fall_back(f"the step reads a tensor on the host ({probe.found}), which a graph cannot hold")
-        elif self.counts["warmup"] >= self.warmup_steps:
+        elif self.counts["warmup"] >= self.warmup_steps and not last_in_epoch:  # never on a partial batch
             self._capture(batch, loss)
         return loss
 
