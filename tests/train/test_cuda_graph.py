@@ -183,6 +183,17 @@ def test_the_capture_never_takes_an_epochs_last_batch():
     assert _same_parameters(eager, graph)
 
 
+def test_a_streams_partial_last_batch_is_one_eager_step_per_pass():
+    class Stream(torch.utils.data.IterableDataset):  # no length: 100 samples a pass, 3 x 32 and 4
+        def __iter__(self):
+            x, y = _data(n=100)
+            return iter(zip(x, y, strict=True))
+
+    trainer, result, _ = _fit(True, max_steps=12, data=Stream())
+    assert result.extras["cuda_graph"]["mode"] == "graph", result.extras["cuda_graph"]
+    assert result.extras["cuda_graph"]["eager"] == 3  # the 4-sample batch ending each of the 3 passes
+
+
 def test_learning_rate_schedule_reaches_the_graph():
     def schedule(opt, total):
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / total)

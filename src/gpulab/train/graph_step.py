@@ -106,10 +106,12 @@ class WholeStepGraph:
         self._spec: Any = None
         self._loss: torch.Tensor | None = None
         self._lrs: list[torch.Tensor] = []
+        self._odd_epoch: int | None = None  # a stream's epoch that had its one batch of other shapes
 
     # -- one step ---------------------------------------------------------------------------------------
-    def step(self, batch: Any, last_in_epoch: bool) -> torch.Tensor:
-        """Train on ``batch``; returns its loss (a tensor no later step overwrites)."""
+    def step(self, batch: Any, last_in_epoch: bool | None) -> torch.Tensor:
+        """Train on ``batch``; returns its loss (a tensor no later step overwrites). ``last_in_epoch``:
+        whether it is its epoch's last batch, None where that is unknown (a stream)."""
         if not self._prepared:
             # After any resume (a load replaces the optimizer's groups): from here its tensors are static.
             prepare_optimizer(self.t.optimizer, self.device, capturable=self.device.type == "cuda")
@@ -120,7 +122,7 @@ class WholeStepGraph:
             loss = self._warmup(batch, last_in_epoch)
         elif self._fits(batch):
             loss = self._replay(batch)
-        elif last_in_epoch:  # the epoch's partial last batch: one eager step, the graph stays
+        elif self._may_differ(last_in_epoch):  # an epoch's partial last batch: one eager step, graph stays
             self.counts["eager"] += 1
             loss = self._run(batch)
         else:
@@ -272,6 +274,17 @@ class WholeStepGraph:
                     return False
             elif leaf != static:
                 return False
+        return True
+
+    def _may_differ(self, last_in_epoch: bool | None) -> bool:
+        """A batch of other shapes is an epoch's partial last one: the last by count, or in a stream (no
+        count) the first odd one of its epoch; a second one in an epoch means the shapes vary."""
+        if last_in_epoch is not None:
+            return last_in_epoch
+        epoch = self.t.state.epoch
+        if self._odd_epoch == epoch:
+            return False
+        self._odd_epoch = epoch
         return True
 
     def _shapes(self, batch: Any) -> str:

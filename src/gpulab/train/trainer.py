@@ -298,7 +298,9 @@ class Trainer:
                 batch = channels_last_batch(batch)
             if graph is not None and not self._compile_check.pending:  # one batch is one step here
                 with self._recompiles.watch():
-                    loss = graph.step(batch, last_in_epoch=n is not None and state.batch_in_epoch == n - 1)
+                    loss = graph.step(
+                        batch, last_in_epoch=None if n is None else state.batch_in_epoch == n - 1
+                    )
                 self._train_loss.add(loss, state.global_step + 1)
                 state.batch_in_epoch += 1
                 state.samples_seen += samples_in(batch)
