@@ -65,7 +65,9 @@ class CudaGraphs:
 
     def capture(self, fn: Callable[[], Any], device: torch.device) -> Any:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.device(device), torch.cuda.graph(graph):
+        # thread_local: the DataLoader's pin-memory thread (cudaHostAlloc) and a checkpoint writer's copies
+        # go on during the capture; "global" would make their CUDA calls fail it.
+        with torch.cuda.device(device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn()
         return graph
 
