@@ -8,6 +8,8 @@
   (cm) (c) with mfu=True, as `gpulab train` runs (the matmul peak and the FLOP count)
   (c2) on a GPU only: (c) with compile_mode=reduce-overhead, the model's forward and backward replayed
       as CUDA graphs (the issue's "CUDA graphs through compile are fair game"; on a CPU inductor is slower)
+  (cg) on a GPU only: (c) with cuda_graph=true, the whole step (forward, backward and the optimizer) one
+      CUDA graph replayed per step (issue 24 item 1)
 
 Besides us/step of the loop alone, every variant's whole job is timed from the ``fit()`` call (for (a): the
 line after the model is built) to its return: the fixed cost a short job pays on top of its steps.
@@ -101,6 +103,9 @@ def with_trainer(data, device: torch.device, out_dir: str, **settings) -> tuple[
     whole = time.perf_counter() - start
     if settings.get("compile") and not result.compiled:
         raise RuntimeError("torch.compile fell back to eager (see the warning above)")
+    graph = result.extras.get("cuda_graph") or {}
+    if settings.get("cuda_graph") and graph.get("mode") != "graph":
+        raise RuntimeError(f"no whole-step graph: {graph.get('reason')}")
     return timer.seconds / result.steps * 1e6, whole
 
 
@@ -129,12 +134,15 @@ def main() -> None:
         variants["c2_trainer_tensors_cuda_graphs"] = lambda: with_trainer(
             (x, y), device, tmp, compile=True, compile_mode="reduce-overhead"
         )
+        variants["cg_trainer_tensors_whole_step_graph"] = lambda: with_trainer(
+            (x, y), device, tmp, cuda_graph=True
+        )
     with contextlib.redirect_stdout(sys.stderr):  # the progress bars; stdout keeps the figures alone
         for name, fn in list(variants.items()):  # warm-up: imports, allocator, writers, compilation
             try:
                 fn()
             except Exception as exc:  # an optional variant that cannot run here is reported, not fatal
-                if not name.startswith("c2"):
+                if not name.startswith(("c2", "cg")):
                     raise
                 print(f"{name}: not measured: {type(exc).__name__}: {exc}", file=sys.stderr)
                 del variants[name]
@@ -159,6 +167,9 @@ def main() -> None:
     }
     if "c2_trainer_tensors_cuda_graphs" in times:
         ratios["a_over_c2"] = paired_median(a, times["c2_trainer_tensors_cuda_graphs"])
+    if "cg_trainer_tensors_whole_step_graph" in times:
+        ratios["a_over_cg"] = paired_median(a, times["cg_trainer_tensors_whole_step_graph"])
+        ratios["c_over_cg"] = paired_median(c, times["cg_trainer_tensors_whole_step_graph"])
     report = {
         "us_per_step_median": med,
         "us_per_step_min": {k: min(v) for k, v in times.items()},
@@ -188,6 +199,9 @@ def main() -> None:
     print(f"(a)/(cm) = {ratios['a_over_cm_whole']:.2f}   whole jobs, with MFU on as `gpulab train` runs")
     if "a_over_c2" in ratios:
         print(f"(a)/(c2) = {ratios['a_over_c2']:.2f}   (the fast path, CUDA graphs through torch.compile)")
+    if "a_over_cg" in ratios:
+        print(f"(a)/(cg) = {ratios['a_over_cg']:.2f}   target >= 5  (the whole step as one CUDA graph)")
+        print(f"(c)/(cg) = {ratios['c_over_cg']:.2f}   (what the whole-step graph gains over the fast path)")
 
 
 def paired_median(top: list[float], bottom: list[float]) -> float:

@@ -29,6 +29,12 @@ step bench 110 python3 -m gpulab bench matmul precision memory accumulate compil
 # cuda-graph and float8 (each skipped with its reason where it cannot run), then MFU per variant.
 STEP_TAIL=16 step transformer 300 bash -c "python3 -m gpulab bench transformer --quick --device cuda \
     --out $work/transformer && python3 benchmarks/transformer_mfu.py $work/transformer/results.json"
+# issue 24 item 1: the whole step as one CUDA graph. Graph vs eager loss trajectories (mlp, chargpt in bf16
+# and fp16), then what cuda_graph auto measures and picks on each recipe (its one line); the speed-up itself
+# is overhead's (cg) row and transformer's cuda-graph row.
+step cuda-graph 240 bash -c "python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_cuda_graph_gpu.py \
+    && for r in mlp chargpt; do python3 -m gpulab train \$r --device cuda --max-steps 200 --out $work/graph-\$r \
+    --set cuda_graph=auto | grep -E 'cuda_graph|done in'; done"
 cp "$work/bench/results.json" "$out/bench-results.json" 2>/dev/null
 cp "$work/profile/profile.json" "$out/profile-chargpt.json" 2>/dev/null
 cp "$work/transformer/results.json" "$out/transformer-results.json" 2>/dev/null

@@ -155,6 +155,13 @@ class TrainerSettings(Settings):
         description="compare the compiled model's first-batch loss and gradients with eager's (one extra "
         "forward and backward at fit start, on one process); where they differ, warn and train eagerly",
     )
+    cuda_graph: bool | Literal["auto"] = Field(
+        False,
+        description="capture forward, backward and the optimizer step as one CUDA graph after 3 warm-up "
+        "steps and replay it each step (one launch per step); auto: keep it where replays measure faster "
+        "than eager steps; one line says why where it cannot (not CUDA, accumulate, ddp/fsdp2, a host "
+        "read inside the step, ...)",
+    )
     channels_last: bool | Literal["auto"] = Field(
         "auto",
         description="model and 4-D inputs in the NHWC memory format; auto: on for conv nets on CUDA, "
@@ -299,6 +306,7 @@ _ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
                 "compile_mode",
                 "compile_backend",
                 "compile_check",
+                "cuda_graph",
                 "keep_best",
                 "collective_timeout_s",
                 "ddp_bucket_cap_mb",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from dataclasses import replace
@@ -64,7 +65,7 @@ def test_the_plot_is_written(smoke):
 
 def test_skip_reasons_on_a_gpu(monkeypatch):
     cuda = torch.device("cuda", 0)
-    assert "no whole-step CUDA graph mode" in transformer.skip_reason("cuda-graph", cuda)
+    assert transformer.skip_reason("cuda-graph", cuda) is None  # the Trainer's cuda_graph mode
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     assert "H100-class" in transformer.skip_reason("float8", cuda)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
@@ -149,9 +150,9 @@ def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
     suite = run_bench(config, log=print)["suites"]["transformer"]
     assert suite["status"] == "ok", suite["notes"]
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert {"eager", "compile", "compile+opt"} <= set(rows)
-    assert "cuda-graph" not in rows  # until the Trainer has the mode: skipped, with its reason
-    assert any(n.startswith("cuda-graph skipped: the Trainer has no whole-step") for n in suite["notes"])
+    assert {"eager", "compile", "compile+opt", "cuda-graph"} <= set(rows)
+    graph = rows["cuda-graph"]["info"]["cuda_graph"]
+    assert graph["mode"] == "graph" and graph["captures"] == 1, graph
     for row in rows.values():
         assert row["info"]["precision"] == "bf16-mixed"
         assert row["info"]["recompiles_after_first_step"] == 0
@@ -174,3 +175,43 @@ def test_mfu_against_a_measured_peak_a_step_beat_is_rescaled_to_the_fresh_peak(m
     assert out.measured == 2e9 and notes == ["Measured peak: re-measured."]
     mfu = rows[0].figures["mfu_measured"]
     assert (mfu.low, mfu.high) == (25, 50)
+
+
+class _ReplayByRerun:
+    """A CPU stand-in for torch.cuda's graphs: capture records, replay runs the captured step again."""
+
+    def unsupported(self, device):
+        return None
+
+    def warmup(self, device):
+        return contextlib.nullcontext()
+
+    def capture(self, fn, device):
+        return fn
+
+    def replay(self, graph):
+        graph()
+
+    def synchronize(self, device):
+        pass
+
+
+def test_the_cuda_graph_row_steps_as_eager_does():
+    """The row's ``GraphStepper`` is the Trainer's whole-step graph over the Stepper's batches: with replays
+    that re-run the captured step on the CPU, its parameters equal eager's bit for bit."""
+    from gpulab.bench.suites import Stepper, single_runtime
+
+    def train(graph: bool):
+        with single_runtime(torch.device("cpu"), "fp32") as rt:
+            stepper = Stepper(transformer.workload(transformer.SHAPES["micro"]), rt)
+            step = transformer.GraphStepper(stepper, _ReplayByRerun()) if graph else stepper
+            report = step.finish_warmup() if graph else None
+            for _ in range(9 - (3 if graph else 0)):
+                step.step()
+            return stepper.parameters_vector(), report, getattr(step, "graph", None)
+
+    eager, _, _ = train(False)
+    graph, report, whole_step = train(True)
+    assert report == {"mode": "graph", "warmup": 3, "captures": 1, "replays": 0, "eager": 0}
+    assert whole_step.counts["replays"] == 6
+    assert torch.equal(eager, graph)

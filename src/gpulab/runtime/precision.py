@@ -168,7 +168,9 @@ class FP16Mixed(_Autocast):
         before = self.scaler._get_scale_async().clone()
         self.scaler.update()
         shrunk = self.scaler._get_scale_async() < before
-        self._skipped = shrunk.long() if self._skipped is None else self._skipped + shrunk
+        if self._skipped is None:
+            self._skipped = torch.zeros((), dtype=torch.long, device=shrunk.device)
+        self._skipped.add_(shrunk)  # in place: a CUDA graph (cuda_graph) replays this very tensor
 
     @property
     def skipped_steps(self) -> int:

@@ -72,6 +72,7 @@ from gpulab.runtime.step_call import (
 from gpulab.train import NAME, THREADS_HINT
 from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
 from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
+from gpulab.train.graph_step import WholeStepGraph, make_graph_step
 from gpulab.train.items import item_counter, scale_gradients
 from gpulab.train.mfu import MfuCallback
 from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
@@ -89,6 +90,8 @@ class Trainer:
     ``trajectory``: anything else that changes what the run computes (``gpulab train`` passes the recipe
     and its ``options``); it is stored in checkpoints and a resume that changes it is refused.
     """
+
+    graph_backend: Any = None  # cuda_graph's capture and replay (graph_step.py); None: torch.cuda's
 
     def __init__(
         self,
@@ -211,7 +214,19 @@ class Trainer:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
             self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+        self._graph = self._setup_graph()
         return train, val
+
+    def _setup_graph(self) -> WholeStepGraph | None:
+        """``cuda_graph``: the whole step as one graph where this fit allows it; one line says why not."""
+        if self.settings.cuda_graph is False:
+            return None
+        graph, line = make_graph_step(self, self.graph_backend)
+        if graph is None:
+            self.extras["cuda_graph"] = {"mode": "eager", "reason": line}
+        if (graph is None or self.settings.cuda_graph is True) and self.settings.progress is not False:
+            self.runtime.print(line)  # auto with a graph: its measured choice is the line, later
+        return graph
 
     def _setup_channels_last(self, model: nn.Module) -> None:
         """Convert the model now (before the optimizer holds its parameters) and each 4-D input batch in
@@ -276,10 +291,23 @@ class Trainer:
         if n is None and self.runtime.world_size > 1:  # streams end unevenly: ranks stop together
             batches = stop_together(batches, self.runtime.reduce_flag)
         start = state.batch_in_epoch
+        graph = self._graph
         for batch in self._position.track("training", batches, start):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
+            if graph is not None and not self._compile_check.pending:  # one batch is one step here
+                with self._recompiles.watch():
+                    loss = graph.step(
+                        batch, last_in_epoch=None if n is None else state.batch_in_epoch == n - 1
+                    )
+                self._train_loss.add(loss, state.global_step + 1)
+                state.batch_in_epoch += 1
+                state.samples_seen += samples_in(batch)
+                self._after_step()
+                if self._done():
+                    return False
+                continue
             with self._recompiles.watch():
                 loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
             self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
@@ -337,7 +365,7 @@ class Trainer:
             return step(self.forward), steps_now
 
     def _optimizer_step(self) -> None:
-        s, rt, state = self.settings, self.runtime, self.state
+        s, rt = self.settings, self.runtime
         if self._window_items is not None:  # the large batch's mean: one all-reduce of one number
             items = (
                 rt.all_reduce(self._window_items.float(), "sum") if rt.world_size > 1 else self._window_items
@@ -347,6 +375,11 @@ class Trainer:
         if s.clip_grad_norm is not None:
             rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
         rt.step(self.optimizer, self.scheduler)
+        self._after_step()
+
+    def _after_step(self) -> None:
+        """What follows every optimizer step, eager or replayed: counters, clock, log, checkpoint."""
+        s, state = self.settings, self.state
         state.global_step += 1
         if self._clock.t0 is None:
             self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
@@ -368,7 +401,8 @@ class Trainer:
         # A NaN/inf loss on any rank stops every rank here, together.
         self._nonfinite.check(rt, loss, self._train_loss.first_bad_step)
         self._train_loss.reset()
-        metrics = {"loss": loss, "lr": self.optimizer.param_groups[0]["lr"]}
+        lr = self.optimizer.param_groups[0]["lr"]  # a device tensor under cuda_graph: read at the log only
+        metrics = {"loss": loss, "lr": float(lr) if isinstance(lr, torch.Tensor) else lr}
         speed = self._clock.interval_rate(state.samples_seen)
         if speed is not None:
             metrics["samples_per_s"] = speed * rt.world_size
@@ -608,6 +642,7 @@ class Trainer:
                 **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
                 # recompiles after the first step, whose wall time samples_per_s leaves out
                 **({"compile": self._compile_report()} if self.settings.compile else {}),
+                **({"cuda_graph": self._graph.report()} if self._graph is not None else {}),
                 **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
         )

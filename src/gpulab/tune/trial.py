@@ -86,6 +86,8 @@ class Trial:
 class _Watch(Callback):
     """Times the first step (warm-up) and ends the fit at the tune's deadline."""
 
+    graph_safe = True  # on_step_end reads the clock, no tensor: cuda_graph may capture the step
+
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
         self.started = 0.0

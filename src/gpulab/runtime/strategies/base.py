@@ -17,6 +17,7 @@ from torch import nn
 
 from gpulab.distributed.watchdog import Heartbeat
 from gpulab.errors import choices
+from gpulab.runtime.cuda_graph import STATIC_MARK, load_optimizer_in_place
 from gpulab.runtime.fused_optimizer import match_loaded_groups
 
 REDUCE_OPS = ("mean", "sum", "max", "min")
@@ -140,7 +141,10 @@ class Strategy:
     def load_optimizer_state_dict(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
     ) -> None:
-        optimizer.load_state_dict(state)
+        if getattr(optimizer, STATIC_MARK, False):  # a CUDA graph reads its tensors: copy into them
+            load_optimizer_in_place(optimizer, state)
+        else:
+            optimizer.load_state_dict(state)
         match_loaded_groups(optimizer)
 
     def sharded_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -34,8 +36,12 @@ from gpulab.measure.harness import (
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.runtime.compile import compile_model
+from gpulab.runtime.cuda_graph import CudaGraphs
 from gpulab.runtime.memory import synchronize
 from gpulab.runtime.recompiles import frames_compiled
+from gpulab.runtime.signature import Signature
+from gpulab.runtime.step_call import LossCall
+from gpulab.train.graph_step import WholeStepGraph
 from gpulab.train.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 
 
@@ -102,10 +108,8 @@ def run(ctx: BenchContext) -> SuiteResult:
 
 def skip_reason(variant: str, device: torch.device) -> str | None:
     """Why ``variant`` cannot run on ``device`` (one line), or None when it can."""
-    if variant == "cuda-graph":
-        if device.type != "cuda":
-            return "CUDA graphs need a CUDA GPU"
-        return "the Trainer has no whole-step CUDA graph mode yet (issue 24, item 1)"
+    if variant == "cuda-graph" and device.type != "cuda":
+        return "CUDA graphs need a CUDA GPU"
     if variant == "float8":
         if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
             return "Float8 training needs an H100-class GPU (compute capability 9.0 or higher)"
@@ -164,13 +168,15 @@ def _one(
     work = workload(shape)
     if variant == "float8":
         _to_float8(work.model)
-    compiled = variant != "eager"
+    compiled = variant not in ("eager", "cuda-graph")  # cuda-graph: the eager model, one graph per step
     forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
     # achieved TFLOP/s = MFU x the peak in the notes: a column of its own would not fit the table
     info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
     info["tflop_per_step"] = flops / 1e12
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
+        if variant == "cuda-graph":
+            stepper = GraphStepper(stepper)
         if variant == "compile+opt":
             restore = compile_optimizer_step(stepper.optimizer, cfg["backend"])
         first = _first_step(stepper, ctx.device)
@@ -184,6 +190,10 @@ def _one(
             info["optimizer_compiled"] = True
         if isinstance(first, BaseException):
             raise first
+        if variant == "cuda-graph":
+            info["cuda_graph"] = stepper.finish_warmup()  # the capture is not timed, as compilation is not
+            if stepper.graph.mode != "graph":
+                notes.append(f"cuda-graph: {stepper.graph.reason}")
         frames = frames_compiled()
         timing = ctx.measure(stepper.step, warmup=cfg["warmup"], repeats=cfg["repeats"])
         info["recompiles_after_first_step"] = frames_compiled() - frames if compiled else 0
@@ -204,6 +214,38 @@ def _one(
     else:
         info["no_peak_memory"] = memory.kind
     return Row({"model": shape_name, "variant": variant}, figures, info)
+
+
+class GraphStepper:
+    """A ``Stepper``'s step as the Trainer's whole-step CUDA graph (``cuda_graph: true``): the very
+    ``WholeStepGraph`` of ``train/graph_step.py``, fed the Stepper's batches in turn."""
+
+    def __init__(self, stepper: Stepper, backend: Any = None) -> None:
+        self.stepper = stepper
+        fit = SimpleNamespace(  # what WholeStepGraph reads from a Trainer
+            optimizer=stepper.optimizer,
+            runtime=stepper.rt,
+            model=stepper.model,
+            forward=stepper.forward,
+            loss=LossCall(stepper.loss_fn, Signature(stepper.model, None, None)),
+            scheduler=None,
+            settings=SimpleNamespace(clip_grad_norm=None, progress=False),
+            state=SimpleNamespace(global_step=0),
+        )
+        self.graph = WholeStepGraph(fit, backend or CudaGraphs(), auto=False)
+
+    def step(self) -> torch.Tensor:
+        s = self.stepper
+        start = (s.cursor % s.batches) * s.batch_size
+        s.cursor += 1
+        batch = (s.inputs[start : start + s.batch_size], s.targets[start : start + s.batch_size])
+        return self.graph.step(batch, last_in_epoch=False)
+
+    def finish_warmup(self) -> dict:
+        """Step through the remaining warm-up steps and the capture; the graph's counts."""
+        while self.graph.mode == "warmup":
+            self.step()
+        return self.graph.report()
 
 
 def _within_measured_peak(peaks: Peaks, flops: int, rows: list[Row], notes: list[str]) -> Peaks:
