@@ -199,7 +199,7 @@ class _ReplayByRerun:
 def test_the_cuda_graph_row_steps_as_eager_does():
     """The row's ``GraphStepper`` is the Trainer's whole-step graph over the Stepper's batches: with replays
     that re-run the captured step on the CPU, its parameters equal eager's bit for bit."""
-    from gpulab.bench.suites import Stepper, single_runtime
+    from gpulab.engines.torch.bench import Stepper, single_runtime
 
     def train(graph: bool):
         with single_runtime(torch.device("cpu"), "fp32") as rt:

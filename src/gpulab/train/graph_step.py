@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
@@ -31,8 +32,21 @@ from gpulab.runtime.cuda_graph import (
 from gpulab.runtime.precision import _Autocast
 from gpulab.runtime.step_call import step_loss
 
-if TYPE_CHECKING:
-    from gpulab.train.trainer import Trainer
+
+class Trainer(Protocol):
+    """What the graph step reads of the Trainer that owns it (a protocol: importing the Trainer here would
+    make the two modules import each other)."""
+
+    settings: Any
+    runtime: Any
+    state: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    forward: Callable[..., Any]
+    loss: Callable[..., Any]
+    _extra_callbacks: Sequence[Any]
+
 
 WARMUP_STEPS = 3  # torch's docs warm up 3 iterations before capturing
 AUTO_TIMED = 3  # replays timed for ``auto`` (eager: the warm-up steps after the first)
