@@ -123,6 +123,7 @@ def test_runtime_step_uses_it_and_fp16_keeps_its_scaler():
     net(torch.randn(4, 8)).sum().backward()
     rt.step(opt)
     assert opt.state[net[0].weight]["step"].item() == 2
+    assert all(p.grad is None for p in net.parameters())  # zeroed as zero_grad(set_to_none=True) does
     with pytest.warns(Warning, match="fp16"):
         rt16 = Runtime("cpu", "fp16-mixed")
     assert not rt16._plain_step
