@@ -58,7 +58,9 @@ def assert_bit_identical(a, b):
         lambda p: torch.optim.AdamW(
             [{"params": list(p)[:2], "lr": 3e-3}, {"params": list(p)[2:], "weight_decay": 0.0}], fused=True
         ),
-        lambda p: torch.optim.Adam([{"params": list(p)[:2], "amsgrad": True}, {"params": list(p)[2:]}], fused=True),
+        lambda p: torch.optim.Adam(
+            [{"params": list(p)[:2], "amsgrad": True}, {"params": list(p)[2:]}], fused=True
+        ),
     ],
     ids=["adam", "adamw", "amsgrad-wd", "tensor-lr-maximize", "two-groups", "amsgrad-in-one-group"],
 )
