@@ -2,7 +2,7 @@
 
   (a) the seed's loop, exactly as issue 24 describes it: the seed's MLP and data (``recipes/mlp.py``
       ``make_model``/``make_data``, 10,000 samples, data seed 1234), ``DataLoader(TensorDataset(x, y),
-      batch_size=64, shuffle=True)``, default ``torch.optim.Adam`` (lr 1e-3, torch's CPU for-loop kernels),
+      batch_size=64, shuffle=True)``, default ``torch.optim.Adam`` (lr 1e-3; on a CPU its for-loop kernels),
       ``BCEWithLogitsLoss``, 5 epochs (the ``mlp`` recipe's default, what ``gpulab train mlp`` runs)
   (b) the Trainer with its defaults (progress bar and JSONL/TensorBoard logging on, checkpoints off),
       fed the same DataLoader; its defaults include running torch's Adam on its fused kernels
