@@ -31,6 +31,7 @@ from gpulab.data.transfer import to_device
 from gpulab.errors import DeviceMemoryError, GpulabWarning
 from gpulab.hardware.devices import select_device
 from gpulab.runtime.fused_optimizer import use_fused_kernels
+from gpulab.runtime.fused_step import clear_grads, direct_step
 from gpulab.runtime.memory import memory_limit_bytes
 from gpulab.runtime.memory_estimate import unwrap_module
 from gpulab.runtime.precision import Precision, resolve_precision, slow_precision_warning
@@ -75,6 +76,7 @@ class Runtime:
         if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
             warnings.warn(slow, GpulabWarning, stacklevel=2)
         self.fuse_optimizer = fuse_optimizer
+        self._plain_step = type(self.precision).step is Precision.step
         self._no_sync_depth = 0  # inside ``no_sync``: backward talks to no other rank
         self.precision.setup()
         self.strategy.setup_precision(self.precision)
@@ -221,8 +223,13 @@ class Runtime:
         The scheduler steps even when fp16 skipped an overflowing step: knowing whether it did would
         cost a host sync each step, and the few early skips only shift the schedule by as many steps.
         """
-        self.precision.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)  # None, not zeros: saves a memset and memory
+        # The fused update called directly where that is exactly what step() would run (fused_step.py);
+        # a precision with its own step (fp16's GradScaler) always goes through it.
+        if self._plain_step and direct_step(optimizer):
+            clear_grads(optimizer)  # what zero_grad(set_to_none=True) does for Adam, less its profiler range
+        else:
+            self.precision.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)  # None, not zeros: saves a memset and memory
         if scheduler is not None:
             scheduler.step()
         self.strategy.heartbeat.step += 1
