@@ -47,7 +47,7 @@ def test_recipe_builds_and_its_parts_fit_together(name):
         assert hasattr(recipe.scheduler(optimizer, 10), "step")
 
 
-def test_chargpt_loss_decreases_in_a_few_steps():
+def test_chargpt_loss_decreases_in_a_few_steps(one_thread):  # one thread: see the digits test below
     options = {"max_chars": 20_000, "n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0}
     options["lr"] = 3e-3
     torch.manual_seed(0)
