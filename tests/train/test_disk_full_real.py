@@ -45,7 +45,9 @@ def _one_line(err: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_disk_filling_inside_state_pt_is_one_line_and_the_previous_checkpoint_resumes(tmpfs, capsys):
+def test_a_disk_filling_inside_state_pt_is_one_line_and_the_previous_checkpoint_resumes(
+    tmpfs, capsys, one_thread
+):  # one intra-op thread: chargpt's two threads wait for each other beside the other xdist worker
     # The trial's case: the step-8 weights fit, state.pt does not, and torch's zip writer replaces the
     # ENOSPC by its own RuntimeError ("unexpected pos"), the OSError only in its __context__.
     disk = tmpfs(8 * 2**20)

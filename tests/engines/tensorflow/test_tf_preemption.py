@@ -60,6 +60,16 @@ def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 300) -
     pytest.fail("the run never logged a step")
 
 
+def wait_for_line(proc: subprocess.Popen, start: str) -> str:
+    """Stderr up to and including the first line that starts with START (the run has said it)."""
+    seen = []
+    while line := proc.stderr.readline():  # blocks until a line or the end (pytest-timeout bounds it)
+        seen.append(line)
+        if line.startswith(start):
+            return "".join(seen)
+    pytest.fail(f"the run ended before saying {start!r}: {''.join(seen)[-3000:]}")
+
+
 def weights(path: Path) -> list[np.ndarray]:
     import h5py  # Keras's own dependency: present wherever TensorFlow is
 
@@ -111,9 +121,11 @@ def test_a_second_sigint_exits_130_at_once_without_a_checkpoint(tmp_path):
     proc = start(*slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)  # well inside the 3 s step
+    # The first is counted (its line is out), so the second lands inside the same 3 s step: no sleep.
+    before = wait_for_line(proc, "gpulab: SIGINT: finishing this step")
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
+    stderr = before + rest
     assert proc.returncode == 130, stderr[-3000:]
     assert "gpulab: SIGINT: finishing this step" in stderr
     assert "second SIGINT: stopping now, without a checkpoint" in stderr
