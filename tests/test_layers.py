@@ -19,7 +19,8 @@ LAYERS = [
     ("core",),  # what every engine's loop uses
     ("measure",),  # timers, FLOPs and peaks, NVML sampling, diagnosis
     ("runtime", "distributed"),  # torch's device x precision x strategy; process groups and launchers
-    ("checkpoint", "precisions", "config", "gpulab"),  # storage, the precision table, settings, __version__
+    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__
+    ("checkpoint", "precisions", "config", "recipe_data", "gpulab"),
     ("hardware", "data", "errors"),
 ]
 

@@ -127,11 +127,6 @@ def test_a_tensorflow_run_loads_neither_torch_nor_its_engine(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the built-in TensorFlow recipes take their data from the torch recipes (torch's generator), "
-    "so that both engines train on the same samples: making that data NumPy's changes the torch runs too",
-)
 def test_a_tensorflow_run_of_a_built_in_recipe_loads_no_torch(tmp_path):
     loaded = _train_and_list_modules(
         tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200"
