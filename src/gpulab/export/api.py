@@ -14,20 +14,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from gpulab import engines
 from gpulab.config import ENGINES
 from gpulab.errors import CheckpointError, ConfigError, choices
-from gpulab.export import data as export_data
 from gpulab.export import formats, parity
-from gpulab.export.formats.base import DTYPES, Deployable, Served
-from gpulab.export.rebuild import file_stem, rebuild, run_engine
-from gpulab.runtime.signature import Signature
+from gpulab.export.rebuild import file_stem, run_engine
 from gpulab.train.recipes.trust import RecipeTrust
 
 if TYPE_CHECKING:
     from gpulab.engines import Engine
+    from gpulab.export import data as export_data
+    from gpulab.export.formats.base import Deployable
+    from gpulab.runtime.signature import Signature
+
+# torch is imported by the torch engine's functions below only: a TensorFlow run's export needs none.
 
 EXAMPLE_BATCH = 2  # torch.export specialises a size-1 dimension; 2 keeps the batch symbolic
 PARITY_BATCH = 64
@@ -101,6 +101,12 @@ def export_torch(
     output: str | None = None,
 ) -> ExportResult:
     """The torch engine's export (``gpulab.engines.torch``): rebuild the model, write, check parity."""
+    import torch
+
+    from gpulab.export import data as export_data
+    from gpulab.export.rebuild import rebuild
+    from gpulab.runtime.signature import Signature
+
     source = rebuild(path, trust)
     signature = Signature(source.model, source.model_inputs, output or source.model_output)
     data = (
@@ -132,6 +138,10 @@ def export_torch(
 def deployable(model, precision: str, data: export_data.Named, signature: Signature, example) -> Deployable:
     """The scriptable one-tensor ``Deployable`` where the model is one input to one tensor, else
     ``Served`` (named inputs, the predictions picked from the output)."""
+    import torch
+
+    from gpulab.export.formats.base import Deployable, Served
+
     plain = len(data.inputs) == 1 and not data.keyword and signature.output is None
     if plain:
         with torch.no_grad():
@@ -145,8 +155,8 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
     if fmt not in formats.FORMATS:
         formats.get(fmt)  # raises: unknown format, with the valid ones
-    if precision not in DTYPES:
-        raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(DTYPES)}")
+    if precision not in formats.PRECISIONS:
+        raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(formats.PRECISIONS)}")
     fixed = parse_batch_dim(batch_dim)
     if not path.exists():
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
@@ -166,6 +176,8 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
 
 def describe(module, source, precision: str, fixed: int | None, data, seconds: float) -> dict[str, Any]:
     """``PATH.export.json``: what was exported, from where, how; ``gpulab infer`` reads it back."""
+    import torch
+
     return {
         "format": module.NAME,
         "runtime": module.RUNTIME,
@@ -188,6 +200,8 @@ def describe(module, source, precision: str, fixed: int | None, data, seconds: f
 
 def check_parity(module, artifact, model, inputs, target, precision: str, fixed: int | None) -> dict:
     """The artifact loaded back in its own runtime against the eager model, batch for batch."""
+    from gpulab.export import data as export_data
+
     size = fixed or PARITY_BATCH
     eager = export_data.run_batched(model, inputs, size, fixed is not None)
     runner = module.load(artifact)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from gpulab.checkpoint.io import STATE
 from gpulab.errors import CheckpointError, ConfigError
 from gpulab.train.recipes.trust import RecipeTrust, check_recorded
+
+if TYPE_CHECKING:
+    from torch import nn  # annotations only: a TensorFlow run's export reads summary.json here, no torch
 
 SUMMARY_FILE = "summary.json"  # as train/run.py writes it (not imported: that would pull in the Trainer)
 

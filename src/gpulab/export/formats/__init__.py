@@ -10,6 +10,7 @@ from types import ModuleType
 from gpulab.errors import ConfigError, choices
 
 FORMATS = ("exported", "onnx", "torchscript", "aoti", "savedmodel", "tflite")
+PRECISIONS = ("fp32", "bf16", "fp16")  # --precision's choices; base.DTYPES gives each its torch dtype
 
 
 def get(name: str) -> ModuleType:

@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from gpulab.errors import ConfigError, MissingPackageError
+from gpulab.export.formats import PRECISIONS
 
 Runner = Callable[..., torch.Tensor]
 PIP_EXPORT = "pip install 'gpulab[export]'"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 
 class Deployable(nn.Module):
