@@ -46,14 +46,14 @@ def inspect(
     training step fits the device. A layer that fails on its input stops the table there and is named
     with the input it got and what it expected.
     """
-    from gpulab.profiling.inspect_run import InspectFailed, inspect_recipe
+    from gpulab.profiling.reports import InspectFailed
 
     flags = {"recipe": recipe, "device": device, "precision": precision, "batch_size": batch_size}
     user = layer_settings(config, flags, set_)
     user.pop("out_dir", None)  # inspect writes nothing
     if engine:
         user["engine"] = engine
-    report = inspect_recipe(user)
+    report = engines.get(user.pop("engine", None)).inspect(user)
     if as_json:
         print(json.dumps(report.to_json(depth), indent=2))
     else:

@@ -59,7 +59,7 @@ def profile(
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
     from gpulab import engines
-    from gpulab.profiling.profiler import ProfileOptions
+    from gpulab.profiling.reports import ProfileOptions
 
     flags = {
         "recipe": recipe,

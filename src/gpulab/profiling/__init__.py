@@ -3,30 +3,37 @@
 ``profile_loop``/``profile_recipe`` (``gpulab profile``) time and profile training steps; ``diagnose``
 names what bounds a run; ``training_step_flops`` counts a step's FLOPs; ``NvmlSampler`` samples the GPU
 in a background thread; ``PhaseTimer`` and ``DataWaitMeter`` are the timers.
+
+The names load on first use: importing a submodule (``profiling.reports``, what a TensorFlow profile or
+inspect builds) imports no torch.
 """
 
-from gpulab.measure.diagnosis import Diagnosis, diagnose, diagnose_run
-from gpulab.measure.flops import FlopCount, Peaks, count_flops, device_peaks, training_step_flops
-from gpulab.measure.sampler import NvmlSampler, SamplerSummary
-from gpulab.measure.timers import DataWaitMeter, PhaseTimer, phase_timer
-from gpulab.profiling.profiler import ProfileOptions, ProfileResult, profile_loop, profile_recipe
+import importlib
 
-__all__ = [
-    "DataWaitMeter",
-    "Diagnosis",
-    "FlopCount",
-    "NvmlSampler",
-    "Peaks",
-    "PhaseTimer",
-    "ProfileOptions",
-    "ProfileResult",
-    "SamplerSummary",
-    "count_flops",
-    "device_peaks",
-    "diagnose",
-    "diagnose_run",
-    "phase_timer",
-    "profile_loop",
-    "profile_recipe",
-    "training_step_flops",
-]
+_LAZY = {
+    "Diagnosis": "gpulab.measure.diagnosis",
+    "diagnose": "gpulab.measure.diagnosis",
+    "diagnose_run": "gpulab.measure.diagnosis",
+    "FlopCount": "gpulab.measure.flops",
+    "Peaks": "gpulab.measure.flops",
+    "count_flops": "gpulab.measure.flops",
+    "device_peaks": "gpulab.measure.flops",
+    "training_step_flops": "gpulab.measure.flops",
+    "NvmlSampler": "gpulab.measure.sampler",
+    "SamplerSummary": "gpulab.measure.sampler",
+    "DataWaitMeter": "gpulab.measure.timers",
+    "PhaseTimer": "gpulab.measure.timers",
+    "phase_timer": "gpulab.measure.timers",
+    "ProfileOptions": "gpulab.profiling.reports",
+    "ProfileResult": "gpulab.profiling.reports",
+    "profile_loop": "gpulab.profiling.profiler",
+    "profile_recipe": "gpulab.profiling.profiler",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gpulab.profiling' has no attribute {name!r}")

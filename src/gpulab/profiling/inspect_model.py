@@ -21,7 +21,6 @@ import copy
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.data.transfer import iter_tensors
+from gpulab.profiling.reports import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
 from gpulab.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
 from gpulab.runtime.step_call import LossCall, step_loss
 
@@ -42,68 +42,6 @@ SHORT_DTYPES = {
     torch.bool: "bool",
     torch.uint8: "u8",
 }
-
-
-@dataclass
-class TensorInfo:
-    shape: list[int]
-    dtype: str  # short name: f32, bf16, i64, ...
-
-    def __str__(self) -> str:
-        return f"{'×'.join(map(str, self.shape)) or 'scalar'} {self.dtype}"
-
-
-@dataclass
-class LayerRow:
-    """One call of one module during the forward pass."""
-
-    name: str  # dotted path from the root ("" for the root)
-    depth: int  # call nesting, 0 for the root
-    type: str
-    inputs: list[TensorInfo] = field(default_factory=list)
-    outputs: list[TensorInfo] = field(default_factory=list)
-    params_trainable: int = 0
-    params_frozen: int = 0
-    flops_forward: int = 0  # this call's forward FLOPs, its children's included
-    activation_bytes: int = 0  # bytes allocated during the call and still alive when it returned
-    cast_dtype: str | None = None  # a leaf computing in another dtype than the run's (autocast's lists)
-    leaf: bool = True
-    status: str = "ok"  # ok | failed | unfinished (an ancestor of the failing module)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class LayerFailure:
-    """The module that raised on its input, with what it received and what it expects."""
-
-    name: str
-    type: str
-    inputs: list[TensorInfo]
-    expected: str | None
-    error: str  # the first line of the exception
-
-    def message(self) -> str:
-        got = ", ".join(str(t) for t in self.inputs) or "no tensor"
-        want = f"; expected {self.expected}" if self.expected else ""
-        where = f"layer {self.name!r} ({self.type})" if self.name else f"the model ({self.type})"
-        return f"{where} failed on its input {got}{want} ({self.error})"
-
-
-@dataclass
-class Inspection:
-    rows: list[LayerRow]
-    flops_total: int  # one forward + backward over the batch (the FLOP counter's figure)
-    flops_forward: int
-    batch_size: int
-    run_dtype: str
-    method: str  # "fake tensors" or "real step"
-    failure: LayerFailure | None = None
-
-    @property
-    def flops_per_sample(self) -> float:
-        return self.flops_total / self.batch_size if self.batch_size else 0.0
 
 
 class _Recorder:
@@ -275,12 +213,6 @@ def _param_counts(module: nn.Module) -> tuple[int, int]:
 
 def _describe(obj: Any) -> list[TensorInfo]:
     return [TensorInfo(list(t.shape), SHORT_DTYPES.get(t.dtype, str(t.dtype))) for t in iter_tensors(obj)]
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    text = lines[0][:200] if lines else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 __all__ = ["Inspection", "LayerFailure", "LayerRow", "TensorInfo", "expects", "inspect_model"]

@@ -9,77 +9,13 @@ from CUDA's for a few ops), and the estimate uses the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from gpulab.errors import ConfigError, GpulabError
-from gpulab.profiling.inspect_model import Inspection, _first_line, inspect_model
-
-
-class InspectFailed(GpulabError):
-    """A layer failed on its input during the trace: the partial table is shown, then this line."""
-
-
-@dataclass
-class InspectReport:
-    recipe: str
-    device: str
-    precision: str
-    optimizer: str | None
-    inspection: Inspection
-    params_trainable: int
-    params_frozen: int
-    params_bytes: int
-    memory: Any = None  # MemoryEstimate, None when it could not be made (then memory_note says why)
-    memory_note: str | None = None
-    limit_bytes: int | None = None
-    limit_source: str = ""
-    notes: list[str] = field(default_factory=list)
-    engine: str = "torch"
-
-    @property
-    def fits(self) -> bool | None:
-        if self.memory is None or self.limit_bytes is None:
-            return None
-        return self.memory.predicted_peak_bytes <= self.limit_bytes
-
-    def to_json(self, depth: int | None = None) -> dict[str, Any]:
-        i = self.inspection
-        rows = [r.to_json() for r in i.rows if depth is None or r.depth <= depth or r.status == "failed"]
-        return {
-            "recipe": self.recipe,
-            "engine": self.engine,
-            "device": self.device,
-            "precision": self.precision,
-            "run_dtype": i.run_dtype,
-            "batch_size": i.batch_size,
-            "method": i.method,
-            "rows": rows,
-            "totals": {
-                "params_trainable": self.params_trainable,
-                "params_frozen": self.params_frozen,
-                "params_bytes": self.params_bytes,
-                "flops_per_step": i.flops_total if i.failure is None else None,
-                "flops_forward_per_step": i.flops_forward if i.failure is None else None,
-                "flops_per_sample": i.flops_per_sample if i.failure is None and i.flops_total else None,
-                "predicted_peak_bytes": self.memory.predicted_peak_bytes if self.memory else None,
-                "memory": self.memory.to_json() if self.memory else None,
-                "memory_note": self.memory_note,
-                "limit_bytes": self.limit_bytes,
-                "limit_source": self.limit_source,
-                "fits": self.fits,
-            },
-            "failure": None
-            if i.failure is None
-            else {**_failure_json(i.failure), "message": i.failure.message()},
-            "notes": self.notes,
-        }
-
-
-def _failure_json(f) -> dict[str, Any]:
-    return {"name": f.name, "type": f.type, "inputs": [vars(t) for t in f.inputs], "expected": f.expected}
+from gpulab.errors import ConfigError
+from gpulab.profiling.inspect_model import _first_line, inspect_model
+from gpulab.profiling.reports import InspectFailed, InspectReport
 
 
 def inspect_recipe(user: dict[str, Any]) -> InspectReport:

@@ -22,13 +22,11 @@ against the datasheet and measured peaks, and the bound from ``diagnosis.diagnos
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from gpulab.measure.diagnosis import diagnose
 from gpulab.measure.flops import device_peaks, training_step_flops
 from gpulab.measure.sampler import NvmlSampler
 from gpulab.measure.timers import PHASES, PhaseTimer, phase_timer
+from gpulab.profiling.reports import ProfileOptions, ProfileResult, _write_json
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.runtime.memory_format import channels_last_batch
 from gpulab.runtime.oom import sync_gradients
@@ -52,33 +51,6 @@ TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
 PROFILE_FILE = "profile.json"
 SNAPSHOT_FILE = "memory_snapshot.pickle"
-
-
-@dataclass
-class ProfileOptions:
-    warmup: int = 3  # untimed steps first
-    steps: int = 10  # timed steps (the breakdown)
-    active: int = 3  # steps recorded by torch.profiler (after one profiler warm-up step)
-    measure_peak: bool = True  # measure this device's matmul peak for MFU (cached)
-    memory_snapshot: bool = False  # CUDA: record allocations during the profiled steps
-    record_shapes: bool = False
-    with_stack: bool = False
-    nvml_interval_s: float = 0.05
-
-
-@dataclass
-class ProfileResult:
-    report: dict[str, Any]
-    out_dir: Path
-    files: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def breakdown(self) -> dict[str, float]:
-        return self.report["breakdown_s"]
-
-    @property
-    def diagnosis(self) -> dict[str, Any]:
-        return self.report["diagnosis"]
 
 
 def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOptions | None = None):
@@ -346,9 +318,3 @@ def _cycle(source) -> Iterator[Any]:
         if empty:
             raise DataError("the training data gives no batch (empty, or smaller than the batch size)")
         epoch += 1
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    tmp.replace(path)

@@ -23,7 +23,7 @@ from typing import Any
 from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
-from gpulab.profiling.inspect_model import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
+from gpulab.profiling.reports import Inspection, LayerFailure, LayerRow, TensorInfo, _first_line
 
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64"}
 SHORT |= {"int32": "i32", "bool": "bool", "uint8": "u8"}
@@ -34,7 +34,7 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     """The ``InspectReport`` of the TensorFlow run ``user`` describes."""
     from gpulab.engines.tensorflow.precision import resolve_precision
     from gpulab.engines.tensorflow.run import resolve_tf_config
-    from gpulab.profiling.inspect_run import InspectReport
+    from gpulab.profiling.reports import InspectReport
 
     user["engine"] = "tensorflow"
     config, recipe = resolve_tf_config(user)

@@ -45,7 +45,7 @@ NOT_AVAILABLE = {
 
 def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     """Profile the TensorFlow run ``user`` describes; write ``out_dir/profile.json`` and the trace."""
-    from gpulab.profiling.profiler import ProfileResult, _write_json
+    from gpulab.profiling.reports import ProfileResult, _write_json
 
     if options.memory_snapshot:
         raise ConfigError(
