@@ -51,6 +51,18 @@ def test_train_digits(run):
     assert (run / "model.weights.h5").is_file()
 
 
+def test_checkpoints_and_resume(tmp_path):
+    """TensorFlow's own checkpoint format under gpulab's MANIFEST: written and resumed without torch."""
+    args = ["train", "mlp", "--engine", "tensorflow", "--set", "options.samples=200", "--set",
+            "checkpoint_every=2", "--set", "progress=false", "--out", "run"]  # fmt: skip
+    first = gpulab(*args, "--max-steps", "4", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = gpulab(*args, "--max-steps", "6", "--resume", "latest", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["resumed_from"].endswith("step-00000004")
+
+
 @pytest.mark.parametrize("fmt", ["savedmodel", "tflite"])
 def test_export_checks_parity_without_torch(run, fmt):
     proc = gpulab("export", str(run), "--format", fmt, cwd=run.parent)
