@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,15 @@ def test_the_tensorflow_engines_verbs_load_no_torch(tmp_path, verb):
     assert "tensorflow" in loaded
     if verb == "export":
         assert (tmp_path / "run" / "export" / "mlp.savedmodel.parity.json").exists()
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_tensorflow_bench_loads_no_torch_in_its_process(tmp_path):
+    """``gpulab bench --engine tensorflow``: device, environment and harness without torch here (the
+    suites run in the TensorFlow worker process)."""
+    argv = ["gpulab", "bench", "matmul", "--engine", "tensorflow", "--smoke", "--device", "cpu"]
+    loaded = _list_modules(tmp_path, [*argv, "--out", str(tmp_path / "bench")])
+    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+    doc = json.loads((tmp_path / "bench" / "results.json").read_text())
+    assert doc["suites"]["tf-matmul"]["status"] == "ok", doc["suites"]["tf-matmul"]
+    assert doc["environment"]["bench_device"] == "cpu" and "tensorflow" in doc["environment"]
