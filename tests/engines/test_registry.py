@@ -187,3 +187,15 @@ def test_a_tensorflow_bench_loads_no_torch_in_its_process(tmp_path):
     doc = json.loads((tmp_path / "bench" / "results.json").read_text())
     assert doc["suites"]["tf-matmul"]["status"] == "ok", doc["suites"]["tf-matmul"]
     assert doc["environment"]["bench_device"] == "cpu" and "tensorflow" in doc["environment"]
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_tensorflow_tune_loads_no_torch(tmp_path):
+    """``gpulab tune --engine tensorflow``: the search, its trials and the knob rules (the CPU's native
+    dtypes) without torch."""
+    argv = ["gpulab", "tune", "mlp", "--engine", "tensorflow", "--device", "cpu", "--budget", "10"]
+    argv += ["--steps", "4", "--set", "options.samples=200", "--out", str(tmp_path / "tune")]
+    loaded = _list_modules(tmp_path, argv)
+    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+    doc = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    assert doc["engine"] == "tensorflow" and doc["trials"][0]["status"] == "ok", doc["trials"][0]
