@@ -6,12 +6,16 @@ DEV := $(VENV)/.installed-dev
 # torchvision and timm need the torch they were built for (from the index, multi-GB): a venv of their own.
 MODELS_VENV ?= .venv-models
 MODELS := $(MODELS_VENV)/.installed-vision
+# The TensorFlow engine alone (gpulab[tensorflow], no torch): what a TensorFlow user installs.
+TF_VENV ?= .venv-tf
+TF_ONLY := $(TF_VENV)/.installed-tf
+NO_TORCH = $(TF_VENV)/bin/python -c "import torch" 2>/dev/null && { echo "$(TF_VENV) has torch; it must not: rm -rf $(TF_VENV)" >&2; exit 1; } || true
 
-.PHONY: run test test-models lint setup clean slurm-packages
+.PHONY: run test test-models test-tf-only lint setup clean slurm-packages
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
-	scripts/setup_env.sh $(VENV)
+	scripts/setup_env.sh $(VENV) torch
 	@touch $@
 
 $(DEV): pyproject.toml scripts/setup_env.sh
@@ -30,7 +34,7 @@ run: $(BASE)
 test: $(DEV) slurm-packages
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not tf_only"
 
 $(MODELS): pyproject.toml scripts/setup_env.sh
 	GPULAB_TORCH=keep scripts/setup_env.sh $(MODELS_VENV) vision-dev
@@ -39,6 +43,16 @@ $(MODELS): pyproject.toml scripts/setup_env.sh
 # The vision examples (torchvision ResNet-18, timm ViT): train, resume and export, in their own venv.
 test-models: $(MODELS)
 	$(MODELS_VENV)/bin/python -m pytest -q -m vision tests/examples
+
+$(TF_ONLY): pyproject.toml scripts/setup_env.sh
+	GPULAB_TORCH=none scripts/setup_env.sh $(TF_VENV) tf-dev
+	@$(NO_TORCH)
+	@touch $@
+
+# The TensorFlow engine in a venv without torch: train digits, export it, profile, inspect, doctor.
+test-tf-only: $(TF_ONLY)
+	@$(NO_TORCH)
+	$(TF_VENV)/bin/python -m pytest -q -m tf_only tests/tf_only
 
 # Debian's SLURM and munge for tests/distributed/test_slurm.py's cluster: installed when missing, as root with
 # apt (about 50 s once); elsewhere one line, and those tests skip.
@@ -50,4 +64,4 @@ lint: $(DEV)
 	$(VENV)/bin/ruff format src tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) $(MODELS_VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(MODELS_VENV) $(TF_VENV) build src/*.egg-info .pytest_cache

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 # Every process a test starts (gloo ranks, CLI runs) prints each thread's Python stack if it dies by a
 # signal: a rank aborted by a native library then says where it was, not only "terminate called".
@@ -23,6 +22,8 @@ os.environ.setdefault("USE_TF", "0")
 @pytest.fixture
 def restore_tf32_flags():
     """Put the process-wide TF32 / matmul-precision flags back after a test that may change them."""
+    import torch  # in the fixtures: `make test-tf-only` collects tests/tf_only/ in a venv without torch
+
     saved = (
         torch.get_float32_matmul_precision(),
         torch.backends.cuda.matmul.allow_tf32,
@@ -38,6 +39,8 @@ def restore_tf32_flags():
 def one_thread():
     """One intra-op thread for a small model on a shared 2-core runner: torch's threads waiting for each
     other made a tiny GPT-2's 8 steps take 6.4 s instead of 0.4 s at load 10."""
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

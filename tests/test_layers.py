@@ -23,7 +23,8 @@ LAYERS = [
     # bench's harness, figures, plots and suite runner; profile and inspect reports; tune's knob groups
     ("measure",),
     ("runtime", "distributed"),  # torch's device x precision x strategy; process groups and launchers
-    ("checkpoint", "precisions", "config", "gpulab"),  # storage, the precision table, settings, __version__
+    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__
+    ("checkpoint", "precisions", "config", "recipe_data", "gpulab"),
     ("hardware", "data", "errors"),
 ]
 

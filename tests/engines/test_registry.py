@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,13 @@ def _train_and_list_modules(tmp_path: Path, recipe: str, *args: str) -> str:
     """``gpulab train RECIPE ARGS`` in a fresh interpreter, then which framework modules it had loaded."""
     argv = ["gpulab", "train", recipe, "--max-steps", "2", "--out", str(tmp_path / "run"), *args]
     argv += ["--set", "progress=false"]
+    loaded = _list_modules(tmp_path, argv)
+    assert (tmp_path / "run" / "summary.json").exists()
+    return loaded
+
+
+def _list_modules(tmp_path: Path, argv: list[str]) -> list[str]:
+    """``argv`` (a gpulab command) in a fresh interpreter, then which framework modules it had loaded."""
     code = (
         "import runpy, sys\n"
         f"sys.argv = {argv!r}\n"
@@ -108,7 +116,6 @@ def _train_and_list_modules(tmp_path: Path, recipe: str, *args: str) -> str:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (tmp_path / "run" / "summary.json").exists()
     return next(line for line in proc.stdout.splitlines() if line.startswith("LOADED")).split()[1:]
 
 
@@ -127,13 +134,68 @@ def test_a_tensorflow_run_loads_neither_torch_nor_its_engine(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the built-in TensorFlow recipes take their data from the torch recipes (torch's generator), "
-    "so that both engines train on the same samples: making that data NumPy's changes the torch runs too",
-)
 def test_a_tensorflow_run_of_a_built_in_recipe_loads_no_torch(tmp_path):
     loaded = _train_and_list_modules(
         tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200"
     )
     assert "torch" not in loaded
+
+
+TF_VERBS = {
+    "export": ["export", "{run}", "--format", "savedmodel"],
+    "inspect": ["inspect", "mlp", "--engine", "tensorflow", "--set", "options.samples=200"],
+    "profile": [
+        "profile",
+        "mlp",
+        "--engine",
+        "tensorflow",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--active",
+        "1",
+        "--set",
+        "options.samples=200",
+        "--out",
+        "{tmp}/profile",
+    ],
+}  # fmt: skip (doctor checks torch where it is installed; without it, tests/tf_only/ runs it)
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+@pytest.mark.parametrize("verb", list(TF_VERBS))
+def test_the_tensorflow_engines_verbs_load_no_torch(tmp_path, verb):
+    """export of a TensorFlow run (parity checked in NumPy), inspect and profile: no torch."""
+    if verb == "export":
+        _train_and_list_modules(tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200")
+    argv = [a.format(run=tmp_path / "run", tmp=tmp_path) for a in TF_VERBS[verb]]
+    loaded = _list_modules(tmp_path, ["gpulab", *argv])
+    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+    assert "tensorflow" in loaded
+    if verb == "export":
+        assert (tmp_path / "run" / "export" / "mlp.savedmodel.parity.json").exists()
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_tensorflow_bench_loads_no_torch_in_its_process(tmp_path):
+    """``gpulab bench --engine tensorflow``: device, environment and harness without torch here (the
+    suites run in the TensorFlow worker process)."""
+    argv = ["gpulab", "bench", "matmul", "--engine", "tensorflow", "--smoke", "--device", "cpu"]
+    loaded = _list_modules(tmp_path, [*argv, "--out", str(tmp_path / "bench")])
+    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+    doc = json.loads((tmp_path / "bench" / "results.json").read_text())
+    assert doc["suites"]["tf-matmul"]["status"] == "ok", doc["suites"]["tf-matmul"]
+    assert doc["environment"]["bench_device"] == "cpu" and "tensorflow" in doc["environment"]
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_tensorflow_tune_loads_no_torch(tmp_path):
+    """``gpulab tune --engine tensorflow``: the search, its trials and the knob rules (the CPU's native
+    dtypes) without torch."""
+    argv = ["gpulab", "tune", "mlp", "--engine", "tensorflow", "--device", "cpu", "--budget", "10"]
+    argv += ["--steps", "4", "--set", "options.samples=200", "--out", str(tmp_path / "tune")]
+    loaded = _list_modules(tmp_path, argv)
+    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+    doc = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    assert doc["engine"] == "tensorflow" and doc["trials"][0]["status"] == "ok", doc["trials"][0]

@@ -23,7 +23,11 @@ def cuda_box(**kw) -> Facts:
 
 CASES = [
     # check, facts, expected status, a phrase the detail or fix must contain
-    (checks.check_torch, Facts(), "fail", "pip install torch"),
+    (checks.check_torch, Facts(), "fail", "pip install 'gpulab[torch]'"),
+    # a TensorFlow user's install (gpulab[tensorflow], no torch): said, not failed
+    (checks.check_torch, Facts(tensorflow_version="2.21.0"), "info", "--engine tensorflow runs without"),
+    (checks.check_compute, Facts(tensorflow_version="2.21.0"), "info", "gpulab[torch]"),
+    (checks.check_compute, Facts(), "fail", "torch missing"),
     (checks.check_torch, cuda_box(torch_build="cpu", torch_cuda=None, torch_cuda_count=0), "fail",
      "download.pytorch.org/whl/cu128"),
     (checks.check_torch, cuda_box(torch_cuda_count=0), "fail", "nvidia-smi"),

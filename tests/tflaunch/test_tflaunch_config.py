@@ -133,3 +133,23 @@ def test_a_worker_killed_by_a_signal_is_named_with_the_signal(cpu_only):
         "the job failed: worker 3 (node 1, local 1) was killed by SIGKILL; worker(s) 2 stopped by the "
         "launcher; each worker's own output is above"
     )
+
+
+def test_without_torch_the_gpus_are_nvmls_as_cuda_visible_devices_narrows_them(monkeypatch):
+    """A TensorFlow install has no torch to count GPUs with: NVML counts them (one worker per GPU)."""
+    import sys
+
+    from gpulab.distributed import launch as L
+    from gpulab.hardware import nvml
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError, as without it
+    monkeypatch.setattr(nvml, "physical_gpu_count", lambda: 4)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert L.local_accelerator() == ("cuda", 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert L.local_accelerator() == ("cuda", 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert L.local_accelerator() == ("cpu", 0)
+    monkeypatch.setattr(nvml, "physical_gpu_count", lambda: 0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert L.local_accelerator() == ("cpu", 0)

@@ -15,22 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from gpulab.artifact import arrays
 from gpulab.errors import DataError
 
 Inputs = tuple[torch.Tensor, ...]
 
 
 def from_npz(path: str | Path) -> tuple[Inputs, torch.Tensor | None]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable .npz of arrays ({exc})") from None
-    target = arrays.pop("target", None)
-    if not arrays:
-        raise DataError(f"{path}: no input arrays (every array but 'target' is an input, in file order)")
-    inputs = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in arrays.values())
-    return one_input(inputs, str(path)), None if target is None else torch.from_numpy(target)
+    inputs, target = arrays.from_npz(path)
+    return tuple(map(torch.from_numpy, inputs)), None if target is None else torch.from_numpy(target)
 
 
 def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None]:
@@ -51,26 +44,14 @@ def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None
 
 def as_torch(data: Any) -> Any:
     """NumPy arrays, a ``tf.data.Dataset`` or a generator of ``(inputs..., target)`` batches as one tuple
-    of torch tensors (batches concatenated); anything else as it is. TensorFlow is never imported here:
-    a dataset is read through its ``as_numpy_iterator``."""
-    if isinstance(data, (tuple, list)) and data and all(isinstance(a, np.ndarray) for a in data):
-        return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in data)
-    if hasattr(data, "as_numpy_iterator"):
-        data = data.as_numpy_iterator()
-    elif not hasattr(data, "__next__"):  # not a generator: tensors, a dict, a Dataset (the callers' cases)
-        return data
-    batches = [tuple(np.asarray(t) for t in batch) for batch in data]
-    if not batches or any(len(b) != len(batches[0]) for b in batches):
-        return ()  # nothing to concatenate: the callers' "no validation tensors" line
-    return tuple(torch.from_numpy(np.concatenate(parts)) for parts in zip(*batches, strict=True))
+    of torch tensors (batches concatenated, ``arrays.as_arrays``); anything else as it is."""
+    found = arrays.as_arrays(data)
+    if isinstance(found, tuple) and all(isinstance(a, np.ndarray) for a in found):
+        return tuple(torch.from_numpy(a) for a in found)
+    return found
 
 
-def one_input(inputs: Inputs, where: str) -> Inputs:
-    if len(inputs) != 1:
-        raise DataError(
-            f"{where}: {len(inputs)} input arrays; gpulab export serves models of one input tensor"
-        )
-    return inputs
+one_input = arrays.one_input
 
 
 TARGET_NAMES = ("target", "labels")
@@ -136,12 +117,7 @@ def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | N
     return Named(listed, tuple(tensors.values()), target, keyword)
 
 
-def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable .npz of arrays ({exc})") from None
+_read_npz = arrays.read_npz
 
 
 def batches(inputs: Inputs, size: int, fixed: bool):
@@ -158,7 +134,8 @@ def batches(inputs: Inputs, size: int, fixed: bool):
 
 def run_batched(fn: Callable[..., torch.Tensor], inputs: Inputs, size: int, fixed: bool) -> torch.Tensor:
     with torch.no_grad():
-        outs = [fn(*chunk)[:real].detach().cpu() for chunk, real in batches(inputs, size, fixed)]
+        # torch.as_tensor: a TensorFlow runtime's runner (infer of a TF artifact) returns NumPy arrays
+        outs = [torch.as_tensor(fn(*c))[:real].detach().cpu() for c, real in batches(inputs, size, fixed)]
     return torch.cat(outs)
 
 

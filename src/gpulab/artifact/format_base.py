@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpulab.artifact.formats import PRECISIONS
 from gpulab.errors import ConfigError, MissingPackageError
 
 Runner = Callable[..., torch.Tensor]
 PIP_EXPORT = "pip install 'gpulab[export]'"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = dict(zip(PRECISIONS, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 
 class Deployable(nn.Module):

@@ -20,6 +20,7 @@ _MODULES = {
     "tflite": "gpulab.engines.tensorflow.formats.tflite",
 }
 FORMATS = tuple(_MODULES)
+PRECISIONS = ("fp32", "bf16", "fp16")  # --precision's choices; format_base.DTYPES gives each its torch dtype
 
 
 def get(name: str) -> ModuleType:

@@ -5,6 +5,9 @@ the share of elements within ``atol + rtol * |eager|`` and, where the target is 
 row (a classifier, or a language model's next token), the accuracy of both and the share of equal top-1
 predictions. The tolerances are per precision: fp32 runtimes differ only in summation order; bf16/fp16
 ones may also fuse or keep intermediates at another width.
+
+Computed in NumPy (float64) on torch tensors or NumPy arrays alike: the TensorFlow engine's export checks
+its artifacts here without torch.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from gpulab.errors import ParityError
 
@@ -33,28 +36,46 @@ TOLERANCES = {
 }
 
 
-def is_classifier(output: torch.Tensor, target: torch.Tensor | None) -> bool:
+def _float64(t: Any) -> np.ndarray:
+    """A torch tensor (any dtype, bf16 included) or an array as a float64 array."""
+    if isinstance(t, np.ndarray):
+        return t.astype(np.float64)
+    return t.detach().cpu().double().numpy()
+
+
+def _array(t: Any) -> np.ndarray:
+    return t if isinstance(t, np.ndarray) else t.detach().cpu().numpy()
+
+
+def _is_floating(t: Any) -> bool:
+    return t.is_floating_point() if hasattr(t, "is_floating_point") else np.issubdtype(t.dtype, np.floating)
+
+
+def is_classifier(output: Any, target: Any | None) -> bool:
     return (
         target is not None
-        and not target.is_floating_point()
-        and output.dim() >= 2
+        and not _is_floating(target)
+        and len(output.shape) >= 2
         and tuple(output.shape[:-1]) == tuple(target.shape)
     )
 
 
-def accuracy(output: torch.Tensor, target: torch.Tensor) -> float:
+def accuracy(output: Any, target: Any) -> float:
+    target = _array(target)
     keep = target != -100  # the ignore index of cross-entropy, as the Trainer's accuracy
-    return float((output.argmax(-1)[keep] == target[keep]).float().mean())
+    return float((_float64(output).argmax(-1)[keep] == target[keep]).mean())
 
 
-def compare(eager: torch.Tensor, got: torch.Tensor, target: torch.Tensor | None, precision: str) -> dict:
+def compare(eager: Any, got: Any, target: Any | None, precision: str) -> dict:
+    """``eager`` and ``got``: torch tensors or NumPy arrays of the same shape."""
     tol = TOLERANCES[precision]
-    if eager.shape != got.shape:
+    if tuple(eager.shape) != tuple(got.shape):
         return {"passed": False, "problem": f"output shape {tuple(got.shape)} != eager {tuple(eager.shape)}"}
-    eager, got = eager.double(), got.double()
-    diff = (got - eager).abs()
-    scale = float(eager.abs().max()) or 1.0
-    within = float((diff <= tol.atol + tol.rtol * eager.abs()).double().mean())
+    classifier = is_classifier(eager, target)
+    eager, got = _float64(eager), _float64(got)
+    diff = np.abs(got - eager)
+    scale = float(np.abs(eager).max()) or 1.0
+    within = float((diff <= tol.atol + tol.rtol * np.abs(eager)).mean())
     report: dict[str, Any] = {
         "samples": int(eager.shape[0]),
         "output_shape": list(eager.shape),
@@ -64,8 +85,8 @@ def compare(eager: torch.Tensor, got: torch.Tensor, target: torch.Tensor | None,
         "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_top1_agreement": tol.min_top1_agreement},
     }
     passed = within == 1.0
-    if is_classifier(eager, target):
-        agree = float((eager.argmax(-1) == got.argmax(-1)).double().mean())
+    if classifier:
+        agree = float((eager.argmax(-1) == got.argmax(-1)).mean())
         report |= {
             "accuracy_eager": accuracy(eager, target),
             "accuracy_export": accuracy(got, target),

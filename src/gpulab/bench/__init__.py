@@ -64,13 +64,16 @@ class BenchConfig:
 
 def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the suites, writing ``out_dir/results.json`` (after each suite), plots and ``report.html``."""
+    names = config.suite_names()
+    for name in config.engine_names():
+        get_engine(name).check_bench()
+    if "torch" not in config.engine_names():
+        # TensorFlow alone: its worker picks the device as TensorFlow sees it; no torch in this process
+        return _run_all(config, names, config.device, log)
     import torch
 
     from gpulab.hardware.devices import select_device
 
-    names = config.suite_names()
-    for name in config.engine_names():
-        get_engine(name).check_bench()
     device = torch.device(select_device(config.device).device)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads or threads)
@@ -95,7 +98,7 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
-    doc = new_document(settings, environment(device))
+    doc = new_document(settings, environment(device, torch_side="torch" in engines))
     out = Path(config.out_dir)
     for engine in engines:
         get_engine(engine).bench(names, ctx, config, doc, out, log)

@@ -66,6 +66,10 @@ def entry() -> None:
     sys.exit(code)
 
 
+# A framework that is an extra (pyproject.toml): its absence is one line naming the extra, exit 2.
+EXTRAS = {"torch": ("PyTorch", "tensorflow"), "tensorflow": ("TensorFlow", "torch")}  # module: (name, other)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()
@@ -75,6 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="gpulab", standalone_mode=True)  # `python -m gpulab` says gpulab too
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except ModuleNotFoundError as exc:
+        if debug or exc.name not in EXTRAS:
+            raise
+        label, other = EXTRAS[exc.name]
+        print(
+            f"gpulab: error: {label} is not installed and this command needs it (the {exc.name} engine); "
+            f"fix: pip install 'gpulab[{exc.name}]', or use --engine {other}",
+            file=sys.stderr,
+        )
+        return 2
     except GpulabError as exc:
         if debug:
             raise

@@ -209,9 +209,18 @@ def resolve_command(command: list[str], module: bool = False, no_python: bool = 
 
 
 def local_accelerator() -> tuple[str, int]:
-    """``("cuda", n)`` when torch sees n GPUs, else ``("cpu", 0)``."""
-    import torch
+    """``("cuda", n)`` when torch sees n GPUs, else ``("cpu", 0)``. Without torch (a TensorFlow install),
+    the GPUs NVML sees, as far as ``CUDA_VISIBLE_DEVICES`` lets CUDA see them."""
+    try:
+        import torch
+    except ImportError:
+        from gpulab.hardware.nvml import parse_visible_devices, physical_gpu_count
 
+        n = physical_gpu_count()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            n = min(n, len(parse_visible_devices(visible)))
+        return ("cuda", n) if n else ("cpu", 0)
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         return "cuda", torch.cuda.device_count()
     return "cpu", 0

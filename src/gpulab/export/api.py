@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from gpulab import engines
 from gpulab.artifact import formats
-from gpulab.artifact.format_base import DTYPES
 from gpulab.artifact.run_record import run_engine
 from gpulab.artifact.sidecar import ExportResult
 from gpulab.config import ENGINES
@@ -75,8 +74,8 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
     if fmt not in formats.FORMATS:
         formats.get(fmt)  # raises: unknown format, with the valid ones
-    if precision not in DTYPES:
-        raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(DTYPES)}")
+    if precision not in formats.PRECISIONS:
+        raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(formats.PRECISIONS)}")
     fixed = parse_batch_dim(batch_dim)
     if not path.exists():
         raise CheckpointError(f"{path}: no such run directory or checkpoint")

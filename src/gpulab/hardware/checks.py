@@ -36,7 +36,19 @@ def _install_fix(driver_cuda: tuple[int, int] | None) -> str:
 
 def check_torch(f: Facts) -> Check:
     if f.torch_version is None:
-        return Check("torch", "fail", "PyTorch is not installed", "pip install torch")
+        if f.tensorflow_version is not None:  # a TensorFlow user's install: torch is an extra
+            return Check(
+                "torch",
+                "info",
+                "PyTorch is not installed: the torch engine needs it; --engine tensorflow runs without",
+                "pip install 'gpulab[torch]' for the torch engine",
+            )
+        return Check(
+            "torch",
+            "fail",
+            "neither PyTorch nor TensorFlow is installed: no engine can train",
+            "pip install 'gpulab[torch]' (or 'gpulab[tensorflow]' for --engine tensorflow)",
+        )
     gpus = len(f.nvml_gpu_names)
     if f.torch_build == "cpu" and gpus:
         return Check(
@@ -255,11 +267,10 @@ def check_tensorflow_xla(f: Facts) -> Check | None:
 
 def check_compute(f: Facts) -> Check:
     if not f.compute_errors:
-        return Check(
-            "compute",
-            "fail" if f.torch_version is None else "ok",
-            "not run (torch missing)" if f.torch_version is None else "not run",
-        )
+        if f.torch_version is None:  # the probe runs on torch; TensorFlow's own is tensorflow-xla's
+            status = "fail" if f.tensorflow_version is None else "info"
+            return Check("compute", status, "not run (torch missing)", "pip install 'gpulab[torch]'")
+        return Check("compute", "ok", "not run")
     bad = {spec: err for spec, err in f.compute_errors.items() if err}
     if bad:
         spec, err = next(iter(bad.items()))

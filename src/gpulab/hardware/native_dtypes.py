@@ -53,16 +53,17 @@ def native_on_cuda(dtype: str, capability: tuple[int, int]) -> bool:
 
 def native_dtypes(device) -> dict[str, bool | None]:
     """``{"bf16": ..., "fp16": ...}`` for ``device`` (a torch.device or a string): True where the device
-    computes the dtype natively, False where it is emulated (slow), None where unknown."""
-    import torch
+    computes the dtype natively, False where it is emulated (slow), None where unknown. torch is imported
+    for a CUDA device only (the TensorFlow engine's tune asks about the CPU without it)."""
+    kind = str(device).partition(":")[0]
+    if kind == "cuda":
+        import torch
 
-    device = torch.device(device)
-    if device.type == "cuda":
         capability = None
         with contextlib.suppress(Exception):  # no driver: unknown, never a crash
-            capability = torch.cuda.get_device_capability(device)
+            capability = torch.cuda.get_device_capability(torch.device(str(device)))
         return {d: None if capability is None else native_on_cuda(d, capability) for d in LOW_DTYPES}
-    if device.type == "cpu":
+    if kind == "cpu":
         flags = cpu_flags()
         return {d: native_on_cpu(d, flags) for d in LOW_DTYPES}
     return dict.fromkeys(LOW_DTYPES)
@@ -70,10 +71,7 @@ def native_dtypes(device) -> dict[str, bool | None]:
 
 def slow_dtype_note(dtype: str, device) -> str:
     """Why ``dtype`` is slow on ``device``, for a warning or a diagnosis (one clause)."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
+    if str(device).partition(":")[0] == "cuda":
         need = ".".join(map(str, _CUDA_CAPABILITY[dtype]))
         return f"{device} computes {dtype} natively only from compute capability {need}"
     return f"this CPU has no native {dtype} ({' / '.join(_CPU_FLAGS[dtype])}): it is emulated"

@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gpulab.measure.results import Figure, Row, spread_of
-from gpulab.runtime.memory import (
-    proc_status_bytes,
-    synchronize,
-)
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that need a device's clock or allocator: the TensorFlow engine's
+# bench (its parent process and its worker's CPU timings) measures with this harness and no torch.
 
 MIB = 2**20
 
@@ -78,7 +78,7 @@ def measure(
     nothing else. Calls too short for the clock (a small kernel on a GPU) are batched: with
     ``min_sample_s`` each sample times as many back-to-back calls as fill it, and reports the mean.
     """
-    device = torch.device(device)
+    device = _torch_device(device)
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats=}, {warmup=}")
     for _ in range(warmup):
@@ -90,7 +90,25 @@ def measure(
     return Timing(tuple(_timed(fn, device, inner) for _ in range(repeats)), inner)
 
 
-def _timed(fn: Callable[[], Any], device: torch.device, inner: int) -> float:
+def _torch_device(device: torch.device | str) -> torch.device | str:
+    """``device`` as torch's device, or ``"cpu"`` as it is: a CPU clock needs no torch."""
+    if isinstance(device, str) and device == "cpu":
+        return device
+    import torch
+
+    return torch.device(device)
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on ``device``; ``"cpu"`` has none queued (and needs no torch)."""
+    if isinstance(device, str) and device == "cpu":
+        return
+    from gpulab.runtime.memory import synchronize as torch_synchronize
+
+    torch_synchronize(device)
+
+
+def _timed(fn: Callable[[], Any], device: torch.device | str, inner: int) -> float:
     synchronize(device)
     start = time.perf_counter()
     for _ in range(inner):
@@ -138,6 +156,8 @@ def memory_kind(device: torch.device) -> str:
 
 def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: int = 2) -> MemoryReading:
     """Peak memory of one call of ``fn`` in MiB, once per repeat (call ``fn`` once before, to warm up)."""
+    import torch
+
     device = torch.device(device)
     kind = memory_kind(device)
     if device.type == "cuda":
@@ -153,6 +173,8 @@ def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: i
 
 
 def _cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
+    import torch
+
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     fn()
@@ -171,6 +193,8 @@ def cpu_peak_supported() -> bool:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return False
+    from gpulab.runtime.memory import proc_status_bytes
+
     return proc_status_bytes("VmHWM") is not None
 
 
@@ -184,6 +208,8 @@ def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
     """
     # Free memory glibc still holds resident would be trimmed during ``fn`` (the trim threshold is low in
     # here), lowering the resident set below ``start``: the growth would read short. Give it back first.
+    from gpulab.runtime.memory import proc_status_bytes
+
     _libc_malloc_trim()
     start = proc_status_bytes("VmRSS") or 0
     _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
@@ -246,7 +272,7 @@ class BenchContext:
     it needs others.
     """
 
-    device: torch.device
+    device: torch.device | str  # a string where torch is not loaded (the TensorFlow engine's bench)
     profile: str = "full"
     warmup: int = 3
     repeats: int = 10
@@ -255,7 +281,7 @@ class BenchContext:
 
     @property
     def on_gpu(self) -> bool:
-        return self.device.type == "cuda"
+        return str(self.device).partition(":")[0] == "cuda"
 
     def pick(self, by_profile: dict[str, Any]) -> Any:
         """This profile's entry of a suite's ``{"full": ..., "quick": ..., "smoke": ...}`` table."""

@@ -15,6 +15,18 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class DeviceName:
+    """A device as torch names it (``cpu``, ``cuda:0``), for an engine that has no torch: the knob rules
+    read its ``type`` and its name."""
+
+    type: str
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
 @dataclass
 class Candidate:
     label: str  # what the table shows, e.g. "batch_size=256"
@@ -31,7 +43,7 @@ class Group:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def precision_group(device: torch.device, resolved: str) -> Group:
+def precision_group(device: torch.device | DeviceName, resolved: str) -> Group:
     """fp32 and the mixed precisions this device computes natively (``native_dtypes``); tf32 on CUDA
     from Ampere. ``resolved`` is what the default config ran in (``auto`` already resolved)."""
     group = Group("precision")
@@ -51,13 +63,13 @@ def precision_group(device: torch.device, resolved: str) -> Group:
     return group
 
 
-def _has_tf32(device: torch.device) -> bool:
+def _has_tf32(device: torch.device | DeviceName) -> bool:
     if device.type != "cuda":
         return False
     import torch
 
     try:
-        return torch.cuda.get_device_capability(device) >= (8, 0)
+        return torch.cuda.get_device_capability(torch.device(str(device))) >= (8, 0)
     except Exception:  # no driver: unknown, not tried
         return False
 

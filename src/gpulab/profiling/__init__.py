@@ -3,43 +3,39 @@
 ``profile_loop``/``profile_recipe`` (``gpulab profile`` on the torch engine, engines/torch/profile.py)
 time and profile training steps; ``diagnose`` names what bounds a run; ``training_step_flops`` counts a
 step's FLOPs; ``NvmlSampler`` samples the GPU in a background thread; ``PhaseTimer`` and
-``DataWaitMeter`` are the timers. The torch profile is imported when first asked for, so the verbs'
-engine-neutral modules here (``inspect``) load no framework.
+``DataWaitMeter`` are the timers.
+
+The names load on first use: the FLOP counter, the timers and the torch profile import torch, so the verbs'
+engine-neutral modules here (``inspect``), what a TensorFlow profile or inspect imports, load no framework.
 """
 
+import importlib
 from typing import Any
 
-from gpulab.measure.diagnosis import Diagnosis, diagnose, diagnose_run
-from gpulab.measure.flops import FlopCount, Peaks, count_flops, device_peaks, training_step_flops
-from gpulab.measure.profile_report import ProfileOptions, ProfileResult
-from gpulab.measure.sampler import NvmlSampler, SamplerSummary
-from gpulab.measure.timers import DataWaitMeter, PhaseTimer, phase_timer
+_LAZY = {
+    "Diagnosis": "gpulab.measure.diagnosis",
+    "diagnose": "gpulab.measure.diagnosis",
+    "diagnose_run": "gpulab.measure.diagnosis",
+    "FlopCount": "gpulab.measure.flops",
+    "Peaks": "gpulab.measure.flops",
+    "count_flops": "gpulab.measure.flops",
+    "device_peaks": "gpulab.measure.flops",
+    "training_step_flops": "gpulab.measure.flops",
+    "NvmlSampler": "gpulab.measure.sampler",
+    "SamplerSummary": "gpulab.measure.sampler",
+    "DataWaitMeter": "gpulab.measure.timers",
+    "PhaseTimer": "gpulab.measure.timers",
+    "phase_timer": "gpulab.measure.timers",
+    "ProfileOptions": "gpulab.measure.profile_report",
+    "ProfileResult": "gpulab.measure.profile_report",
+    "profile_loop": "gpulab.engines.torch.profile",
+    "profile_recipe": "gpulab.engines.torch.profile",
+}
+
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("profile_loop", "profile_recipe"):
-        from gpulab.engines.torch import profile
-
-        return getattr(profile, name)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'gpulab.profiling' has no attribute {name!r}")
-
-
-__all__ = [
-    "DataWaitMeter",
-    "Diagnosis",
-    "FlopCount",
-    "NvmlSampler",
-    "Peaks",
-    "PhaseTimer",
-    "ProfileOptions",
-    "ProfileResult",
-    "SamplerSummary",
-    "count_flops",
-    "device_peaks",
-    "diagnose",
-    "diagnose_run",
-    "phase_timer",
-    "profile_loop",
-    "profile_recipe",
-    "training_step_flops",
-]

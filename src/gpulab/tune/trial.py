@@ -13,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import sys
 import time
 import traceback
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-import torch
 
 from gpulab import engines
 from gpulab.config import merge
@@ -28,12 +27,9 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
 from gpulab.measure.harness import Timing
 from gpulab.measure.results import Figure
-from gpulab.runtime import Runtime
-from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
-from gpulab.runtime.compile import apply_activation_checkpointing
-from gpulab.runtime.memory import memory_limit_bytes
-from gpulab.runtime.memory_estimate import num_rows
-from gpulab.train.run import resolve_config
+
+# torch and the torch engine's runtime are imported by ``largest_batch`` (torch's batch search) only: a
+# TensorFlow engine's tune runs its trials without torch.
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
 # tracker (a trial is no run of the user's: it would be one MLflow / W&B run per trial).
@@ -132,7 +128,7 @@ def run_trial(
             result = _fit(user, knobs, samples, watch, trial)
     except NonFiniteLossError as exc:
         trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
-    except torch.OutOfMemoryError:
+    except _torch_out_of_memory():
         trial.status, trial.reason = "failed", "does not fit: out of memory"
     except GpulabError as exc:
         trial.status, trial.reason = "failed", str(exc)
@@ -152,6 +148,13 @@ def run_trial(
     if notes:
         trial.extras["warnings"] = notes
     return trial
+
+
+def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
+    """torch's out-of-memory error where torch is loaded (a trial of the torch engine), else none: a
+    TensorFlow trial never raises it, and does not import torch to say so."""
+    torch = sys.modules.get("torch")
+    return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
 def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
@@ -212,6 +215,13 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            from gpulab.runtime import Runtime
+            from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
+            from gpulab.runtime.compile import apply_activation_checkpointing
+            from gpulab.runtime.memory import memory_limit_bytes
+            from gpulab.runtime.memory_estimate import num_rows
+            from gpulab.train.run import resolve_config
+
             config, recipe = resolve_config(merge(user, knobs))
             apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
             with Runtime.from_settings(config) as rt:

@@ -122,7 +122,7 @@ def xla():
 def nan_stop():
     recipe = mlp({"samples": 800})
     x, y = recipe.train_data
-    y = y.clone()
+    y = y.copy()
     y[:] = float("nan")  # (a NaN input would vanish in the ReLU)
     recipe.train_data = (x, y)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import keras
 
-from gpulab.train.recipes.chargpt import CharGptOptions
+from gpulab.recipe_data import CharGptOptions
 
 _INIT = keras.initializers.RandomNormal(stddev=0.02)
 

@@ -2,7 +2,8 @@
 (summary.json) with its ``model.weights.h5``, written as SavedModel or TFLite, loaded back in that runtime
 and checked against the eager Keras model with the same parity code and report as the torch formats.
 
-TensorFlow is imported only in here (and in the format modules), never by ``gpulab export`` for torch."""
+TensorFlow is imported only in here (and in the format modules), never by ``gpulab export`` for torch; the
+data and outputs are NumPy arrays (``gpulab.artifact.arrays``): no torch."""
 
 from __future__ import annotations
 
@@ -13,10 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
-from gpulab.artifact import data as export_data
-from gpulab.artifact import parity
+from gpulab.artifact import arrays, parity
 from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
 from gpulab.errors import CheckpointError, ConfigError
@@ -69,9 +69,9 @@ def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
     options = dict(summary.get("config", {}).get("options") or {})
     recipe = keras_recipe(name, options)
     model = recipe.model()
-    val_data = export_data.as_torch(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
-    inputs, _ = export_data.from_recipe(val_data, name)
-    model(inputs[0][:1].numpy(), training=False)  # creates the variables (a subclassed model has none yet)
+    val_data = arrays.as_arrays(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
+    inputs, _ = arrays.from_recipe(val_data, name)
+    model(inputs[0][:1], training=False)  # creates the variables (a subclassed model has none yet)
     try:
         model.load_weights(str(weights))
     except Exception as exc:  # a truncated file, or weights of other options than summary.json records
@@ -83,8 +83,8 @@ def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
 def eager_runner(model: Any):
     """The Keras model called eagerly (inference mode: dropout off): the reference of the parity check."""
 
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(model(x.numpy(), training=False).numpy())
+    def run(x: np.ndarray) -> np.ndarray:
+        return model(x, training=False).numpy()
 
     return run
 
@@ -96,18 +96,18 @@ def export_tf(
 
     source = rebuild_keras(path, trust)
     if input_file:
-        inputs, target = export_data.from_npz(input_file)
+        inputs, target = arrays.from_npz(input_file)
     else:
-        inputs, target = export_data.from_recipe(source.val_data, source.recipe)
+        inputs, target = arrays.from_recipe(source.val_data, source.recipe)
     artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
-    example = export_data.example(inputs, fixed or batch["example"])
+    example = arrays.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
     facts = module.write(source.model, example, fixed is None, artifact)
     info = describe(module, source, fixed, inputs, time.perf_counter() - started) | facts
     artifact.with_name(artifact.name + sidecar).write_text(json.dumps(info, indent=2) + "\n")
     size = fixed or batch["parity"]
-    eager = export_data.run_batched(eager_runner(source.model), inputs, size, fixed is not None)
-    got = export_data.run_batched(module.load(artifact), inputs, size, fixed is not None)
+    eager = arrays.run_batched(eager_runner(source.model), inputs, size, fixed is not None)
+    got = arrays.run_batched(module.load(artifact), inputs, size, fixed is not None)
     report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": "fp32"}
     report |= parity.compare(eager, got, target, "fp32")
     report["reference"] = "eager Keras model"
@@ -127,9 +127,7 @@ def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: fl
         "step": source.step,
         "precision": "fp32",
         "batch_dim": "dynamic" if fixed is None else fixed,
-        "inputs": [
-            {"dtype": str(x.dtype).removeprefix("torch."), "shape": ["batch", *x.shape[1:]]} for x in inputs
-        ],
+        "inputs": [{"dtype": str(x.dtype), "shape": ["batch", *x.shape[1:]]} for x in inputs],
         "export_seconds": round(seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -1,5 +1,6 @@
-"""The built-in recipes on TensorFlow: the torch recipes' data (their own makers), architecture and
-defaults, so a result on one engine compares with the other. Options are the torch recipes' options.
+"""The built-in recipes on TensorFlow: the torch recipes' data (``gpulab.recipe_data``, NumPy: no torch),
+architecture and defaults, so a result on one engine compares with the other. Options are the torch
+recipes' options.
 
 Built models keep their output layer in float32 (``dtype="float32"``), as mixed precision needs.
 """
@@ -16,10 +17,10 @@ from gpulab.errors import ConfigError, choices
 def mlp(options: dict[str, Any]) -> TfRecipe:
     import keras
 
-    from gpulab.train.recipes.mlp import MlpOptions, make_data
+    from gpulab.recipe_data import MlpOptions, mlp_data
 
     o = parse_config(MlpOptions, options, prefix="options.")
-    x, y = make_data(o.samples, o.features, o.data_seed)
+    x, y = mlp_data(o.samples, o.features, o.data_seed)
     cut = int(0.8 * o.samples)
 
     def model() -> Any:  # 20-64-32-1, as torch's make_model
@@ -46,14 +47,15 @@ def mlp(options: dict[str, Any]) -> TfRecipe:
 
 def digits(options: dict[str, Any]) -> TfRecipe:
     import keras
+    import numpy as np
 
-    from gpulab.train.recipes.digits import DigitsOptions, load_data
+    from gpulab.recipe_data import DigitsOptions, digits_data
 
     o = parse_config(DigitsOptions, options, prefix="options.")
-    (xt, yt), (xv, yv) = load_data(o.val_fraction, o.split_seed)
+    (xt, yt), (xv, yv) = digits_data(o.val_fraction, o.split_seed)
     # torch's NCHW -> TensorFlow's NHWC (channels last); the same pixels and labels.
-    train = (xt.permute(0, 2, 3, 1).contiguous(), yt)
-    val = (xv.permute(0, 2, 3, 1).contiguous(), yv)
+    train = (np.ascontiguousarray(xt.transpose(0, 2, 3, 1)), yt)
+    val = (np.ascontiguousarray(xv.transpose(0, 2, 3, 1)), yv)
 
     def model() -> Any:  # as torch's make_model: conv 32, conv 64, pool, dropout, 128, 10
         return keras.Sequential(
@@ -92,9 +94,9 @@ def digits(options: dict[str, Any]) -> TfRecipe:
 def chargpt(options: dict[str, Any]) -> TfRecipe:
     import keras
 
-    from gpulab.train.recipes.chargpt import make_windows, prepare
+    from gpulab.recipe_data import chargpt_text, windows
 
-    o, vocab, ids, cut = prepare(options)
+    o, vocab, ids, cut = chargpt_text(options)
 
     def model() -> Any:
         from gpulab.engines.tensorflow.chargpt_model import CharGPT
@@ -104,8 +106,8 @@ def chargpt(options: dict[str, Any]) -> TfRecipe:
     ce = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
     return TfRecipe(
         model=model,
-        train_data=make_windows(ids[:cut], o.block_size),
-        val_data=make_windows(ids[cut:], o.block_size),
+        train_data=windows(ids[:cut], o.block_size),
+        val_data=windows(ids[cut:], o.block_size),
         # Per sequence: the mean over its tokens (compute_average_loss then averages the sequences), so the
         # loss is torch's cross-entropy over all tokens of equal-length windows.
         loss_fn=lambda y, out: keras.ops.mean(ce(y, out), axis=-1),

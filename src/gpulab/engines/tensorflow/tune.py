@@ -9,10 +9,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import torch
-
 from gpulab.engines.tensorflow import tune_space as tf_space
-from gpulab.measure.knobs import Group
+from gpulab.measure.knobs import DeviceName, Group
 
 Search = Any  # tune.search.Search, not imported even for its type: the verb stands above the engine
 
@@ -23,7 +21,7 @@ class TensorFlowTuner:
     compile_guess_s = 10.0  # XLA's first compile of a step: seconds
     settings_set_only = True  # the engine refuses a torch-only setting a full dump would carry
 
-    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any, torch.device]:
+    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any, DeviceName]:
         from gpulab.engines.tensorflow.devices import device_name
         from gpulab.engines.tensorflow.importing import require_tensorflow
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -32,7 +30,7 @@ class TensorFlowTuner:
         return config, recipe, tf_space.torch_device(device_name(require_tensorflow(), config.device))
 
     def groups(
-        self, search: Search, config: Any, recipe: Any, device: torch.device, knobs: dict
+        self, search: Search, config: Any, recipe: Any, device: DeviceName, knobs: dict
     ) -> Iterator[Group]:
         resolved = search.default.precision or str(knobs["precision"])
         yield from tf_space.groups(config, recipe, device, resolved)

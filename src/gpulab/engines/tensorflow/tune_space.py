@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches
-from gpulab.measure.knobs import Candidate, Group, batch_group, precision_group
+from gpulab.measure.knobs import Candidate, DeviceName, Group, batch_group, precision_group
 
 KNOBS = ("precision", "batch_size", "data_cache", "prefetch_factor", "compile")
 PREFETCH_DEPTHS = (1, 4)  # batches ahead, against the default tf.data.AUTOTUNE
@@ -27,14 +25,15 @@ NOT_ON_TENSORFLOW = {
 }
 
 
-def torch_device(tf_device: str) -> torch.device:
-    """``/GPU:N`` -> cuda:N, anything else -> cpu: the device the native-precision rules know."""
+def torch_device(tf_device: str) -> DeviceName:
+    """``/GPU:N`` -> cuda:N, anything else -> cpu: the device as the native-precision rules name it (no
+    torch: this engine's tune runs without it)."""
     if tf_device.startswith("/GPU"):
-        return torch.device("cuda", int(tf_device.rpartition(":")[2]))
-    return torch.device("cpu")
+        return DeviceName("cuda", int(tf_device.rpartition(":")[2]))
+    return DeviceName("cpu")
 
 
-def groups(config: Any, recipe: Any, device: torch.device, resolved_precision: str) -> list[Group]:
+def groups(config: Any, recipe: Any, device: DeviceName, resolved_precision: str) -> list[Group]:
     """Every TensorFlow knob's group, in the order the search walks them."""
     arrays = as_arrays(recipe.train_data)
     rows = len(arrays[0])

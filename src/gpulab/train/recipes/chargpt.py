@@ -7,29 +7,11 @@ Its size is a setting, so the same recipe is a 10-second CPU smoke test and a GP
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.config import Settings, parse_config
+from gpulab.recipe_data import CharGptOptions, chargpt_text, windows
 from gpulab.train.recipes.base import Recipe, param_count
-
-
-class CharGptOptions(Settings):
-    n_layer: int = Field(2, ge=1, description="transformer blocks")
-    n_head: int = Field(4, ge=1, description="attention heads (must divide n_embd)")
-    n_embd: int = Field(128, ge=8, description="embedding width")
-    block_size: int = Field(64, ge=8, description="context length in characters")
-    dropout: float = Field(0.1, ge=0, lt=1, description="dropout in attention output and MLP")
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
-    max_chars: int | None = Field(None, ge=1000, description="use only the first N characters of the text")
-
-
-def load_text() -> str:
-    """The standard library's pydoc topics: ~460k characters of real English prose and code."""
-    from pydoc_data.topics import topics
-
-    return "\n".join(topics[k] for k in sorted(topics))
 
 
 class Block(nn.Module):
@@ -84,31 +66,14 @@ def next_char_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def make_windows(ids: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Non-overlapping windows; the target is the input shifted by one character."""
-    n = (len(ids) - 1) // block
-    x = ids[: n * block].view(n, block)
-    y = ids[1 : n * block + 1].view(n, block)
-    return x, y
-
-
-def prepare(options: dict) -> tuple[CharGptOptions, list[str], torch.Tensor, int]:
-    """The options checked, the vocabulary, the text as ids and where validation starts: the same for
-    both engines' chargpt."""
-    o = parse_config(CharGptOptions, options, prefix="options.")
-    if o.n_embd % o.n_head:
-        from gpulab.errors import ConfigError
-
-        raise ConfigError(f"chargpt: n_head={o.n_head} must divide n_embd={o.n_embd}")
-    text = load_text()[: o.max_chars]
-    vocab = sorted(set(text))
-    lookup = {ch: i for i, ch in enumerate(vocab)}
-    ids = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
-    return o, vocab, ids, int(0.9 * len(ids))
+def make_windows(ids, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``recipe_data.windows`` (the TensorFlow recipe's samples) as tensors sharing the ids' memory."""
+    x, y = windows(ids, block)
+    return torch.from_numpy(x), torch.from_numpy(y)
 
 
 def build(options: dict) -> Recipe:
-    o, vocab, ids, cut = prepare(options)
+    o, vocab, ids, cut = chargpt_text(options)
     model = CharGPT(len(vocab), o)
     n_params = param_count(model)
     return Recipe(

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from gpulab.config import Settings, parse_config
+from gpulab.config import parse_config
+from gpulab.recipe_data import DigitsOptions, digits_data
 from gpulab.train.recipes.base import Recipe, param_count
-
-
-class DigitsOptions(Settings):
-    lr: float = Field(2e-3, gt=0, description="AdamW learning rate (cosine-annealed to zero)")
-    weight_decay: float = Field(1e-4, ge=0, description="AdamW weight decay")
-    dropout: float = Field(0.25, ge=0, lt=1, description="dropout before the classifier")
-    val_fraction: float = Field(0.2, gt=0, lt=1, description="held-out share, stratified by class")
-    split_seed: int = Field(0, description="seed of the train/validation split")
 
 
 def make_model(dropout: float = 0.25) -> nn.Sequential:
@@ -31,15 +23,8 @@ def make_model(dropout: float = 0.25) -> nn.Sequential:
 
 
 def load_data(val_fraction: float, seed: int):
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # pixel values are 0..16
-    y = torch.tensor(digits.target, dtype=torch.long)
-    idx = torch.arange(len(y)).numpy()
-    tr, va = train_test_split(idx, test_size=val_fraction, random_state=seed, stratify=y.numpy())
-    return (x[tr], y[tr]), (x[va], y[va])
+    """``recipe_data.digits_data``'s split (the TensorFlow recipe's samples) as tensors sharing its memory."""
+    return tuple(tuple(torch.from_numpy(a) for a in part) for part in digits_data(val_fraction, seed))
 
 
 def build(options: dict) -> Recipe:

@@ -6,18 +6,11 @@ Small enough that a step is launch- and Python-bound: the workload that shows fr
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from gpulab.config import Settings, parse_config
+from gpulab.config import parse_config
+from gpulab.recipe_data import MlpOptions, mlp_data
 from gpulab.train.recipes.base import Recipe, param_count
-
-
-class MlpOptions(Settings):
-    samples: int = Field(10_000, ge=100, description="synthetic samples (80% train, 20% validation)")
-    features: int = Field(20, ge=1, description="input features")
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
-    data_seed: int = Field(1234, description="seed of the synthetic data (fixed, unlike the training seed)")
 
 
 def make_model(features: int = 20) -> nn.Sequential:
@@ -25,12 +18,9 @@ def make_model(features: int = 20) -> nn.Sequential:
 
 
 def make_data(samples: int, features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Labels from a fixed random hyperplane plus noise: learnable, not trivially separable."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, features, generator=g)
-    w = torch.randn(features, generator=g)
-    y = ((x @ w + 0.5 * torch.randn(samples, generator=g)) > 0).float().unsqueeze(1)
-    return x, y
+    """``recipe_data.mlp_data``'s arrays (the TensorFlow recipe's samples) as tensors sharing their memory."""
+    x, y = mlp_data(samples, features, seed)
+    return torch.from_numpy(x), torch.from_numpy(y)
 
 
 def build(options: dict) -> Recipe:

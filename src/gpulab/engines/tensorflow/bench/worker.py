@@ -46,8 +46,10 @@ def _run(spec: dict[str, Any], out: Path) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
     tf_device = device_name(tf, spec["device"])
     configure_memory(tf, tf_device, None)  # memory growth on GPUs: peak figures are the step's, not a map
+    # the device as torch names it (the suites' sizes and notes read it); ``auto`` resolved by TensorFlow
+    device = "cpu" if tf_device == "/CPU:0" else "cuda:" + tf_device.rpartition(":")[2]
     ctx = TfBenchContext(
-        device=torch.device(spec["device"]),
+        device=torch.device(device),
         profile=spec["profile"],
         warmup=spec["warmup"],
         repeats=spec["repeats"],
@@ -56,7 +58,12 @@ def _run(spec: dict[str, Any], out: Path) -> int:
         tf_device=tf_device,
     )
     doc: dict[str, Any] = {
-        "environment": {"tensorflow": tf.__version__, "keras": keras.__version__, "tf_device": tf_device},
+        "environment": {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "tf_device": tf_device,
+            "bench_device": device,
+        },
         "suites": {},
     }
     for name in spec["suites"]:

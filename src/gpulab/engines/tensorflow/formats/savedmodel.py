@@ -2,19 +2,22 @@
 ``serving_default`` signature (one input ``input``, one output ``output``; batch dimension None unless
 ``--batch-dim N``), as TF Serving loads it; run back through ``tf.saved_model.load`` and that signature.
 
-TensorFlow is imported here only inside the functions (``available`` only looks for it)."""
+TensorFlow is imported here only inside the functions (``available`` only looks for it); inputs and
+outputs are NumPy arrays (a torch tensor on the CPU is read as one): no torch."""
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
-from gpulab.artifact.format_base import Runner, output_path
 from gpulab.errors import MissingPackageError
+
+Runner = Callable[..., np.ndarray]  # artifact.format_base.Runner's NumPy twin (format_base imports torch)
 
 NAME, SUFFIX, RUNTIME = "savedmodel", ".savedmodel", "TensorFlow SavedModel"
 PIP_TENSORFLOW = "pip install 'gpulab[tensorflow]'"
@@ -36,14 +39,14 @@ def tensorflow() -> Any:
     return require_tensorflow()
 
 
-def spec(example: tuple[torch.Tensor, ...], dynamic: bool) -> Any:
+def spec(example: tuple[np.ndarray, ...], dynamic: bool) -> Any:
     tf = tensorflow()
     x = example[0]
     batch = None if dynamic else x.shape[0]
     return tf.TensorSpec([batch, *x.shape[1:]], tf.as_dtype(str(x.dtype).removeprefix("torch.")), name=INPUT)
 
 
-def save(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> None:
+def save(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> None:
     """The SavedModel, written beside ``out`` and renamed into place: never half a directory."""
     import keras
 
@@ -51,7 +54,7 @@ def save(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path
     archive.track(model)
     # A dict output names the signature's output tensor (`output`, not Keras's `output_0`).
     archive.add_endpoint("serve", lambda x: {OUTPUT: model(x, training=False)}, [spec(example, dynamic)])
-    out = output_path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{out.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     archive.write_out(str(tmp), verbose=False)
@@ -59,7 +62,7 @@ def save(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path
     tmp.replace(out)
 
 
-def write(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
+def write(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> dict:
     save(model, example, dynamic, out)
     return {"signature": SIGNATURE, "tensorflow": tensorflow().__version__}
 
@@ -68,7 +71,7 @@ def load(path: Path) -> Runner:
     tf = tensorflow()
     serve = tf.saved_model.load(str(path)).signatures[SIGNATURE]
 
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(serve(**{INPUT: tf.constant(x.numpy())})[OUTPUT].numpy())
+    def run(x: Any) -> np.ndarray:
+        return serve(**{INPUT: tf.constant(np.asarray(x))})[OUTPUT].numpy()
 
     return run

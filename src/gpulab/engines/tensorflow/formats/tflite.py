@@ -10,10 +10,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
-from gpulab.artifact.format_base import Runner, output_path
 from gpulab.engines.tensorflow.formats import savedmodel
+from gpulab.engines.tensorflow.formats.savedmodel import Runner
 from gpulab.errors import ConfigError
 
 NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
@@ -23,7 +23,7 @@ def available() -> None:
     savedmodel.available(NAME)
 
 
-def write(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
+def write(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> dict:
     tf = savedmodel.tensorflow()
     work = Path(tempfile.mkdtemp(prefix="gpulab-tflite-"))
     try:
@@ -38,7 +38,8 @@ def write(model: Any, example: tuple[torch.Tensor, ...], dynamic: bool, out: Pat
             ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    output_path(out).write_bytes(flat)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(flat)
     return {"tensorflow": tf.__version__, "bytes": len(flat)}
 
 
@@ -55,13 +56,14 @@ def load(path: Path) -> Runner:
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
     shape = [None]  # the input shape allocated last: resize only when a batch differs
 
-    def run(x: torch.Tensor) -> torch.Tensor:
+    def run(x: Any) -> np.ndarray:
+        x = np.asarray(x)  # a CPU torch tensor (infer's) is read in place
         if shape[0] != tuple(x.shape):
             interp.resize_tensor_input(inp["index"], list(x.shape))
             interp.allocate_tensors()
             shape[0] = tuple(x.shape)
-        interp.set_tensor(inp["index"], x.numpy().astype(inp["dtype"], copy=False))
+        interp.set_tensor(inp["index"], x.astype(inp["dtype"], copy=False))
         interp.invoke()
-        return torch.from_numpy(interp.get_tensor(out["index"]).copy())
+        return interp.get_tensor(out["index"]).copy()
 
     return run

@@ -1,0 +1,94 @@
+"""The NumPy side of ``data.py``: an ``.npz`` or a recipe's validation data as one input array and its
+target, cut into batches. The TensorFlow engine's export runs on these and imports no torch; ``data.py``
+wraps the same arrays as tensors for the torch side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpulab.errors import DataError
+
+Inputs = tuple[np.ndarray, ...]
+
+
+def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable .npz of arrays ({exc})") from None
+
+
+def from_npz(path: str | Path) -> tuple[Inputs, np.ndarray | None]:
+    """Every array but ``target`` is an input, in file order."""
+    arrays = read_npz(path)
+    target = arrays.pop("target", None)
+    if not arrays:
+        raise DataError(f"{path}: no input arrays (every array but 'target' is an input, in file order)")
+    inputs = tuple(np.ascontiguousarray(a) for a in arrays.values())
+    return one_input(inputs, str(path)), target
+
+
+def as_arrays(data: Any) -> Any:
+    """NumPy arrays, a ``tf.data.Dataset`` or a generator of ``(inputs..., target)`` batches as one tuple
+    of arrays (batches concatenated); anything else as it is. A dataset is read through its
+    ``as_numpy_iterator``: TensorFlow is not imported here."""
+    if isinstance(data, (tuple, list)) and data and all(isinstance(a, np.ndarray) for a in data):
+        return tuple(np.ascontiguousarray(a) for a in data)
+    if hasattr(data, "as_numpy_iterator"):
+        data = data.as_numpy_iterator()
+    elif not hasattr(data, "__next__"):  # not a generator: tensors, a dict, a Dataset (the callers' cases)
+        return data
+    batches = [tuple(np.asarray(t) for t in batch) for batch in data]
+    if not batches or any(len(b) != len(batches[0]) for b in batches):
+        return ()  # nothing to concatenate: the callers' "no validation tensors" line
+    return tuple(np.concatenate(parts) for parts in zip(*batches, strict=True))
+
+
+def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, np.ndarray]:
+    """A recipe's ``val_data`` (see ``as_arrays``) as (inputs, target)."""
+    val_data = as_arrays(val_data)
+    if (
+        isinstance(val_data, tuple)
+        and len(val_data) >= 2
+        and all(isinstance(a, np.ndarray) for a in val_data)
+    ):
+        return one_input(val_data[:-1], f"recipe {recipe!r}"), val_data[-1]
+    raise DataError(
+        f"recipe {recipe!r} has no validation tensors (inputs..., target) to check the export on; "
+        "give --input FILE.npz"
+    )
+
+
+def one_input(inputs: tuple, where: str) -> tuple:
+    if len(inputs) != 1:
+        raise DataError(
+            f"{where}: {len(inputs)} input arrays; gpulab export serves models of one input tensor"
+        )
+    return inputs
+
+
+def batches(inputs: Inputs, size: int, fixed: bool):
+    """(batch, real rows) for each slice; a ``fixed``-batch artifact gets the last one padded to ``size``."""
+    n = len(inputs[0])
+    for start in range(0, n, size):
+        chunk = tuple(x[start : start + size] for x in inputs)
+        real = len(chunk[0])
+        if fixed and real < size:
+            pad = np.arange(size - real) % real  # repeat real rows; their outputs are cut off again
+            chunk = tuple(np.concatenate([c, c[pad]]) for c in chunk)
+        yield chunk, real
+
+
+def run_batched(fn: Callable[..., np.ndarray], inputs: Inputs, size: int, fixed: bool) -> np.ndarray:
+    return np.concatenate([np.asarray(fn(*chunk))[:real] for chunk, real in batches(inputs, size, fixed)])
+
+
+def example(inputs: Inputs, batch: int) -> Inputs:
+    """``batch`` rows to trace with (repeated when the data has fewer)."""
+    index = np.arange(batch) % len(inputs[0])
+    return tuple(x[index] for x in inputs)
