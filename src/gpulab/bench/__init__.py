@@ -67,8 +67,8 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[s
     names = config.suite_names()
     for name in config.engine_names():
         get_engine(name).check_bench()
-    if "torch" not in config.engine_names():
-        # TensorFlow alone: its worker picks the device as TensorFlow sees it; no torch in this process
+    if not any(get_engine(name).bench_in_process for name in config.engine_names()):
+        # every engine benches in a worker that picks its device: no torch in this process
         return _run_all(config, names, config.device, log)
     import torch
 
@@ -98,7 +98,8 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
-    doc = new_document(settings, environment(device, torch_side="torch" in engines))
+    in_process = any(get_engine(name).bench_in_process for name in engines)
+    doc = new_document(settings, environment(device, torch_side=in_process))
     out = Path(config.out_dir)
     for engine in engines:
         get_engine(engine).bench(names, ctx, config, doc, out, log)

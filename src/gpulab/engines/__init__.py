@@ -42,6 +42,7 @@ class Engine(Protocol):
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
     launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
     launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
+    bench_in_process: bool  # its suites run in bench's process on a torch device (else its worker picks one)
     profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
     flop_counter: str  # how inspect counted FLOPs, as printed
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype

@@ -20,6 +20,7 @@ class TensorFlowEngine:
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
+    bench_in_process = False  # a worker process of its own, which picks the device as TensorFlow sees it
     profile_view = "steps"
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")

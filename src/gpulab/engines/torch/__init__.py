@@ -29,6 +29,7 @@ class TorchEngine:
     )
     launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
     launch_by_torchrun = True
+    bench_in_process = True
     profile_view = "phases"
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")
