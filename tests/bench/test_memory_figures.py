@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from gpulab.engines.torch.bench import memory
+from gpulab.measure.bench_plots import memory_plot
 from gpulab.measure.harness import CPU_RESOLUTION_MIB, cpu_peak_supported, missing_memory_note, peak_memory
 from gpulab.measure.results import Figure, Row
 
@@ -54,7 +55,7 @@ def _row(batch: int, mib: float, fits: bool) -> Row:
 
 
 def _marks(rows: list[Row], limit: int) -> list[str]:
-    return [m["label"] for p in memory._plot(rows, limit).panels for m in p.marks]
+    return [m["label"] for p in memory_plot(rows, limit).panels for m in p.marks]
 
 
 def test_a_sweep_that_stopped_before_the_limit_marks_the_largest_tried():
@@ -77,6 +78,7 @@ def test_the_precision_plot_draws_no_peak_memory_panel_without_a_figure(tmp_path
     from PIL import Image
 
     from gpulab.engines.torch.bench import precision
+    from gpulab.measure.bench_plots import precision_plot
     from gpulab.measure.plots import render
 
     rows = [
@@ -85,6 +87,6 @@ def test_the_precision_plot_draws_no_peak_memory_panel_without_a_figure(tmp_path
             {"no_peak_memory": "below the 1 MiB a CPU reading resolves"})
         for p in precision.PRECISIONS
     ]  # fmt: skip
-    path = render(precision._plot(rows, steps=20), tmp_path)
+    path = render(precision_plot(rows, steps=20), tmp_path)
     with Image.open(path) as image:
         assert image.width == 2 * 640  # two panels of 6.4 in at 100 dpi: speedup and loss, no memory

@@ -221,7 +221,7 @@ def test_the_report_holds_every_suite_that_ran(smoke):
 
 
 def test_precision_says_why_mixed_precision_is_slower_on_a_small_model():
-    from gpulab.engines.torch.bench.precision import _launch_bound_notes
+    from gpulab.measure.bench_rows import launch_bound_notes
     from gpulab.measure.results import Figure, Row
 
     def row(model, precision, speedup):
@@ -231,5 +231,5 @@ def test_precision_says_why_mixed_precision_is_slower_on_a_small_model():
 
     rows = [row("digits", "fp32", 1.0), row("digits", "bf16-mixed", 0.66), row("digits", "fp16-mixed", 0.39)]
     rows += [row("chargpt-gpu", "fp32", 1.0), row("chargpt-gpu", "bf16-mixed", 2.5)]
-    (note,) = _launch_bound_notes(rows)
+    (note,) = launch_bound_notes(rows)
     assert note.startswith("digits: bf16-mixed and fp16-mixed slower than fp32") and "launch-bound" in note

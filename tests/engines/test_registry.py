@@ -189,6 +189,37 @@ def test_a_tensorflow_bench_loads_no_torch_in_its_process(tmp_path):
     assert doc["environment"]["bench_device"] == "cpu" and "tensorflow" in doc["environment"]
 
 
+HIDE_TORCH = """
+import runpy, sys
+class HideTorch:  # as if torch were not installed (scripts/without_torch.py)
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name="torch")
+sys.meta_path.insert(0, HideTorch())
+sys.argv = ["worker", sys.argv[1]]
+runpy.run_module("gpulab.engines.tensorflow.bench.worker", run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_the_tensorflow_bench_worker_runs_every_suite_without_torch(tmp_path):
+    """The worker process (every TensorFlow suite, smoke sizes) where torch cannot be imported: its
+    sweeps, sizes, tables and plots come from measure/, its device is a ``DeviceName``."""
+    from gpulab.engines.tensorflow.bench import TF_PREFIX, TF_SUITES
+    from gpulab.engines.tensorflow.bench.worker import RESULT_FILE
+
+    spec = {"profile": "smoke", "device": "cpu", "warmup": 1, "repeats": 2, "memory_limit_bytes": None}
+    spec |= {"threads": None, "suites": list(TF_SUITES), "out": str(tmp_path)}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [sys.executable, "-c", HIDE_TORCH, str(tmp_path / "spec.json")], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    suites = json.loads((tmp_path / RESULT_FILE).read_text())["suites"]
+    for name in TF_SUITES:
+        assert suites[TF_PREFIX + name]["status"] == "ok", (name, suites[TF_PREFIX + name]["notes"])
+
+
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
 def test_a_tensorflow_tune_loads_no_torch(tmp_path):
     """``gpulab tune --engine tensorflow``: the search, its trials and the knob rules (the CPU's native

@@ -96,11 +96,6 @@ def test_tune(tmp_path):
     assert doc["engine"] == "tensorflow" and doc["trials"][0]["status"] == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bench's TensorFlow worker imports torch: its suites reuse the torch suites' sweeps and plots "
-    "(engines/torch/bench/), and its context's device is a torch.device",
-)
 def test_bench(tmp_path):
     proc = gpulab("bench", "matmul", "--engine", "tensorflow", "--smoke", "--device", "cpu", "--out", "bench",
                   cwd=tmp_path)  # fmt: skip

@@ -7,14 +7,16 @@ import numpy as np
 
 from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
 from gpulab.engines.tensorflow.bench.stepper import tf_stepper
-from gpulab.engines.torch.bench import accumulate
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_plots import accumulate_plot
+from gpulab.measure.bench_rows import ATOL, RTOL, accumulate_row, note_equivalence
 from gpulab.measure.results import SuiteResult
 
 
 def run(ctx: TfBenchContext) -> SuiteResult:
     import keras
 
-    cfg = ctx.pick(accumulate.PROFILES)
+    cfg = ctx.pick(bench_profiles.ACCUMULATE)
     result = SuiteResult(
         title="Gradient accumulation",
         description=f"{cfg['model']}, global batch {cfg['global_batch']} split into k micro-batches: "
@@ -31,8 +33,8 @@ def run(ctx: TfBenchContext) -> SuiteResult:
             timing = ctx.measure(stepper.step)
         reference = params if reference is None else reference
         diff = float(np.abs(params - reference).max())
-        equivalent = bool(np.allclose(params, reference, rtol=accumulate.RTOL, atol=accumulate.ATOL))
-        base = accumulate.add_row(result, cfg, k, timing, base, diff, equivalent)
-    accumulate.note_equivalence(result)
-    result.plots.append(accumulate._plot(result.rows))
+        equivalent = bool(np.allclose(params, reference, rtol=RTOL, atol=ATOL))
+        base = accumulate_row(result, cfg, k, timing, base, diff, equivalent)
+    note_equivalence(result)
+    result.plots.append(accumulate_plot(result.rows))
     return tensorflow_side(result, "accumulate")

@@ -8,7 +8,7 @@ import time
 
 from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
 from gpulab.engines.tensorflow.bench.stepper import tf_stepper
-from gpulab.engines.torch.bench import compile as torch_compile
+from gpulab.measure import bench_profiles
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
 
@@ -16,7 +16,7 @@ VARIANTS = {"graph": False, "xla": True}
 
 
 def run(ctx: TfBenchContext) -> SuiteResult:
-    cfg = ctx.pick(torch_compile.PROFILES)
+    cfg = ctx.pick(bench_profiles.COMPILE)
     result = SuiteResult(
         title="XLA",
         description="Training step as tf.function (graph) against XLA (jit_compile=True); compile time (the "

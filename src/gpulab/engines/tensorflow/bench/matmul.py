@@ -1,11 +1,13 @@
-"""matmul on TensorFlow: ``tf.linalg.matmul`` over the torch suite's sizes, dtypes, budget and plot."""
+"""matmul on TensorFlow: ``tf.linalg.matmul`` through the torch suite's sweep (sizes, dtypes, budget, notes
+and plot: ``measure/matmul_sweep.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
-from gpulab.engines.torch.bench import matmul
+from gpulab.measure import bench_profiles, matmul_sweep
+from gpulab.measure.knobs import DeviceName
 from gpulab.measure.results import SuiteResult
 
 DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -16,13 +18,22 @@ def run(ctx: TfBenchContext) -> SuiteResult:
 
     before = tf.config.experimental.tensor_float_32_execution_enabled()
     try:
-        result = matmul.run(ctx, timer=_timer(tf), oom=(tf.errors.ResourceExhaustedError,))
+        engine = matmul_sweep.MatmulEngine(
+            cpu=DeviceName("cpu"),
+            timer=_timer(tf),
+            oom=(tf.errors.ResourceExhaustedError,),
+            device_name=lambda device: _gpu_name(tf, ctx.tf_device),
+            threads_note=lambda: _threads_note(tf),
+        )
+        result = matmul_sweep.run(ctx, engine)
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(before)
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or "TensorFlow's default number of"
-    result.notes = [n for n in result.notes if not n.startswith("CPU products use")]
-    result.notes.append(f"CPU products use {threads} threads (TensorFlow's intra-op pool).")
     return tensorflow_side(result, "matmul")
+
+
+def _threads_note(tf: Any) -> str:
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or "TensorFlow's default number of"
+    return f"CPU products use {threads} threads (TensorFlow's intra-op pool)."
 
 
 def _timer(tf: Any):
@@ -38,6 +49,12 @@ def _timer(tf: Any):
                 if tf_device != "/CPU:0":
                     c[0, 0].numpy()  # waits for the product (GPU kernels are asynchronous)
 
-            return ctx.measure(product, min_sample_s=matmul.MIN_SAMPLE_S)
+            return ctx.measure(product, min_sample_s=bench_profiles.MATMUL_MIN_SAMPLE_S)
 
     return time_product
+
+
+def _gpu_name(tf: Any, tf_device: str) -> str:
+    """The GPU's name from its driver (as torch.cuda.get_device_name gives it), for the datasheet peak."""
+    gpu = tf.config.list_physical_devices("GPU")[int(tf_device.rpartition(":")[2])]
+    return tf.config.experimental.get_device_details(gpu).get("device_name", "unknown GPU")

@@ -4,9 +4,19 @@ time and samples/s, and stops at the step budget or the profile's largest batch.
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+import psutil
+
 from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
 from gpulab.engines.tensorflow.bench.stepper import peak_memory_tf, tf_stepper
-from gpulab.engines.torch.bench import memory
+from gpulab.engines.tensorflow.data import as_arrays
+from gpulab.engines.tensorflow.recipes import load_tf_recipe
+from gpulab.hardware.nvml import physical_index_for, read_gpu
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_models import MODELS
+from gpulab.measure.bench_plots import memory_plot
 from gpulab.measure.results import Figure, Row, SuiteResult
 
 # Smoke (the tests' profile): digits, as the transformer's step takes ~3 s to trace (see precision.py).
@@ -16,13 +26,13 @@ SMOKE_MODEL = "digits"
 def run(ctx: TfBenchContext) -> SuiteResult:
     import tensorflow as tf
 
-    cfg = dict(ctx.pick(memory.PROFILES))
+    cfg = dict(ctx.pick(bench_profiles.MEMORY))
     if ctx.profile == "smoke":
         cfg["model"] = SMOKE_MODEL
     if ctx.on_gpu:
         cfg["model"], cfg["last"] = (
-            memory.GPU_MODELS.get(cfg["model"], cfg["model"]),
-            memory.GPU_LAST[ctx.profile],
+            bench_profiles.MEMORY_GPU_MODELS.get(cfg["model"], cfg["model"]),
+            bench_profiles.MEMORY_GPU_LAST[ctx.profile],
         )
     result = SuiteResult(
         title="Memory",
@@ -46,18 +56,12 @@ def run(ctx: TfBenchContext) -> SuiteResult:
             break
         batch *= 2
     result.notes += [f"Sweep: {stop}.", f"Peak memory: {why}."]
-    result.plots.append(memory._plot(result.rows, memory.default_limit(ctx.device)))
+    result.plots.append(memory_plot(result.rows, _default_limit(ctx)))
     return tensorflow_side(result, "memory")
 
 
 def _measure(tf, ctx: TfBenchContext, cfg: dict, batch: int) -> tuple[Row, str]:
-    from gpulab.engines.torch.bench import load_workload
-
-    work = load_workload(cfg["model"], seed=0, batch_size=batch)  # the torch suite's synthetic batches
-    x, y = memory._synthetic(work, batch)
-    if x.ndim == 4:  # images: torch's NCHW -> TensorFlow's NHWC, as the TensorFlow recipes do
-        x = x.permute(0, 2, 3, 1).contiguous()
-    data = (x, y)
+    data = _synthetic(cfg["model"], batch)
     with tf_stepper(ctx.tf_device, cfg["model"], batch_size=batch, data=data) as stepper:
         timing = ctx.measure(stepper.step, warmup=1, repeats=cfg["repeats"])
         peak, why = peak_memory_tf(tf, ctx.tf_device, stepper.step)
@@ -68,3 +72,28 @@ def _measure(tf, ctx: TfBenchContext, cfg: dict, batch: int) -> tuple[Row, str]:
     else:
         figures["peak_memory"] = Figure.single(peak, "MiB", "lower")
     return Row({"batch": batch}, figures, info), why
+
+
+def _synthetic(model: str, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two batches shaped like the recipe's data, as the torch suite's (token ids stay within the
+    vocabulary); images are already NHWC in the TensorFlow recipes."""
+    recipe_name, options, _ = MODELS[model]
+    x, y = as_arrays(load_tf_recipe(recipe_name, dict(options)).train_data)
+    shape = (2 * batch, *x.shape[1:])
+    rng = np.random.default_rng(0)  # never the global random stream
+    if np.issubdtype(x.dtype, np.floating):
+        classes = int(y.max()) + 1
+        return rng.standard_normal(shape).astype(x.dtype), rng.integers(0, classes, 2 * batch).astype(y.dtype)
+    vocab = int(x.max()) + 1
+    return rng.integers(0, vocab, shape).astype(x.dtype), rng.integers(0, vocab, shape).astype(y.dtype)
+
+
+def _default_limit(ctx: TfBenchContext) -> int:
+    """The limit the plot draws, as the torch suite's: the GPU's memory (NVML's figure, as TensorFlow
+    reports none for a physical GPU), a quarter of the available RAM on a CPU."""
+    if ctx.on_gpu:
+        index = physical_index_for(ctx.device.index or 0, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        total = read_gpu(index).memory_total_bytes if index is not None else None
+        if total:
+            return int(total)
+    return int(psutil.virtual_memory().available // 4)

@@ -7,7 +7,9 @@ import math
 
 from gpulab.engines.tensorflow.bench.context import TfBenchContext, tensorflow_side
 from gpulab.engines.tensorflow.bench.stepper import peak_memory_tf, tf_stepper
-from gpulab.engines.torch.bench import precision
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_plots import precision_plot
+from gpulab.measure.bench_rows import launch_bound_notes
 from gpulab.measure.results import Figure, Row, SuiteResult
 
 # Smoke (the tests' profile) keeps to digits: tracing a transformer's training step into a graph takes
@@ -16,17 +18,17 @@ SMOKE_MODELS = ("digits",)
 
 
 def run(ctx: TfBenchContext) -> SuiteResult:
-    cfg = dict(ctx.pick(precision.PROFILES))
+    cfg = dict(ctx.pick(bench_profiles.PRECISION))
     if ctx.profile == "smoke":
         cfg["models"] = SMOKE_MODELS
-    models = [precision.GPU_MODELS.get(m, m) if ctx.on_gpu else m for m in cfg["models"]]
+    models = [bench_profiles.PRECISION_GPU_MODELS.get(m, m) if ctx.on_gpu else m for m in cfg["models"]]
     result = SuiteResult(
         title="Precision",
         description=f"One training step (tf.function) per precision, same initial weights and batches; "
         f"loss on a fixed batch after {cfg['steps']} steps.",
     )
     for model in models:
-        rows = [_one(ctx, model, p, cfg, result.notes) for p in precision.PRECISIONS]
+        rows = [_one(ctx, model, p, cfg, result.notes) for p in bench_profiles.PRECISION_NAMES]
         for row in rows:
             row.figures["speedup_vs_fp32"] = Figure.ratio(
                 rows[0].figures["step_time"], row.figures["step_time"]
@@ -34,10 +36,10 @@ def run(ctx: TfBenchContext) -> SuiteResult:
         result.rows += rows
     missing = {r.info["no_peak_memory"] for r in result.rows if "no_peak_memory" in r.info}
     result.notes += [f"Peak memory: {why}." for why in sorted(missing)]
-    result.notes += precision._launch_bound_notes(result.rows) if ctx.on_gpu else []
+    result.notes += launch_bound_notes(result.rows) if ctx.on_gpu else []
     if not any(r.info["diverged"] for r in result.rows):
         result.notes.append("No precision diverged: every loss is finite and lower than before training.")
-    result.plots.append(precision._plot(result.rows, cfg["steps"]))
+    result.plots.append(precision_plot(result.rows, cfg["steps"]))
     return tensorflow_side(result, "precision")
 
 

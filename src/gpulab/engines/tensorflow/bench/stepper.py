@@ -1,6 +1,6 @@
 """One training step of a built-in recipe's model on TensorFlow, as ``engines.torch.bench.Stepper`` on torch.
 
-The same model sizes (``engines.torch.bench.MODELS``) through the TensorFlow engine's recipes and precisions.
+The same model sizes (``measure.bench_models.MODELS``) through the TensorFlow engine's recipes and precisions.
 The step is a ``tf.function`` (TensorFlow's normal way to train: Keras's fit does the same), with
 ``jit=True`` compiled by XLA. Batches are device-resident tensors taken in turn, so the step is timed, not
 the input pipeline. Every ``step()`` reads its loss back, which waits for the device (TensorFlow's GPU
@@ -18,7 +18,7 @@ import numpy as np
 from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.recipes import load_tf_recipe
-from gpulab.engines.torch.bench import MODELS
+from gpulab.measure.bench_models import MODELS
 
 
 class TfStepper:

@@ -33,12 +33,12 @@ def _run(spec: dict[str, Any], out: Path) -> int:
     import importlib
 
     import keras
-    import torch
 
     from gpulab.engines.tensorflow.bench import TF_PREFIX
     from gpulab.engines.tensorflow.bench.context import TfBenchContext
     from gpulab.engines.tensorflow.devices import configure_memory, device_name
     from gpulab.engines.tensorflow.importing import require_tensorflow
+    from gpulab.measure.knobs import DeviceName
     from gpulab.measure.suite_run import run_suite
 
     tf = require_tensorflow()
@@ -46,10 +46,12 @@ def _run(spec: dict[str, Any], out: Path) -> int:
         tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
     tf_device = device_name(tf, spec["device"])
     configure_memory(tf, tf_device, None)  # memory growth on GPUs: peak figures are the step's, not a map
-    # the device as torch names it (the suites' sizes and notes read it); ``auto`` resolved by TensorFlow
-    device = "cpu" if tf_device == "/CPU:0" else "cuda:" + tf_device.rpartition(":")[2]
+    # the device as torch names it, without torch (the suites' sizes and notes read it); ``auto`` resolved
+    # by TensorFlow
+    cpu = tf_device == "/CPU:0"
+    device = DeviceName("cpu") if cpu else DeviceName("cuda", int(tf_device.rpartition(":")[2]))
     ctx = TfBenchContext(
-        device=torch.device(device),
+        device=device,
         profile=spec["profile"],
         warmup=spec["warmup"],
         repeats=spec["repeats"],
@@ -62,7 +64,7 @@ def _run(spec: dict[str, Any], out: Path) -> int:
             "tensorflow": tf.__version__,
             "keras": keras.__version__,
             "tf_device": tf_device,
-            "bench_device": device,
+            "bench_device": str(device),
         },
         "suites": {},
     }

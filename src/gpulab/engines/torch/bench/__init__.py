@@ -12,32 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
+from gpulab.measure.bench_models import MODELS
 from gpulab.runtime import Runtime
 from gpulab.train.recipes.base import load_recipe
-
-# Model sizes the suites use, by name: recipe + options with dropout off (timing and loss comparisons
-# between precisions or accumulation settings should not depend on dropout's random masks).
-MODELS: dict[str, tuple[str, dict[str, Any], int]] = {
-    # name: (recipe, options, batch size)
-    "mlp": ("mlp", {}, 64),
-    "digits": ("digits", {"dropout": 0.0}, 64),
-    "chargpt-tiny": (
-        "chargpt",
-        {"dropout": 0.0, "n_layer": 1, "n_embd": 64, "n_head": 4, "block_size": 32, "max_chars": 50_000},
-        16,
-    ),
-    "chargpt": ("chargpt", {"dropout": 0.0, "max_chars": 200_000}, 32),
-    "chargpt-gpu": (
-        "chargpt",
-        {"dropout": 0.0, "n_layer": 6, "n_embd": 384, "n_head": 6, "block_size": 256},
-        64,
-    ),
-}
 
 
 def single_runtime(device: torch.device, precision: str = "fp32") -> Runtime:

@@ -11,45 +11,18 @@ from __future__ import annotations
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_plots import accumulate_plot
+from gpulab.measure.bench_rows import accumulate_row, note_equivalence
 from gpulab.measure.harness import BenchContext
-from gpulab.measure.plots import Panel, Plot, series_from_rows
-from gpulab.measure.results import Figure, Row, SuiteResult
+from gpulab.measure.results import Figure, SuiteResult
 
-PROFILES = {
-    "full": {"model": "digits", "global_batch": 256, "ks": (1, 2, 4, 8, 16)},
-    "quick": {"model": "digits", "global_batch": 128, "ks": (1, 2, 4, 8)},
-    "smoke": {"model": "digits", "global_batch": 8, "ks": (1, 2)},
-}
-RTOL, ATOL = 1e-4, 1e-6  # fp32 sums in another order differ by a few ulps, far inside this
+PROFILES = bench_profiles.ACCUMULATE
+RTOL, ATOL = bench_profiles.ACCUMULATE_RTOL, bench_profiles.ACCUMULATE_ATOL
 
 
 def _sgd(params):
     return torch.optim.SGD(params, lr=0.1)
-
-
-def add_row(result: SuiteResult, cfg: dict, k: int, timing, base_time, diff: float, equivalent: bool):
-    """k's row (step time, samples/s, time against k = 1); returns k = 1's step time. Both engines' suites."""
-    step_time = timing.seconds("ms")
-    base_time = base_time or step_time
-    figures = {
-        "step_time": step_time,
-        "samples_per_s": timing.rate(cfg["global_batch"], "samples/s"),
-        "time_vs_k1": Figure.ratio(step_time, base_time, better="lower"),
-    }
-    info = {"micro_batch": cfg["global_batch"] // k, "max_abs_param_diff": diff, "equivalent": equivalent}
-    result.rows.append(Row({"model": cfg["model"], "k": k}, figures, info))
-    if not equivalent:
-        result.notes.append(f"k = {k} is NOT equivalent to k = 1: largest parameter difference {diff:.3g}")
-    return base_time
-
-
-def note_equivalence(result: SuiteResult) -> None:
-    if all(r.info["equivalent"] for r in result.rows):
-        worst = max(r.info["max_abs_param_diff"] for r in result.rows)
-        result.notes.append(
-            f"Every k gives the parameters of k = 1 after one step (largest difference {worst:.2g}, "
-            f"tolerance rtol={RTOL:g}, atol={ATOL:g})."
-        )
 
 
 def run(ctx: BenchContext) -> SuiteResult:
@@ -66,13 +39,13 @@ def run(ctx: BenchContext) -> SuiteResult:
         reference = params if reference is None else reference
         diff = float((params - reference).abs().max())
         equivalent = bool(torch.allclose(params, reference, rtol=RTOL, atol=ATOL))
-        base_time = add_row(result, cfg, k, timing, base_time, diff, equivalent)
+        base_time = accumulate_row(result, cfg, k, timing, base_time, diff, equivalent)
     note_equivalence(result)
     result.notes.append(
         "Equivalence holds for equal micro-batches and models without batch statistics "
         "(BatchNorm sees k smaller batches)."
     )
-    result.plots.append(_plot(result.rows))
+    result.plots.append(accumulate_plot(result.rows))
     return result
 
 
@@ -84,11 +57,3 @@ def _run_k(ctx: BenchContext, cfg: dict, k: int):
         params = stepper.parameters_vector()
         timing = ctx.measure(stepper.step)
     return params, timing
-
-
-def _plot(rows: list[Row]) -> Plot:
-    time = Panel("Time of one optimizer step", "micro-batches k", "ms", xscale="log2")
-    time.series.append(series_from_rows(rows, "step time", "k", "step_time"))
-    speed = Panel("Throughput", "micro-batches k", "samples/s", xscale="log2")
-    speed.series.append(series_from_rows(rows, "samples/s", "k", "samples_per_s"))
-    return Plot("accumulate.png", "Gradient accumulation: same global batch, k micro-batches", [time, speed])

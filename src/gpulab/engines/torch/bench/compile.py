@@ -12,6 +12,7 @@ import time
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure import bench_profiles
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
@@ -24,11 +25,7 @@ VARIANTS: dict[str, tuple[str | None, str] | None] = {
     "default": (None, "inductor"),
     "reduce-overhead": ("reduce-overhead", "inductor"),
 }
-PROFILES = {
-    "full": {"models": ("mlp", "chargpt-tiny"), "variants": tuple(VARIANTS), "backend": "inductor"},
-    "quick": {"models": ("mlp",), "variants": tuple(VARIANTS), "backend": "inductor", "cpu_skip": True},
-    "smoke": {"models": ("mlp",), "variants": ("eager", "default"), "backend": "aot_eager", "batch_size": 8},
-}
+PROFILES = bench_profiles.COMPILE
 
 
 def run(ctx: BenchContext) -> SuiteResult:

@@ -12,17 +12,13 @@ import psutil
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_plots import memory_plot
 from gpulab.measure.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory
-from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Row, SuiteResult
 
-PROFILES = {
-    "full": {"model": "chargpt", "first": 8, "last": 4096, "step_budget_s": 2.0, "repeats": 5},
-    "quick": {"model": "chargpt-tiny", "first": 8, "last": 512, "step_budget_s": 0.5, "repeats": 3},
-    "smoke": {"model": "chargpt-tiny", "first": 2, "last": 4, "step_budget_s": 1.0, "repeats": 2},
-}
-GPU_MODELS = {"chargpt": "chargpt-gpu", "chargpt-tiny": "chargpt"}
-GPU_LAST = {"full": 1 << 14, "quick": 1 << 12, "smoke": 4}
+PROFILES = bench_profiles.MEMORY
+GPU_MODELS, GPU_LAST = bench_profiles.MEMORY_GPU_MODELS, bench_profiles.MEMORY_GPU_LAST
 
 
 def run(ctx: BenchContext) -> SuiteResult:
@@ -40,7 +36,7 @@ def run(ctx: BenchContext) -> SuiteResult:
     result.notes.append(f"Memory figure: {_kind(ctx)}.")
     result.notes += missing_memory_note(rows, lambda r: f"batch {r.key['batch']}")
     result.rows = rows
-    result.plots.append(_plot(rows, limit))
+    result.plots.append(memory_plot(rows, limit))
     return result
 
 
@@ -165,22 +161,3 @@ def _prediction(rows: list[Row], limit: int) -> str:
         f"Predicted (straight-line fit of the measured points, not measured): about {slope / MIB * 1024:.1f} "
         f"MiB per 1024 samples, so batches up to about {predicted:,} would fit under the limit."
     )
-
-
-def _plot(rows: list[Row], limit: int) -> Plot:
-    memory = Panel("Peak memory", "batch size", "MiB", xscale="log2")
-    memory.series.append(series_from_rows(rows, "peak memory", "batch", "peak_memory"))
-    highest = max(memory.series[0].high, default=0.0)
-    if limit / MIB <= 4 * highest:  # drawn only where it does not flatten the curve to the axis
-        memory.hlines.append({"y": limit / MIB, "label": f"limit {limit / MIB:,.0f} MiB"})
-    else:
-        memory.title += f" (limit {limit / MIB:,.0f} MiB, off the scale)"
-    for r in rows:
-        if r.info.get("largest_fit"):
-            memory.marks.append({"x": r.key["batch"], "label": f"largest that fits: {r.key['batch']}"})
-        elif r.info.get("largest_tried"):
-            label = f"largest tried: {r.key['batch']} (the limit was not reached)"
-            memory.marks.append({"x": r.key["batch"], "label": label})
-    speed = Panel("Throughput", "batch size", "samples/s", xscale="log2")
-    speed.series.append(series_from_rows(rows, "samples/s", "batch", "samples_per_s"))
-    return Plot("memory.png", "Memory and throughput against batch size", [memory, speed])

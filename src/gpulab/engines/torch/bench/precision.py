@@ -10,19 +10,14 @@ from __future__ import annotations
 import math
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.measure import bench_profiles
+from gpulab.measure.bench_plots import precision_plot
+from gpulab.measure.bench_rows import launch_bound_notes
 from gpulab.measure.harness import BenchContext, memory_kind, missing_memory_note, peak_memory
-from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
 
-PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
-PROFILES = {
-    "full": {"models": ("digits", "chargpt"), "warmup": 5, "steps": 50},
-    "quick": {"models": ("digits", "chargpt-tiny"), "warmup": 3, "steps": 20},
-    "smoke": {"models": ("digits", "chargpt-tiny"), "warmup": 1, "steps": 3, "batch_size": 8},
-}
-# A GPU needs a bigger model to show what mixed precision does: on an H100 (2026-11-23) the default
-# chargpt ran bf16-mixed 0.8x and fp16-mixed 0.5x as fast as fp32 (launch-bound), chargpt-gpu 2.5x faster.
-GPU_MODELS = {"chargpt": "chargpt-gpu", "chargpt-tiny": "chargpt-gpu"}
+PRECISIONS, PROFILES = bench_profiles.PRECISION_NAMES, bench_profiles.PRECISION
+GPU_MODELS = bench_profiles.PRECISION_GPU_MODELS
 
 
 def run(ctx: BenchContext) -> SuiteResult:
@@ -40,7 +35,7 @@ def run(ctx: BenchContext) -> SuiteResult:
             row.figures["speedup_vs_fp32"] = Figure.ratio(base, row.figures["step_time"])
         result.rows += rows
     result.notes += _notes(ctx, result.rows)
-    result.plots.append(_plot(result.rows, cfg["steps"]))
+    result.plots.append(precision_plot(result.rows, cfg["steps"]))
     return result
 
 
@@ -84,35 +79,7 @@ def _notes(ctx: BenchContext, rows: list[Row]) -> list[str]:
     if any("peak_memory" in r.figures for r in rows):
         notes.append(f"Peak memory: {memory_kind(ctx.device)}{cpu}.")
     notes += missing_memory_note(rows, lambda r: f"{r.key['model']} {r.key['precision']}")
-    notes += _launch_bound_notes(rows) if ctx.on_gpu else []
+    notes += launch_bound_notes(rows) if ctx.on_gpu else []
     if not any(r.info["diverged"] for r in rows):
         notes.append("No precision diverged: every loss is finite and lower than before training.")
     return notes
-
-
-def _launch_bound_notes(rows: list[Row]) -> list[str]:
-    """Say why a model runs slower in mixed precision than in fp32, where one does (a GPU's view)."""
-    notes = []
-    for model in dict.fromkeys(r.key["model"] for r in rows):
-        mixed = [r for r in rows if r.key["model"] == model and r.key["precision"].endswith("-mixed")]
-        slower = [r.key["precision"] for r in mixed if r.figures["speedup_vs_fp32"].value < 1.0]
-        if slower:
-            notes.append(
-                f"{model}: {' and '.join(slower)} slower than fp32: the step is too small for the tensor "
-                "cores to matter (launch-bound), and autocast adds cast kernels (fp16 also the scaler's)."
-            )
-    return notes
-
-
-def _plot(rows: list[Row], steps: int) -> Plot:
-    models = list(dict.fromkeys(r.key["model"] for r in rows))
-    panels = [
-        Panel("Speedup over fp32", "precision", "x", kind="bar"),
-        Panel(f"Loss after {steps} steps", "precision", "loss", kind="bar"),
-        Panel("Peak memory", "precision", "MiB", kind="bar"),
-    ]
-    for panel, figure in zip(panels, ("speedup_vs_fp32", "loss_after", "peak_memory"), strict=True):
-        for model in models:
-            where = lambda r, m=model: r.key["model"] == m  # noqa: E731
-            panel.series.append(series_from_rows(rows, model, "precision", figure, where=where))
-    return Plot("precision.png", "Precision: the same training step (median, spread of repeats)", panels)
