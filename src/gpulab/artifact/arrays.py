@@ -72,15 +72,17 @@ def one_input(inputs: tuple, where: str) -> tuple:
     return inputs
 
 
-def batches(inputs: Inputs, size: int, fixed: bool):
-    """(batch, real rows) for each slice; a ``fixed``-batch artifact gets the last one padded to ``size``."""
+def batches(inputs: Inputs, size: int, fixed: bool, cat: Callable[[list], Any] = np.concatenate):
+    """(batch, real rows) for each slice; a ``fixed``-batch artifact gets the last one padded to ``size``.
+    ``cat`` joins the padding on: NumPy's for arrays, ``torch.cat`` for tensors (a NumPy index array
+    indexes both)."""
     n = len(inputs[0])
     for start in range(0, n, size):
         chunk = tuple(x[start : start + size] for x in inputs)
         real = len(chunk[0])
         if fixed and real < size:
             pad = np.arange(size - real) % real  # repeat real rows; their outputs are cut off again
-            chunk = tuple(np.concatenate([c, c[pad]]) for c in chunk)
+            chunk = tuple(cat([c, c[pad]]) for c in chunk)
         yield chunk, real
 
 

@@ -120,22 +120,11 @@ def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | N
 _read_npz = arrays.read_npz
 
 
-def batches(inputs: Inputs, size: int, fixed: bool):
-    """(batch, real rows) for each slice; a ``fixed``-batch artifact gets the last one padded to ``size``."""
-    n = len(inputs[0])
-    for start in range(0, n, size):
-        chunk = tuple(x[start : start + size] for x in inputs)
-        real = len(chunk[0])
-        if fixed and real < size:
-            pad = torch.arange(size - real) % real  # repeat real rows; their outputs are cut off again
-            chunk = tuple(torch.cat([c, c[pad]]) for c in chunk)
-        yield chunk, real
-
-
 def run_batched(fn: Callable[..., torch.Tensor], inputs: Inputs, size: int, fixed: bool) -> torch.Tensor:
     with torch.no_grad():
         # torch.as_tensor: a TensorFlow runtime's runner (infer of a TF artifact) returns NumPy arrays
-        outs = [torch.as_tensor(fn(*c))[:real].detach().cpu() for c, real in batches(inputs, size, fixed)]
+        chunks = arrays.batches(inputs, size, fixed, cat=torch.cat)
+        outs = [torch.as_tensor(fn(*c))[:real].detach().cpu() for c, real in chunks]
     return torch.cat(outs)
 
 
