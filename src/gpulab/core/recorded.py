@@ -5,16 +5,20 @@ recipe's default (625) on ``--resume``, and a finished run trained on, pruned it
 rewrote its summary. The record is the checkpoint's ``meta.json`` (``config`` and the recipe's
 ``options``; both engines write them, and its hash is checked against the MANIFEST first), else the run's
 ``summary.json``. Only settings are taken, never what decides which code runs (the recipe, the engine, a
-compile backend) or where this machine runs it (the device, the directories): those stay the user's.
-What the user gives explicitly still wins, and a change is checked by the resume as before
-(``checkpoint.refuse``).
+compile backend), where this machine runs it (the device, the directories), or where data is sent (the
+trackers, their addresses, experiment names and credentials): those stay the user's. A file can come from
+anyone; a ``mlflow.tracking_uri`` planted in ``meta.json`` once made a resume upload the checkpoint to that
+address. Recorded trackers the command does not name are said in one line, not adopted. What the user
+gives explicitly still wins, and a change is checked by the resume as before (``checkpoint.refuse``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gpulab.checkpoint.io import LATEST, META
 from gpulab.checkpoint.locate import AUTO
@@ -36,17 +40,26 @@ NOT_RECORDED = frozenset(
         "force_resume",
     }
 )
+# Where a run's data goes: only this command line, its config file or the environment choose these.
+DESTINATIONS = frozenset({"trackers", "mlflow", "wandb"})
 
 
-def with_recorded_settings(user: dict[str, Any]) -> dict[str, Any]:
+def _warn_once(line: str) -> None:
+    """A warning from the first process only (every rank of a launch reads the same record)."""
+    if os.environ.get("RANK", "0") == "0":
+        warnings.warn(line, stacklevel=3)
+
+
+def with_recorded_settings(user: dict[str, Any], say: Callable[[str], None] = _warn_once) -> dict[str, Any]:
     """``user`` layered over the recorded settings of the run it resumes (unchanged when not resuming or
-    when there is no record)."""
-    recorded = recorded_settings(user)
+    when there is no record). ``say`` gets one line when the record named trackers this command omits."""
+    recorded = recorded_settings(user, say)
     return merge(recorded, user) if recorded else user
 
 
-def recorded_settings(user: dict[str, Any]) -> dict[str, Any]:
-    """The settings (and recipe ``options``) the run ``user`` resumes was set up with, or {}."""
+def recorded_settings(user: dict[str, Any], say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The settings (and recipe ``options``) the run ``user`` resumes was set up with, or {}: never its
+    code choices, placement or data destinations."""
     resume = user.get("resume")
     if not resume:
         return {}
@@ -58,7 +71,10 @@ def recorded_settings(user: dict[str, Any]) -> dict[str, Any]:
     if not record:
         return {}
     config, options = record
-    taken = {k: v for k, v in config.items() if k in TrainerSettings.model_fields and k not in NOT_RECORDED}
+    kept_out = NOT_RECORDED | DESTINATIONS
+    taken = {k: v for k, v in config.items() if k in TrainerSettings.model_fields and k not in kept_out}
+    if say is not None:
+        _say_trackers_not_adopted(config.get("trackers"), user.get("trackers"), say)
     return {**taken, **({"options": options} if isinstance(options, dict) else {})}
 
 
@@ -86,3 +102,15 @@ def _from_summary(path: Path) -> tuple[dict[str, Any], Any] | None:
     except (OSError, ValueError, AttributeError):
         return None
     return (config, config.get("options")) if isinstance(config, dict) else None
+
+
+def _say_trackers_not_adopted(recorded: Any, given: Any, say: Callable[[str], None]) -> None:
+    """One line when the run logged to trackers this resume will not: they are the user's to repeat."""
+    if not isinstance(recorded, list):
+        return
+    names = sorted({str(t)[:40] for t in recorded} - set(given or []) - {"tensorboard"})
+    if names:
+        say(
+            f"resume: the run logged to {', '.join(names)}; trackers are not taken from a run's files, so "
+            f"this resume logs to none of them (repeat --set trackers=[...] and its address to continue)"
+        )
