@@ -40,7 +40,7 @@ from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
 from gpulab.measure.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
-from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
+from gpulab.runtime.compile import CompileFallback, apply_activation_checkpointing, compile_model
 from gpulab.runtime.compile_check import FirstStepCheck
 from gpulab.runtime.memory import (
     memory_limit_bytes,
@@ -177,6 +177,8 @@ class Trainer:
         # the loss is taken from the output (step_call.py).
         self.signature = Signature(model, s.model_inputs, s.model_output)
         self.loss = LossCall(loss_fn, self.signature)
+        if isinstance(self.forward, CompileFallback):  # forward and loss as one compiled region
+            self.forward.fuse_loss(self.loss)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
         # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
         several = s.accumulate > 1 or rt.world_size > 1
@@ -222,6 +224,8 @@ class Trainer:
         if self.settings.cuda_graph is False:
             return None
         graph, line = make_graph_step(self, self.graph_backend)
+        if not line:  # auto on a device without graphs (a CPU): eager, nothing to say
+            return None
         if graph is None:
             self.extras["cuda_graph"] = {"mode": "eager", "reason": line}
         if (graph is None or self.settings.cuda_graph is True) and self.settings.progress is not False:
