@@ -30,19 +30,19 @@ py=${PYTHON:-python3}
 
 step env 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3; \
     $py -c 'import torch, sys; print(\"torch\", torch.__version__, \"python\", sys.version.split()[0], \
-    \"cuda\", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")'"
+    \"cuda\", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")'; $py scripts/sdpa_kernel_check.py"
 # gpulab's variants and the hand-written loop in one run, then MFU and gpulab / hand per row against the targets.
-STEP_TAIL=20 step transformer 270 bash -c "$py -m gpulab bench transformer ${size[*]} --device $dev \
+STEP_TAIL=20 step transformer 250 bash -c "$py -m gpulab bench transformer ${size[*]} --device $dev \
     --out $work/transformer && $py benchmarks/transformer_mfu.py $work/transformer/results.json"
-step cuda-graph 100 $py -m pytest -p no:cacheprovider -m gpu "${pytest_gpu[@]}" tests/gpu/test_cuda_graph_gpu.py
+step cuda-graph 90 $py -m pytest -p no:cacheprovider -m gpu "${pytest_gpu[@]}" tests/gpu/test_cuda_graph_gpu.py
 # The default cuda_graph (auto) on the launch-bound mlp says what it chose; a compiled GPT-2-small run's
 # closing diagnosis must not call it host-bound.
-STEP_TAIL=8 step train 150 bash -c "$py -m gpulab train mlp --device $dev ${mlp_steps[*]} --out $work/mlp \
+STEP_TAIL=8 step train 120 bash -c "$py -m gpulab train mlp --device $dev ${mlp_steps[*]} --out $work/mlp \
     | grep -E 'cuda_graph|done in' ; $py -m gpulab train chargpt --device $dev --compile ${gpt[*]} \
     ${steps[*]} --out $work/gpt2 --set progress=false --set tensorboard=false \
     && $py -c 'import json; s=json.load(open(\"$work/gpt2/summary.json\")); \
     print(\"diagnosis:\", s[\"diagnosis\"][\"bound\"], \"-\", s[\"diagnosis\"][\"reason\"]); \
     print(\"mfu:\", s.get(\"mfu\")); print(\"compile:\", s.get(\"compile\"))'"
-step overhead 130 $py benchmarks/overhead.py --device $dev "${overhead[@]}"
+step overhead 90 $py benchmarks/overhead.py --device $dev "${overhead[@]}"
 cp "$work/transformer/results.json" "$out/transformer-results.json" 2>/dev/null
 echo "logs in $out; everything else in $work"
