@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from gpulab.checkpoint.api import inspect_checkpoint
-from gpulab.measure.flops import training_step_flops
+from gpulab.engines.torch.measure.flops import training_step_flops
 from gpulab.train.trainer import Trainer
 
 fsdp = pytest.importorskip("torch.distributed.fsdp")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.measure.flops import training_step_flops
+from gpulab.engines.torch.measure.flops import training_step_flops
 from gpulab.profiling.inspect import inspect_recipe
 from gpulab.runtime.memory_estimate import estimate_memory, example_batch
 from gpulab.runtime.precision import resolve_precision

@@ -172,7 +172,7 @@ def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypa
 def test_flops_are_counted_on_the_first_real_step_not_by_a_separate_trace(monkeypatch):
     # The separate fake-tensor trace cost the mlp recipe 50-110 ms before its first step; the first real
     # optimizer step (two micro-batches here) gives the same count for nothing.
-    from gpulab.measure import flops
+    from gpulab.engines.torch.measure import flops
 
     x, y = _data()
     expected = flops.training_step_flops(_model(), F.mse_loss, (x[:32], y[:32])).per_sample

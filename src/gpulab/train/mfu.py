@@ -52,7 +52,7 @@ class MfuCallback(Callback):
         self._samples_at_start = 0
 
     def on_fit_start(self, trainer, state):
-        from gpulab.measure.flops import device_peaks
+        from gpulab.engines.torch.measure.flops import device_peaks
 
         rt = trainer.runtime
         self.world_size = rt.world_size
@@ -82,7 +82,7 @@ class MfuCallback(Callback):
         return counter.get_total_flops()
 
     def _count(self, trainer) -> float | None:
-        from gpulab.measure.flops import training_step_flops
+        from gpulab.engines.torch.measure.flops import training_step_flops
         from gpulab.runtime.memory_estimate import example_batch
 
         rows = trainer.settings.batch_size

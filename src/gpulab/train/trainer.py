@@ -33,11 +33,11 @@ from gpulab.core.state import FitResult, FitState
 from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
+from gpulab.engines.torch.measure.timers import DataWaitMeter
 from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
-from gpulab.measure.timers import DataWaitMeter
 from gpulab.runtime import Runtime
 from gpulab.runtime.batch_search import search_batch_size
 from gpulab.runtime.compile import apply_activation_checkpointing, compile_model

@@ -34,14 +34,14 @@ import torch
 
 from gpulab.data import make_loader
 from gpulab.data.transfer import map_tensors
+from gpulab.engines.torch.measure.flops import device_peaks, training_step_flops
+from gpulab.engines.torch.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import diagnose
-from gpulab.measure.flops import device_peaks, training_step_flops
 from gpulab.measure.profile_report import PROFILE_FILE, ProfileOptions, ProfileResult, write_json
 from gpulab.measure.sampler import NvmlSampler
-from gpulab.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.runtime.memory_format import channels_last_batch
 from gpulab.runtime.oom import sync_gradients

@@ -24,7 +24,7 @@ import torch
 
 from gpulab import precisions
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
-from gpulab.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
 from gpulab.measure.harness import (
     BenchContext,
     MemoryReading,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.measure.flops import Peaks, count_flops, training_step_flops
+from gpulab.engines.torch.measure.flops import Peaks, count_flops, training_step_flops
 
 
 @pytest.mark.parametrize(("batch", "d_in", "d_out"), [(16, 64, 32), (3, 7, 5)])

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpulab.measure.timers import DataWaitMeter, PhaseTimer, phase_timer
+from gpulab.engines.torch.measure.timers import DataWaitMeter, PhaseTimer, phase_timer
 
 
 def _sleep_step(timer: PhaseTimer, slow: float = 1.0, sleep=time.sleep) -> None:
