@@ -18,7 +18,7 @@ def test_config_offers_exactly_the_tables_names():
 
 
 def test_the_torch_engine_has_a_class_for_every_row():
-    from gpulab.runtime.precision import PRECISIONS as TORCH_CLASSES
+    from gpulab.engines.torch.runtime.precision import PRECISIONS as TORCH_CLASSES
 
     assert set(TORCH_CLASSES) == set(precisions.PRECISIONS)
     for name, spec in precisions.PRECISIONS.items():

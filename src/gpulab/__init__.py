@@ -11,7 +11,7 @@ from gpulab.errors import CheckpointError, ConfigError, DataError, DeviceError, 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Runtime": "gpulab.runtime",
+    "Runtime": "gpulab.engines.torch.runtime",
     "Trainer": "gpulab.train.trainer",
     "FitResult": "gpulab.core.state",
     "Callback": "gpulab.core.callbacks",

@@ -251,7 +251,7 @@ def run_stall(out: Path, rank: int) -> dict:
 def run_lagged_flag(out: Path, rank: int) -> dict:
     """Runtime.lagged_flag: rank 1 raises its flag at call 3 only (and rank 0 sleeps before each call, so
     the ranks are out of step); both must see it at call 4 and at no other call."""
-    from gpulab.runtime import Runtime
+    from gpulab.engines.torch.runtime import Runtime
 
     rt = Runtime("cpu", "fp32", "ddp")
     seen = []
@@ -273,7 +273,7 @@ ASYNC_TIMEOUT_S = 3
 def run_stall_async(out: Path, rank: int) -> dict:
     import torch.distributed as dist
 
-    from gpulab.runtime.runtime import Runtime
+    from gpulab.engines.torch.runtime.runtime import Runtime
 
     stall_rank = int(os.environ["STALL_RANK"])
     options = {"collective_timeout_s": START_UP_TIMEOUT_S}

@@ -60,7 +60,7 @@ def hold(out: Path, _args) -> None:
     import torch
     import torch.distributed as dist
 
-    from gpulab.runtime.runtime import Runtime
+    from gpulab.engines.torch.runtime.runtime import Runtime
 
     runtime = Runtime(device="cpu", strategy="ddp")
     t = torch.ones(1)

@@ -16,9 +16,9 @@ from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch.nn import functional as F
 
+from gpulab.engines.torch.runtime.compile import CompileFallback
+from gpulab.engines.torch.runtime.compile_check import FirstStepCheck
 from gpulab.errors import GpulabWarning
-from gpulab.runtime.compile import CompileFallback
-from gpulab.runtime.compile_check import FirstStepCheck
 from gpulab.train.trainer import Trainer
 
 WRONG_BACKEND, RIGHT_BACKEND = "gpulab_test_wrong_gradients", "gpulab_test_right_gradients"

@@ -19,7 +19,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.core.callbacks import Callback
-from gpulab.runtime.cuda_graph import CudaGraphs, HostReadProbe, load_optimizer_in_place, prepare_optimizer
+from gpulab.engines.torch.runtime.cuda_graph import (
+    CudaGraphs,
+    HostReadProbe,
+    load_optimizer_in_place,
+    prepare_optimizer,
+)
 from gpulab.train.graph_step import blocker, choose
 from gpulab.train.trainer import Trainer
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.errors import ConfigError, DataError
-from gpulab.runtime.signature import Signature
 from gpulab.train.trainer import Trainer
 
 

@@ -16,9 +16,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.checkpoint.api import list_checkpoints
+from gpulab.engines.torch.runtime.memory import memory_limit_bytes
+from gpulab.engines.torch.runtime.oom import INJECT_ENV, MicroBatchOomError
 from gpulab.errors import ConfigError
-from gpulab.runtime.memory import memory_limit_bytes
-from gpulab.runtime.oom import INJECT_ENV, MicroBatchOomError
 from gpulab.train.oom_step import GuardedStep
 from gpulab.train.trainer import Trainer
 

@@ -120,7 +120,7 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, na
     engine = engines.get(sidecar.get("engine"))
     recipe = engine.recipe(name, sidecar.get("options") or {})
     if engine.export_named_inputs and names and None not in names:  # the artifact's inputs, by name
-        from gpulab.runtime.signature import Signature
+        from gpulab.engines.torch.runtime.signature import Signature
 
         data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
         return data.inputs, data.target

@@ -22,15 +22,15 @@ from typing import Any, Protocol
 import torch
 from torch.utils import _pytree as pytree
 
-from gpulab.runtime.cuda_graph import (
+from gpulab.engines.torch.runtime.cuda_graph import (
     CudaGraphs,
     GraphBackend,
     HostReadProbe,
     optimizer_blocker,
     prepare_optimizer,
 )
-from gpulab.runtime.precision import _Autocast
-from gpulab.runtime.step_call import step_loss
+from gpulab.engines.torch.runtime.precision import _Autocast
+from gpulab.engines.torch.runtime.step_call import step_loss
 
 
 class Trainer(Protocol):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from gpulab.runtime.step_call import IGNORE_INDEX, target_of
+from gpulab.engines.torch.runtime.step_call import IGNORE_INDEX, target_of
 
 Counter = Callable[[Any], torch.Tensor]
 

@@ -21,8 +21,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.core.callbacks.base import Callback
 from gpulab.data.transfer import to_device
+from gpulab.engines.torch.runtime.memory_estimate import holds_shards
 from gpulab.errors import GpulabWarning
-from gpulab.runtime.memory_estimate import holds_shards
 
 
 class MfuCallback(Callback):
@@ -83,7 +83,7 @@ class MfuCallback(Callback):
 
     def _count(self, trainer) -> float | None:
         from gpulab.engines.torch.measure.flops import training_step_flops
-        from gpulab.runtime.memory_estimate import example_batch
+        from gpulab.engines.torch.runtime.memory_estimate import example_batch
 
         rows = trainer.settings.batch_size
         batch = example_batch(self.example_data, rows) if self.example_data is not None else None

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
+from gpulab.engines.torch.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
+from gpulab.engines.torch.runtime.step_call import step_loss
 from gpulab.errors import ConfigError
-from gpulab.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
-from gpulab.runtime.step_call import step_loss
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
 Trainer = Any

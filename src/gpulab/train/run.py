@@ -22,7 +22,7 @@ from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
 from gpulab.core.summary import run_files, write_summary
 from gpulab.distributed.process_group import LaunchEnv
-from gpulab.runtime.seed import seed_everything
+from gpulab.engines.torch.runtime.seed import seed_everything
 from gpulab.train import NAME
 from gpulab.train.recipes.base import load_recipe
 from gpulab.train.trainer import Trainer

@@ -34,15 +34,11 @@ from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
 from gpulab.engines.torch.measure.timers import DataWaitMeter
-from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
-from gpulab.hardware.load import OtherCpuLoad, load_during
-from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
-from gpulab.runtime import Runtime
-from gpulab.runtime.batch_search import search_batch_size
-from gpulab.runtime.compile import apply_activation_checkpointing, compile_model
-from gpulab.runtime.compile_check import FirstStepCheck
-from gpulab.runtime.memory import (
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.batch_search import search_batch_size
+from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing, compile_model
+from gpulab.engines.torch.runtime.compile_check import FirstStepCheck
+from gpulab.engines.torch.runtime.memory import (
     memory_limit_bytes,
     memory_stats,
     peak_memory_bytes,
@@ -50,17 +46,17 @@ from gpulab.runtime.memory import (
     set_memory_limit,
     synchronize,
 )
-from gpulab.runtime.memory_estimate import holds_shards
-from gpulab.runtime.memory_format import (
+from gpulab.engines.torch.runtime.memory_estimate import holds_shards
+from gpulab.engines.torch.runtime.memory_format import (
     channels_last_batch,
     has_conv2d,
     resolve_channels_last,
     to_channels_last,
 )
-from gpulab.runtime.metrics import LossWindow, Mean
-from gpulab.runtime.recompiles import RecompileWatch
-from gpulab.runtime.signature import Signature
-from gpulab.runtime.step_call import (
+from gpulab.engines.torch.runtime.metrics import LossWindow, Mean
+from gpulab.engines.torch.runtime.recompiles import RecompileWatch
+from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.runtime.step_call import (
     LossCall,
     accuracy_counts,
     call_model,
@@ -69,6 +65,10 @@ from gpulab.runtime.step_call import (
     shifts_labels,
     step_loss,
 )
+from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
+from gpulab.hardware.load import OtherCpuLoad, load_during
+from gpulab.hardware.native_dtypes import native_dtypes
+from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
 from gpulab.train import NAME, THREADS_HINT
 from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
 from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
@@ -83,7 +83,7 @@ class Trainer:
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
     How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
-    computed itself) is ``gpulab.runtime.step_call``'s rule.
+    computed itself) is ``gpulab.engines.torch.runtime.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
@@ -135,9 +135,9 @@ class Trainer:
         ``"auto"`` (``latest`` when the checkpoint directory holds a checkpoint, else a fresh start).
 
         ``loss_fn``: ``(output, target)``, ``(output, batch)`` when it has a parameter named ``batch``, or
-        None when the model's output carries its loss (see ``gpulab.runtime.step_call``). ``optimizer``: an
-        Optimizer, or a factory called with the model when its parameter is named ``model`` (for
-        weight-decay groups by parameter name), else with ``model.parameters()``.
+        None when the model's output carries its loss (see ``gpulab.engines.torch.runtime.step_call``).
+        ``optimizer``: an Optimizer, or a factory called with the model when its parameter is named
+        ``model`` (for weight-decay groups by parameter name), else with ``model.parameters()``.
 
         A Runtime the Trainer built itself is torn down at the end (process-wide flags such as TF32 are
         restored); one passed in by the caller is left as it is.

@@ -18,7 +18,7 @@ from gpulab.artifact.format_base import Deployable, Served
 from gpulab.artifact.run_record import file_stem
 from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR, ExportResult
 from gpulab.engines.torch.rebuild import rebuild
-from gpulab.runtime.signature import Signature
+from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.train.recipes.trust import RecipeTrust
 
 

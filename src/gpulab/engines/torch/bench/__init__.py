@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from gpulab.engines.torch.runtime import Runtime
 from gpulab.measure.bench_models import MODELS
-from gpulab.runtime import Runtime
 from gpulab.train.recipes.base import load_recipe
 
 

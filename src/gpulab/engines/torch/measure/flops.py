@@ -26,8 +26,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab import precisions
 from gpulab.data.transfer import iter_tensors
-from gpulab.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
-from gpulab.runtime.step_call import LossCall, step_loss
+from gpulab.engines.torch.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
+from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def training_step_flops(
     autocast: Callable[[], AbstractContextManager] = nullcontext,
 ) -> FlopCount:
     """FLOPs of one forward + backward of ``model`` on ``batch`` (``(inputs..., target)``, a dict, ...:
-    called as the Trainer calls it, ``gpulab.runtime.step_call``).
+    called as the Trainer calls it, ``gpulab.engines.torch.runtime.step_call``).
 
     Only shapes matter: the count for a batch of B samples is B times the count for one for the usual
     models, and ``FlopCount.per_sample`` gives it. ``model`` may be wrapped (DDP, ``torch.compile``):

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gpulab.runtime.memory import synchronize
+from gpulab.engines.torch.runtime.memory import synchronize
 
 PHASES = ("data", "forward", "backward", "communication", "optimizer")
 OUTLIER_FACTOR = 4.0  # a step this many times the median is an outlier (descheduled, a GC pause)

@@ -28,15 +28,15 @@ import torch
 from torch import nn
 
 from gpulab.data.transfer import to_device
+from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
+from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
+from gpulab.engines.torch.runtime.memory import memory_limit_bytes
+from gpulab.engines.torch.runtime.memory_estimate import unwrap_module
+from gpulab.engines.torch.runtime.precision import Precision, resolve_precision, slow_precision_warning
+from gpulab.engines.torch.runtime.seed import seed_everything
+from gpulab.engines.torch.runtime.strategies import Strategy, resolve_strategy
 from gpulab.errors import DeviceMemoryError, GpulabWarning
 from gpulab.hardware.devices import select_device
-from gpulab.runtime.fused_optimizer import use_fused_kernels
-from gpulab.runtime.fused_step import clear_grads, direct_step
-from gpulab.runtime.memory import memory_limit_bytes
-from gpulab.runtime.memory_estimate import unwrap_module
-from gpulab.runtime.precision import Precision, resolve_precision, slow_precision_warning
-from gpulab.runtime.seed import seed_everything
-from gpulab.runtime.strategies import Strategy, resolve_strategy
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 

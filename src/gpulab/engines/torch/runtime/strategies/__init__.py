@@ -22,16 +22,16 @@ from typing import Any
 import torch
 
 from gpulab.distributed.process_group import launched_world_size
+from gpulab.engines.torch.runtime.strategies.base import REDUCE_OPS, Strategy, check_reduce_op
+from gpulab.engines.torch.runtime.strategies.single import Single
 from gpulab.errors import ConfigError, choices
-from gpulab.runtime.strategies.base import REDUCE_OPS, Strategy, check_reduce_op
-from gpulab.runtime.strategies.single import Single
 
 # name -> "module:Class", imported when asked for (FSDP2 pulls in DTensor and the device mesh).
 _REGISTRY = {
-    "single": "gpulab.runtime.strategies.single:Single",
-    "ddp": "gpulab.runtime.strategies.ddp:DDP",
-    "fsdp2": "gpulab.runtime.strategies.fsdp:FSDP2",
-    "dp": "gpulab.runtime.strategies.data_parallel:DataParallel",
+    "single": "gpulab.engines.torch.runtime.strategies.single:Single",
+    "ddp": "gpulab.engines.torch.runtime.strategies.ddp:DDP",
+    "fsdp2": "gpulab.engines.torch.runtime.strategies.fsdp:FSDP2",
+    "dp": "gpulab.engines.torch.runtime.strategies.data_parallel:DataParallel",
 }
 
 

@@ -43,7 +43,7 @@ def forward_of(model: Callable) -> tuple[str, inspect.Signature] | None:
     """(the model's class name, its ``forward``'s signature), looking through DDP/compile wrappers."""
     from torch import nn
 
-    from gpulab.runtime.memory_estimate import unwrap_module
+    from gpulab.engines.torch.runtime.memory_estimate import unwrap_module
 
     module = unwrap_module(model) if isinstance(model, nn.Module) else model
     target = module.forward if isinstance(module, nn.Module) else module

@@ -24,7 +24,7 @@ from gpulab.distributed.process_group import (
     rank_device,
 )
 from gpulab.distributed.watchdog import CollectiveError, Watchdog
-from gpulab.runtime.strategies.base import Strategy, check_reduce_op
+from gpulab.engines.torch.runtime.strategies.base import Strategy, check_reduce_op
 
 T = TypeVar("T")
 RANK_ZERO_TIMEOUT_S = 1800.0  # rank 0 writing a checkpoint may take far longer than one collective

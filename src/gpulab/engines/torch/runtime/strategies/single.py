@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulab.runtime.strategies.base import Strategy
+from gpulab.engines.torch.runtime.strategies.base import Strategy
 
 
 class Single(Strategy):

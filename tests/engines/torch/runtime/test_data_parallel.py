@@ -18,8 +18,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.runtime.precision import BF16Mixed, FP16Mixed
-from gpulab.runtime.strategies.data_parallel import AutocastDataParallel
+from gpulab.engines.torch.runtime.precision import BF16Mixed, FP16Mixed
+from gpulab.engines.torch.runtime.strategies.data_parallel import AutocastDataParallel
 
 
 class Probe(nn.Module):
@@ -72,7 +72,7 @@ def test_outside_autocast_the_replicas_stay_in_fp32(cpu_as_accelerator):
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_bf16_mixed_on_two_gpus_computes_in_bf16():
-    from gpulab.runtime.runtime import Runtime
+    from gpulab.engines.torch.runtime.runtime import Runtime
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

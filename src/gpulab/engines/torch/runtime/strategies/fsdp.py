@@ -32,8 +32,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from gpulab.engines.torch.runtime.strategies.multiprocess import ProcessGroupStrategy
 from gpulab.errors import ConfigError
-from gpulab.runtime.strategies.multiprocess import ProcessGroupStrategy
 
 
 class FSDP2(ProcessGroupStrategy):

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpulab.runtime.strategies.base import Strategy
+from gpulab.engines.torch.runtime.strategies.base import Strategy
 
 SLOWER_THAN_DDP = (
     "strategy dp (torch.nn.DataParallel) is slower than ddp: one Python process drives every GPU, so "

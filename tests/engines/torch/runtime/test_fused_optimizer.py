@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.runtime import Runtime
-from gpulab.runtime.fused_optimizer import use_fused_kernels
-from gpulab.runtime.precision import FP16Mixed
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
+from gpulab.engines.torch.runtime.precision import FP16Mixed
 
 
 def model():

@@ -1,4 +1,4 @@
-"""One rank of the two-process OOM-recovery test (run by tests/runtime/test_oom.py, gloo on CPU).
+"""One rank of the two-process OOM-recovery test (run by tests/engines/torch/runtime/test_oom.py, gloo on CPU).
 
 Each rank trains the same DDP model two ways for two optimizer steps on its own data (8 samples a
 step): guarded by ``OomGuard`` starting at micro-batch 8, with an out-of-memory error injected on rank
@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gpulab.distributed.process_group import init_process_group
-from gpulab.runtime.oom import OomGuard, split_batch, sync_gradients
+from gpulab.engines.torch.runtime.oom import OomGuard, split_batch, sync_gradients
 
 _OPS = {
     "sum": dist.ReduceOp.SUM,

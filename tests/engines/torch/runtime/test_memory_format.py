@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.runtime.memory_format import channels_last_batch, resolve_channels_last
+from gpulab.engines.torch.runtime.memory_format import channels_last_batch, resolve_channels_last
 from gpulab.train.trainer import Trainer
 
 CL = torch.channels_last

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from gpulab.runtime.strategies.multiprocess import ProcessGroupStrategy
+from gpulab.engines.torch.runtime.strategies.multiprocess import ProcessGroupStrategy
 
 
 class DDP(ProcessGroupStrategy):

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.runtime.compile import CompileFallback, compile_model, is_compile_error
-from gpulab.runtime.oom import OomGuard
+from gpulab.engines.torch.runtime.compile import CompileFallback, compile_model, is_compile_error
+from gpulab.engines.torch.runtime.oom import OomGuard
 
 
 class RaisesOnce:

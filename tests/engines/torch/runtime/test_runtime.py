@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-import gpulab.runtime.runtime as runtime_module
+import gpulab.engines.torch.runtime.runtime as runtime_module
 from gpulab.data.transfer import to_device as move_to_device
+from gpulab.engines.torch.runtime import Runtime, Single, seed_everything
+from gpulab.engines.torch.runtime.precision import FP16Mixed
 from gpulab.errors import ConfigError, DeviceError
 from gpulab.hardware.devices import DeviceChoice
-from gpulab.runtime import Runtime, Single, seed_everything
-from gpulab.runtime.precision import FP16Mixed
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gpulab.config import PRECISIONS as CONFIG_PRECISIONS
+from gpulab.engines.torch.runtime.precision import PRECISIONS, FP16Mixed, resolve_precision
 from gpulab.errors import ConfigError
-from gpulab.runtime.precision import PRECISIONS, FP16Mixed, resolve_precision
 
 
 def _problem(seed: int = 0) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from gpulab.data.transfer import batch_size_of, is_dataclass_instance
+from gpulab.engines.torch.runtime.signature import Signature, as_mapping, forward_of, signature_of
 from gpulab.errors import ConfigError, DataError
-from gpulab.runtime.signature import Signature, as_mapping, forward_of, signature_of
 
 ACCEPTED_BATCHES = "a tuple/list (inputs..., target), a dict of model arguments, or a dataclass"
 IGNORE_INDEX = -100  # the label the usual losses (and Hugging Face models) skip
@@ -257,7 +257,7 @@ def accuracy_counts(
     host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
     that are neither class scores nor binary logits). ``shift``: a causal LM's logits at t against
     the label at t+1 (see ``shifts_labels``)."""
-    from gpulab.runtime.metrics import correct_count
+    from gpulab.engines.torch.runtime.metrics import correct_count
 
     logits = signature.find_predictions(output) if signature is not None else logits_of(output)
     target = target_of(batch)

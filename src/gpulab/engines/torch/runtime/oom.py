@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 import torch
 
 from gpulab.data.transfer import batch_size_of, map_tensors
+from gpulab.engines.torch.runtime.memory import release_cached_memory
 from gpulab.errors import ConfigError, GpulabError
-from gpulab.runtime.memory import release_cached_memory
 
 T = TypeVar("T")
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]

@@ -6,10 +6,15 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab.engines.torch.runtime import memory as M
+from gpulab.engines.torch.runtime.batch_search import (
+    BatchSizeError,
+    TrialStep,
+    find_batch_size,
+    search_batch_size,
+)
+from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, estimate_memory, optimizer_memory
 from gpulab.errors import ConfigError, DeviceError
-from gpulab.runtime import memory as M
-from gpulab.runtime.batch_search import BatchSizeError, TrialStep, find_batch_size, search_batch_size
-from gpulab.runtime.memory_estimate import LiveBytes, estimate_memory, optimizer_memory
 
 CPU = torch.device("cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -157,7 +162,7 @@ def test_estimate_predicts_the_measured_step_and_scales_with_the_batch():
 def test_a_fake_trace_at_a_huge_batch_builds_no_real_batch_of_that_size(monkeypatch):
     # The batch search asks for estimates at millions of rows: building those rows for real cost the
     # CPU's `batch_size: auto` 10 s of its 14 s (mlp) before the trace made them fake anyway.
-    import gpulab.runtime.memory_estimate as E
+    import gpulab.engines.torch.runtime.memory_estimate as E
 
     real_resize = E._resize
 
@@ -261,7 +266,7 @@ def test_find_batch_size_treats_out_of_memory_as_not_fitting():
 def test_the_failed_steps_tensors_are_freed_before_the_cache_is_released(monkeypatch):
     import weakref
 
-    import gpulab.runtime.batch_search as batch_search
+    import gpulab.engines.torch.runtime.batch_search as batch_search
 
     held = []  # a weak reference to the activation each failing step held when it ran out
 
@@ -302,7 +307,7 @@ def test_nothing_fits_is_a_clear_error():
 
 
 def test_search_batch_size_with_a_runtime_under_a_limit():
-    from gpulab.runtime import Runtime
+    from gpulab.engines.torch.runtime import Runtime
 
     model = _mlp()
     with Runtime("cpu", "fp32") as rt:

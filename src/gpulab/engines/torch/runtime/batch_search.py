@@ -16,9 +16,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
-from gpulab.errors import ConfigError, GpulabError
-from gpulab.runtime.memory import memory_limit_bytes, release_cached_memory, synchronize
-from gpulab.runtime.memory_estimate import (
+from gpulab.engines.torch.runtime.memory import memory_limit_bytes, release_cached_memory, synchronize
+from gpulab.engines.torch.runtime.memory_estimate import (
     AllReduce,
     LiveBytes,
     LossFn,
@@ -29,6 +28,7 @@ from gpulab.runtime.memory_estimate import (
     num_rows,
     tensor_bytes,
 )
+from gpulab.errors import ConfigError, GpulabError
 
 
 @dataclass

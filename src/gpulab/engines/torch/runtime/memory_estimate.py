@@ -526,7 +526,7 @@ def _autocast_factory(precision: Any, device: torch.device) -> Callable[[], Abst
     if precision is None:
         return nullcontext
     if isinstance(precision, str):
-        from gpulab.runtime.precision import resolve_precision
+        from gpulab.engines.torch.runtime.precision import resolve_precision
 
         precision, _ = resolve_precision(precision, device)
     return precision.autocast

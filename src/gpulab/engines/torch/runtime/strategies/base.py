@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from gpulab.distributed.watchdog import Heartbeat
+from gpulab.engines.torch.runtime.cuda_graph import STATIC_MARK, load_optimizer_in_place
+from gpulab.engines.torch.runtime.fused_optimizer import match_loaded_groups
 from gpulab.errors import choices
-from gpulab.runtime.cuda_graph import STATIC_MARK, load_optimizer_in_place
-from gpulab.runtime.fused_optimizer import match_loaded_groups
 
 REDUCE_OPS = ("mean", "sum", "max", "min")
 T = TypeVar("T")

@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from gpulab.runtime import Runtime
-from gpulab.runtime.fused_step import direct_step
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.fused_step import direct_step
 
 
 def model(seed=0):

@@ -149,7 +149,7 @@ class FirstStepCheck:
     """
 
     def __init__(self, enabled: bool, forward, world_size: int, guarded: bool) -> None:
-        from gpulab.runtime.compile import CompileFallback
+        from gpulab.engines.torch.runtime.compile import CompileFallback
 
         self.pending, self.report = False, {}
         if not enabled or not isinstance(forward, CompileFallback):

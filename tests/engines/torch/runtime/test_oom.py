@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from gpulab.engines.torch.runtime.oom import MicroBatchOomError, OomGuard, injected_attempts, split_batch
 from gpulab.errors import ConfigError
-from gpulab.runtime.oom import MicroBatchOomError, OomGuard, injected_attempts, split_batch
 
 JOB = Path(__file__).resolve().parent / "oom_job.py"
 
