@@ -25,7 +25,7 @@ LAYERS = [
     ("distributed",),  # process groups and launchers
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__
     ("checkpoint", "precisions", "config", "recipe_data", "gpulab"),
-    ("hardware", "data", "errors"),
+    ("hardware", "errors"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported

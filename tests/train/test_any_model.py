@@ -255,7 +255,7 @@ def test_a_dataloader_of_dataclass_batches_trains():
 
 
 def test_the_transfer_code_maps_the_tensors_of_a_dataclass_batch():
-    from gpulab.data.transfer import iter_tensors, map_tensors
+    from gpulab.engines.torch.data.transfer import iter_tensors, map_tensors
 
     batch = TokenBatch(torch.ones(2, 3), torch.zeros(2, 3), torch.arange(2))
     doubled = map_tensors(lambda t: t * 2, batch)  # what to_device does with .to(device)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gpulab.data.transfer import is_dataclass_instance, iter_tensors
+from gpulab.engines.torch.data.transfer import is_dataclass_instance, iter_tensors
 
 _SHOWN = 6  # entries of a batch named; a batch with more says how many more
 

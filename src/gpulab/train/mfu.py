@@ -20,7 +20,7 @@ from typing import Any
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.core.callbacks.base import Callback
-from gpulab.data.transfer import to_device
+from gpulab.engines.torch.data.transfer import to_device
 from gpulab.engines.torch.runtime.memory_estimate import holds_shards
 from gpulab.errors import GpulabWarning
 

@@ -30,9 +30,9 @@ from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.context import FitContext
 from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
-from gpulab.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.distributed.process_group import launched_world_size
+from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.engines.torch.measure.timers import DataWaitMeter
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.batch_search import search_batch_size
@@ -202,7 +202,7 @@ class Trainer:
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
         self.train_source = train
-        self._batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.data.streams)
+        self._batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.engines.torch.data.streams)
         self.state = self._plan(self._batches_per_epoch, per_step)
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpulab.data.transfer import iter_tensors
+from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
 from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line

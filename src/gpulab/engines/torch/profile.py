@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from gpulab.data import make_loader
-from gpulab.data.transfer import map_tensors
+from gpulab.engines.torch.data import make_loader
+from gpulab.engines.torch.data.transfer import map_tensors
 from gpulab.engines.torch.measure.flops import device_peaks, training_step_flops
 from gpulab.engines.torch.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.engines.torch.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import gpulab.engines.torch.runtime.runtime as runtime_module
-from gpulab.data.transfer import to_device as move_to_device
+from gpulab.engines.torch.data.transfer import to_device as move_to_device
 from gpulab.engines.torch.runtime import Runtime, Single, seed_everything
 from gpulab.engines.torch.runtime.precision import FP16Mixed
 from gpulab.errors import ConfigError, DeviceError

@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab import precisions
-from gpulab.data.transfer import iter_tensors
+from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
 from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 

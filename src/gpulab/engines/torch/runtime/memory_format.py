@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpulab.data.transfer import map_tensors
+from gpulab.engines.torch.data.transfer import map_tensors
 
 _CONVS = (nn.Conv2d, nn.ConvTranspose2d)
 

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from gpulab.data.transfer import batch_size_of, map_tensors
+from gpulab.engines.torch.data.transfer import batch_size_of, map_tensors
 from gpulab.engines.torch.runtime.memory import release_cached_memory
 from gpulab.errors import ConfigError, GpulabError
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpulab.data.transfer import to_device
+from gpulab.engines.torch.data.transfer import to_device
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from gpulab.data.transfer import is_dataclass_instance
+from gpulab.engines.torch.data.transfer import is_dataclass_instance
 from gpulab.errors import ConfigError, DataError
 
 TARGET_KEY = "labels"  # a dict batch's target: what a loss_fn(output, target) gets, never an export input

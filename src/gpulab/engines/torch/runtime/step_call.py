@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from gpulab.data.transfer import batch_size_of, is_dataclass_instance
+from gpulab.engines.torch.data.transfer import batch_size_of, is_dataclass_instance
 from gpulab.engines.torch.runtime.signature import Signature, as_mapping, forward_of, signature_of
 from gpulab.errors import ConfigError, DataError
 

@@ -13,7 +13,13 @@ from typing import Any
 
 import torch
 
-from gpulab.data.transfer import DeviceLike, is_on_device, iter_tensors, resolve_device, to_device
+from gpulab.engines.torch.data.transfer import (
+    DeviceLike,
+    is_on_device,
+    iter_tensors,
+    resolve_device,
+    to_device,
+)
 
 
 class DevicePrefetcher:

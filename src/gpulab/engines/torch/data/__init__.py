@@ -1,6 +1,6 @@
 """How training data reaches the device fast: loaders, the tensor fast path, prefetching, transfers."""
 
-from gpulab.data.loaders import (
+from gpulab.engines.torch.data.loaders import (
     BatchSource,
     DatasetBatches,
     EpochSampler,
@@ -9,10 +9,15 @@ from gpulab.data.loaders import (
     make_loader,
     usable_physical_cores,
 )
-from gpulab.data.prefetch import DevicePrefetcher
-from gpulab.data.streams import is_stream, stop_together
-from gpulab.data.tensor_batches import EpochCursor, TensorBatches, epoch_permutation, len_or_none
-from gpulab.data.transfer import batch_size_of, to_device
+from gpulab.engines.torch.data.prefetch import DevicePrefetcher
+from gpulab.engines.torch.data.streams import is_stream, stop_together
+from gpulab.engines.torch.data.tensor_batches import (
+    EpochCursor,
+    TensorBatches,
+    epoch_permutation,
+    len_or_none,
+)
+from gpulab.engines.torch.data.transfer import batch_size_of, to_device
 
 __all__ = [
     "BatchSource",

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from gpulab.data import (
+from gpulab.engines.torch.data import (
     BatchSource,
     DatasetBatches,
     LoaderBatches,
@@ -202,7 +202,7 @@ def _one_pass(data, policy):
 
 
 def test_a_stream_that_does_not_shard_by_worker_is_read_once_per_pass_with_one_warning():
-    import gpulab.data.loaders as loaders
+    import gpulab.engines.torch.data.loaders as loaders
 
     loaders._WARNED_STREAMS.discard("WholeStream")
     with pytest.warns(UserWarning, match="WholeStream does not split itself.*get_worker_info") as seen:

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from gpulab.data import LoaderPolicy, TensorBatches, epoch_permutation, make_loader
+from gpulab.engines.torch.data import LoaderPolicy, TensorBatches, epoch_permutation, make_loader
 from gpulab.errors import CheckpointError
 
 N, BATCH = 10, 4
@@ -184,7 +184,9 @@ def test_epoch_copy_and_per_batch_gather_give_the_same_batches(monkeypatch, worl
 
     copied = [epochs(build(rank)) for rank in range(world_size)]
     # No room for a second copy (as on a nearly full GPU): each batch is gathered instead.
-    monkeypatch.setattr("gpulab.data.tensor_batches.room_for_copy", lambda tensors, fraction: False)
+    monkeypatch.setattr(
+        "gpulab.engines.torch.data.tensor_batches.room_for_copy", lambda tensors, fraction: False
+    )
     gathered_sources = [build(rank) for rank in range(world_size)]
     assert not any(s.epoch_copy for s in gathered_sources)
     for rank, source in enumerate(gathered_sources):

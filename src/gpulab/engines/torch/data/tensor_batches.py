@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 import torch
 
-from gpulab.data.prefetch import DevicePrefetcher
-from gpulab.data.transfer import DeviceLike, resolve_device
+from gpulab.engines.torch.data.prefetch import DevicePrefetcher
+from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
 from gpulab.errors import CheckpointError, ConfigError, DataError
 
 STATE_KEYS = ("epoch", "batches_consumed")

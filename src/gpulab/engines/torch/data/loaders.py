@@ -15,7 +15,8 @@ other ``Dataset``        a ``DataLoader`` shaped by a ``LoaderPolicy``, ordered 
 =======================  ==========================================================================
 
 With several ranks (``rank``, ``world_size``) every rank gets a disjoint share of each global batch and
-the same number of batches; see ``gpulab.data.tensor_batches`` for the rule, shared by both own paths.
+the same number of batches; see ``gpulab.engines.torch.data.tensor_batches`` for the rule, shared by both
+own paths.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from gpulab.data.prefetch import DevicePrefetcher
-from gpulab.data.streams import shards_by_worker
-from gpulab.data.tensor_batches import (
+from gpulab.engines.torch.data.prefetch import DevicePrefetcher
+from gpulab.engines.torch.data.streams import shards_by_worker
+from gpulab.engines.torch.data.tensor_batches import (
     CursorSource,
     EpochCursor,
     TensorBatches,
@@ -53,7 +54,7 @@ from gpulab.data.tensor_batches import (
     num_batches,
     rank_span,
 )
-from gpulab.data.transfer import DeviceLike, resolve_device
+from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
 from gpulab.errors import ConfigError, DataError
 
 ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
@@ -146,8 +147,8 @@ class LoaderPolicy:
 
     def for_stream(self, data: IterableDataset) -> LoaderPolicy:
         """This policy for a stream: without workers unless ``data`` shards by worker
-        (``gpulab.data.streams.shards_by_worker``); every worker would otherwise yield the whole stream.
-        Says so in one warning per dataset class when it drops the workers."""
+        (``gpulab.engines.torch.data.streams.shards_by_worker``); every worker would otherwise yield the whole
+        stream. Says so in one warning per dataset class when it drops the workers."""
         if self.num_workers == 0 or shards_by_worker(data):
             return self
         name = type(data).__name__

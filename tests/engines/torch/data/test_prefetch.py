@@ -5,7 +5,7 @@ from collections import OrderedDict, namedtuple
 import pytest
 import torch
 
-from gpulab.data import DevicePrefetcher, TensorBatches, batch_size_of, make_loader, to_device
+from gpulab.engines.torch.data import DevicePrefetcher, TensorBatches, batch_size_of, make_loader, to_device
 from gpulab.errors import DataError
 
 Pair = namedtuple("Pair", "x y")
