@@ -15,7 +15,7 @@ _LAZY = {
     "Trainer": "gpulab.train.trainer",
     "FitResult": "gpulab.core.state",
     "Callback": "gpulab.core.callbacks",
-    "Recipe": "gpulab.train.recipes.base",
+    "Recipe": "gpulab.core.recipes.base",
 }
 
 __all__ = [

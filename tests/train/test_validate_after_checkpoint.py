@@ -123,7 +123,7 @@ def test_keep_best_marks_the_best_after_its_validation_and_pruning_keeps_it(tmp_
 
 def test_the_cli_prints_the_users_traceback_then_one_gpulab_line(tmp_path, monkeypatch, capsys):
     (tmp_path / "broken_eval_recipe.py").write_text(
-        "from gpulab.train.recipes import mlp\n\n\n"
+        "from gpulab.engines.torch.recipes import mlp\n\n\n"
         "def build(options=None):\n"
         "    recipe = mlp.build(options)\n"
         "    forward = recipe.model.forward\n\n"

@@ -16,6 +16,7 @@ from gpulab.config import RunConfig, merge, parse_config
 from gpulab.core.callbacks.preemption import StopOnSignal
 from gpulab.core.callbacks.trackers import attach_files
 from gpulab.core.preemption import SignalWatch, preempted_error
+from gpulab.core.recipes.base import load_recipe
 from gpulab.core.recorded import with_recorded_settings
 from gpulab.core.run_dir import check_output_dirs, claim, prepare
 from gpulab.core.state import FitResult
@@ -24,7 +25,6 @@ from gpulab.core.summary import run_files, write_summary
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime.seed import seed_everything
 from gpulab.train import NAME
-from gpulab.train.recipes.base import load_recipe
 from gpulab.train.trainer import Trainer
 
 

@@ -67,7 +67,7 @@ class TorchEngine:
         return export_torch(path, module, fixed, **request)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        from gpulab.train.recipes.base import load_recipe
+        from gpulab.core.recipes.base import load_recipe
 
         return load_recipe(name, dict(options))
 

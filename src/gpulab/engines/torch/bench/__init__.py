@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from gpulab.core.recipes.base import load_recipe
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.measure.bench_models import MODELS
-from gpulab.train.recipes.base import load_recipe
 
 
 def single_runtime(device: torch.device, precision: str = "fp32") -> Runtime:

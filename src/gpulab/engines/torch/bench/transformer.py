@@ -25,6 +25,7 @@ import torch
 from gpulab import precisions
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
 from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
 from gpulab.engines.torch.runtime.memory import synchronize
@@ -42,7 +43,6 @@ from gpulab.measure.harness import (
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
 from gpulab.train.graph_step import WholeStepGraph
-from gpulab.train.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 
 
 @dataclass(frozen=True)

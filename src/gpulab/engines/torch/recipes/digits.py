@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from gpulab.config import parse_config
+from gpulab.core.recipes.base import Recipe, param_count
 from gpulab.recipe_data import DigitsOptions, digits_data
-from gpulab.train.recipes.base import Recipe, param_count
 
 
 def make_model(dropout: float = 0.25) -> nn.Sequential:

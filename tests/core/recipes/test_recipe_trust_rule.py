@@ -1,10 +1,10 @@
-"""The trust rule itself (``train/recipes/trust.py``): which recipe a file names may be imported."""
+"""The trust rule itself (``core/recipes/trust.py``): which recipe a file names may be imported."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpulab.train.recipes.trust import RecipeTrust, UntrustedRecipeError, check_recorded
+from gpulab.core.recipes.trust import RecipeTrust, UntrustedRecipeError, check_recorded
 
 SOURCE = "run/checkpoints/step-00000008/state.pt"
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from gpulab.config import parse_config
+from gpulab.core.recipes.base import Recipe, param_count
 from gpulab.recipe_data import MlpOptions, mlp_data
-from gpulab.train.recipes.base import Recipe, param_count
 
 
 def make_model(features: int = 20) -> nn.Sequential:

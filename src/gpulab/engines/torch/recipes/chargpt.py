@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gpulab.core.recipes.base import Recipe, param_count
 from gpulab.recipe_data import CharGptOptions, chargpt_text, windows
-from gpulab.train.recipes.base import Recipe, param_count
 
 
 class Block(nn.Module):

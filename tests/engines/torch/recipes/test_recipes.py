@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpulab.config import TrainerSettings, parse_config
+from gpulab.core.recipes.base import Recipe, load_recipe, param_count, recipe_names
 from gpulab.errors import ConfigError
-from gpulab.train.recipes.base import Recipe, load_recipe, param_count, recipe_names
 from gpulab.train.run import run
 from gpulab.train.trainer import Trainer
 

@@ -51,7 +51,7 @@ BUILTIN = ("mlp", "digits", "chargpt")  # modules of this package, loaded when a
 
 
 def _builtin() -> dict[str, Builder]:
-    return {name: importlib.import_module(f"gpulab.train.recipes.{name}").build for name in BUILTIN}
+    return {name: importlib.import_module(f"gpulab.engines.torch.recipes.{name}").build for name in BUILTIN}
 
 
 def recipe_names() -> list[str]:
