@@ -100,7 +100,7 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
 
     from gpulab.core.callbacks import Callback
     from gpulab.engines.torch.recipes.mlp import make_data, make_model
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     class LoopTimer(Callback):
         """Times the Trainer's loop alone (fit start to fit end, device synchronised), as (a) is timed."""

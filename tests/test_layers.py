@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
 LAYERS = [
     ("__main__", "cli"),
     ("bench", "tune", "export", "profiling"),  # the verbs, engine-neutral: each engine's part is its own
-    ("engines", "engines.torch", "engines.tensorflow", "train"),  # train/: the torch engine's loop
+    ("engines", "engines.torch", "engines.tensorflow"),
     # core: what every engine's loop uses; artifact: what every engine's export writes and checks (format
     # registry and helpers, the inputs, parity), so an engine's export stands on it, not on the verb
     ("core", "artifact"),

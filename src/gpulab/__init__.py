@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Runtime": "gpulab.engines.torch.runtime",
-    "Trainer": "gpulab.train.trainer",
+    "Trainer": "gpulab.engines.torch.train.trainer",
     "FitResult": "gpulab.core.state",
     "Callback": "gpulab.core.callbacks",
     "Recipe": "gpulab.core.recipes.base",

@@ -11,7 +11,7 @@ import pytest
 
 from gpulab.checkpoint.io import write_manifest
 from gpulab.core.recorded import recorded_settings
-from gpulab.train.run import run
+from gpulab.engines.torch.train.run import run
 
 QUIET = {"device": "cpu", "progress": False, "mfu": False, "log_every": 5, "tensorboard": False}
 
@@ -91,5 +91,7 @@ def test_recorded_settings_keep_destinations_and_code_choices_out(tmp_path):
     assert len(said) == 1 and "mlflow" in said[0]
     # A tracker the user names again on this command is theirs: nothing to say.
     said.clear()
-    recorded_settings({"recipe": "mlp", "out_dir": str(out), "resume": "latest", "trackers": ["mlflow"]}, said.append)
+    recorded_settings(
+        {"recipe": "mlp", "out_dir": str(out), "resume": "latest", "trackers": ["mlflow"]}, said.append
+    )
     assert said == [] and not sqlite.parent.exists()

@@ -23,8 +23,8 @@ from gpulab.engines.torch.data.tensor_batches import num_batches
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.strategies import _auto_strategy, resolve_strategy
 from gpulab.engines.torch.runtime.strategies.data_parallel import DataParallelPerformanceWarning
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.train.trainer import Trainer
 
 TOL = 1e-5
 

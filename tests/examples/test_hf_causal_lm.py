@@ -11,7 +11,7 @@ import torch
 
 from gpulab.core.recipes.base import load_recipe
 from gpulab.engines.torch.data.tensor_batches import epoch_permutation
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 transformers = pytest.importorskip("transformers")
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from gpulab.core.recipes.base import load_recipe
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]  # examples/ is a package at the repository root
 STEPS = 4

@@ -224,7 +224,7 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
             from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
             from gpulab.engines.torch.runtime.memory import memory_limit_bytes
             from gpulab.engines.torch.runtime.memory_estimate import num_rows
-            from gpulab.train.run import resolve_config
+            from gpulab.engines.torch.train.run import resolve_config
 
             config, recipe = resolve_config(merge(user, knobs))
             apply_activation_checkpointing(recipe.model, config.activation_checkpointing)

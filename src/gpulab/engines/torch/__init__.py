@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulab.train import NAME, THREADS_HINT
+from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
 class TorchEngine:
@@ -37,17 +37,17 @@ class TorchEngine:
     threads_hint = THREADS_HINT
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
-        from gpulab.train.run import resolve_config
+        from gpulab.engines.torch.train.run import resolve_config
 
         return resolve_config(user)
 
     def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
-        from gpulab.train.run import run
+        from gpulab.engines.torch.train.run import run
 
         return run(user)
 
     def environment(self) -> dict[str, Any]:
-        from gpulab.train.run import environment
+        from gpulab.engines.torch.train.run import environment
 
         return environment()
 

@@ -23,8 +23,8 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     from gpulab.engines.torch.runtime.memory_estimate import estimate_memory, example_batch
     from gpulab.engines.torch.runtime.precision import resolve_precision
     from gpulab.engines.torch.runtime.runtime import takes_model
+    from gpulab.engines.torch.train.run import resolve_config
     from gpulab.hardware.devices import select_device
-    from gpulab.train.run import resolve_config
 
     config, recipe = resolve_config(user)
     if not isinstance(config.batch_size, int):

@@ -57,7 +57,7 @@ def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOp
     from gpulab.engines.torch.runtime import Runtime
     from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
     from gpulab.engines.torch.runtime.memory_format import resolve_channels_last, to_channels_last
-    from gpulab.train.run import resolve_config
+    from gpulab.engines.torch.train.run import resolve_config
 
     config, recipe = resolve_config(user)
     runtime = Runtime.from_settings(config)  # the Trainer's: fused optimizer, strategy options, ...
@@ -271,7 +271,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         native=native_dtypes(rt.device),
     )
     parts = sum(breakdown.get(k, 0.0) for k in (*PHASES, "idle"))
-    from gpulab.train.run import environment
+    from gpulab.engines.torch.train.run import environment
 
     return {
         **(extra or {}),

@@ -12,9 +12,9 @@ import torch
 
 from gpulab.config import TrainerSettings, parse_config
 from gpulab.core.recipes.base import Recipe, load_recipe, param_count, recipe_names
+from gpulab.engines.torch.train.run import run
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.train.run import run
-from gpulab.train.trainer import Trainer
 
 SMALL_OPTIONS = {
     "mlp": {"samples": 500},

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.runtime.memory_format import channels_last_batch, resolve_channels_last
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 CL = torch.channels_last
 

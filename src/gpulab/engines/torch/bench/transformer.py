@@ -32,6 +32,7 @@ from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.engines.torch.runtime.step_call import LossCall
+from gpulab.engines.torch.train.graph_step import WholeStepGraph
 from gpulab.measure.harness import (
     BenchContext,
     MemoryReading,
@@ -42,7 +43,6 @@ from gpulab.measure.harness import (
 )
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
-from gpulab.train.graph_step import WholeStepGraph
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 ``CudaGraphs`` is what runs on a GPU: warm-up on a side stream, one ``torch.cuda.graph`` capture, and
 ``replay``, as PyTorch's "whole network capture" recipe does. Tests pass an object with the same four
 methods that records the calls and, on the CPU, replays by calling the captured function again against the
-same static buffers (tests/train/test_cuda_graph.py).
+same static buffers (tests/engines/torch/train/test_cuda_graph.py).
 
 The optimizer must update tensors that stay where the graph recorded them: ``prepare_optimizer`` makes the
 learning rate a device tensor (schedulers fill it in place), turns on ``capturable`` and moves step counters

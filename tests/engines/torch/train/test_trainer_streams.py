@@ -6,8 +6,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, IterableDataset
 
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError, DataError
-from gpulab.train.trainer import Trainer
 
 N, BATCH = 40, 8  # 5 batches a pass
 

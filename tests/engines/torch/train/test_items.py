@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.train.items import token_cross_entropy
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.items import token_cross_entropy
+from gpulab.engines.torch.train.trainer import Trainer
 
 VOCAB, SEQ, N = 20, 12, 64
 

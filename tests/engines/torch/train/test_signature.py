@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError, DataError
-from gpulab.train.trainer import Trainer
 
 
 class Plain(nn.Module):

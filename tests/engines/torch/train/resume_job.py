@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from gpulab.core.callbacks import Callback
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 STEPS, EVERY = 20, 5  # 200 samples / batch 16 = 13 batches = 7 optimizer steps per epoch (last window short)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from gpulab.train.run import default_resume
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.run import default_resume
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 def _fit(out, max_steps: int) -> Trainer:

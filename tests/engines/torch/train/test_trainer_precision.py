@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.core.callbacks import Callback
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 FEATURES = 8
 COMPUTE_DTYPE = {

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from gpulab.engines.torch.train.failure import describe_batch
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ValidationFailed
-from gpulab.train.failure import describe_batch
-from gpulab.train.trainer import Trainer
 
 
 class Samples(Dataset):

@@ -18,8 +18,8 @@ from torch.nn import functional as F
 
 from gpulab.engines.torch.runtime.compile import CompileFallback
 from gpulab.engines.torch.runtime.compile_check import FirstStepCheck
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import GpulabWarning
-from gpulab.train.trainer import Trainer
 
 WRONG_BACKEND, RIGHT_BACKEND = "gpulab_test_wrong_gradients", "gpulab_test_right_gradients"
 

@@ -24,8 +24,8 @@ from gpulab.core.summary import environment as core_environment
 from gpulab.core.summary import run_files, write_summary
 from gpulab.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime.seed import seed_everything
-from gpulab.train import NAME
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train import NAME
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:

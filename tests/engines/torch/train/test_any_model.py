@@ -13,8 +13,8 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from gpulab.checkpoint.api import resolve_checkpoint
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError, DataError
-from gpulab.train.trainer import Trainer
 
 VOCAB, CLASSES, SEQ, N = 24, 4, 6, 192
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpulab.core.state import FitState
-from gpulab.train.mfu import MfuCallback
+from gpulab.engines.torch.train.mfu import MfuCallback
 
 
 def test_first_step_flops_are_per_sample_of_that_step_after_a_resume(monkeypatch):
@@ -31,7 +31,7 @@ def test_first_step_flops_are_per_sample_of_that_step_after_a_resume(monkeypatch
 def test_a_resumed_fit_reports_the_throughput_of_its_own_steps(tmp_path):
     from torch.nn import functional as F
 
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
 

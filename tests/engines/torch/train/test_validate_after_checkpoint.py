@@ -17,8 +17,8 @@ from torch.utils.data import TensorDataset
 from gpulab.checkpoint.api import list_checkpoints
 from gpulab.cli import main
 from gpulab.core.callbacks import Callback
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ValidationFailed
-from gpulab.train.trainer import Trainer
 
 FEATURES = 8
 

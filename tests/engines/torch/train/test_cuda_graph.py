@@ -25,8 +25,8 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     load_optimizer_in_place,
     prepare_optimizer,
 )
-from gpulab.train.graph_step import blocker, choose
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.graph_step import blocker, choose
+from gpulab.engines.torch.train.trainer import Trainer
 
 FEATURES = 8
 

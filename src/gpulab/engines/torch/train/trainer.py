@@ -65,18 +65,18 @@ from gpulab.engines.torch.runtime.step_call import (
     shifts_labels,
     step_loss,
 )
+from gpulab.engines.torch.train import NAME, THREADS_HINT
+from gpulab.engines.torch.train.checkpointing import Checkpointer, training_rng_untouched
+from gpulab.engines.torch.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
+from gpulab.engines.torch.train.graph_step import WholeStepGraph, make_graph_step
+from gpulab.engines.torch.train.items import item_counter, scale_gradients
+from gpulab.engines.torch.train.mfu import MfuCallback
+from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
+from gpulab.engines.torch.train.oom_step import GuardedStep
 from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
-from gpulab.train import NAME, THREADS_HINT
-from gpulab.train.checkpointing import Checkpointer, training_rng_untouched
-from gpulab.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
-from gpulab.train.graph_step import WholeStepGraph, make_graph_step
-from gpulab.train.items import item_counter, scale_gradients
-from gpulab.train.mfu import MfuCallback
-from gpulab.train.nonfinite_watch import NonFiniteWatch, check_parameters
-from gpulab.train.oom_step import GuardedStep
 
 
 class Trainer:

@@ -18,7 +18,7 @@ import pytest
 
 mlflow = pytest.importorskip("mlflow")
 
-from gpulab.train.run import run  # noqa: E402
+from gpulab.engines.torch.train.run import run  # noqa: E402
 
 CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: no LR schedule, a pause per step
 QUIET = {"device": "cpu", "progress": False, "mfu": False, "log_every": 5}

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from gpulab.core.callbacks import Callback, ProgressBar
 from gpulab.core.callbacks.log_lines import LogLines
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 class _Pipe(io.StringIO):

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ from torch.utils.data import Dataset
 from gpulab.core.callbacks import Callback, ProgressBar
 from gpulab.core.callbacks.log_lines import LogLines
 from gpulab.core.state import FitResult
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.train.trainer import Trainer
 
 FEATURES = 8
 

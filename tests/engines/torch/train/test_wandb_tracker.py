@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from wandb_log import read_run  # noqa: E402  (tests/train is on the path)
+from wandb_log import read_run  # noqa: E402  (tests/engines/torch/train is on the path)
 
-from gpulab.train.run import run  # noqa: E402
+from gpulab.engines.torch.train.run import run  # noqa: E402
 
 CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: no LR schedule
 

@@ -68,7 +68,7 @@ def test_the_storage_package_imports_neither_tensorflow_nor_an_engine():
         "import importlib, pkgutil, sys, gpulab.checkpoint as c\n"
         "names = [m.name for m in pkgutil.iter_modules(c.__path__, 'gpulab.checkpoint.')]\n"
         "[importlib.import_module(n) for n in names]\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith(('gpulab.train',"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith(('gpulab.engines.torch.train',"
         " 'gpulab.engines.tensorflow'))]\n"
         "print(len(names), bad)\n"
     )

@@ -19,9 +19,9 @@ from torch.utils.data import Dataset
 
 from gpulab.core.callbacks import Callback, ProgressBar
 from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.engines.torch.train.mfu import MfuCallback
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.measure.diagnosis import BOUNDS
-from gpulab.train.mfu import MfuCallback
-from gpulab.train.trainer import Trainer
 
 
 def gpulab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -157,7 +157,7 @@ def test_a_tiny_cpu_memory_limit_does_not_make_the_run_memory_bound():
 
 def test_a_fit_failing_in_its_first_step_leaves_no_flop_counter_running(monkeypatch):
     # A sharded model's FLOPs are counted on the first real step; a fit failing there must close it.
-    monkeypatch.setattr("gpulab.train.mfu.holds_shards", lambda model: True)
+    monkeypatch.setattr("gpulab.engines.torch.train.mfu.holds_shards", lambda model: True)
 
     def broken_loss(out, target):
         raise RuntimeError("boom")

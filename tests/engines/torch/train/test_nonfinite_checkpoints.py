@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from gpulab.checkpoint.api import capture_rng, list_checkpoints, load_checkpoint, save_checkpoint
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 class Net(nn.Module):

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.train.trainer import Trainer
 
 FEATURES = 8
 BROKEN_BACKEND = "gpulab_test_broken"

@@ -18,9 +18,9 @@ from torch.nn import functional as F
 from gpulab.checkpoint.api import list_checkpoints
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
 from gpulab.engines.torch.runtime.oom import INJECT_ENV, MicroBatchOomError
+from gpulab.engines.torch.train.oom_step import GuardedStep
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.train.oom_step import GuardedStep
-from gpulab.train.trainer import Trainer
 
 
 def gpulab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
