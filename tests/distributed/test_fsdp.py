@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.checkpoint.api import inspect_checkpoint
+from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
 from gpulab.engines.torch.measure.flops import training_step_flops
 from gpulab.engines.torch.train.trainer import Trainer
 

@@ -42,8 +42,8 @@ def inspect(
     A checkpoint that names a module:function recipe names code that export would import: it is said,
     and exit 2, unless you repeat the recipe with --recipe or pass --trust-recipe.
     """
-    from gpulab.checkpoint.api import inspect_checkpoint
     from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
+    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
 
     root, run_dir = _checkpoints(path)
     report = inspect_checkpoint(root)
@@ -101,7 +101,7 @@ def export(
 
     The checkpoint is verified against its manifest first.
     """
-    from gpulab.checkpoint.api import export_weights
+    from gpulab.engines.torch.checkpoint.api import export_weights
 
     written = export_weights(_checkpoints(path)[0], to)  # weights only: no recipe is read or imported
     make_console().print(f"wrote {written}")

@@ -58,9 +58,9 @@ def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
 
 def verified_checkpoint(path: Path):
     """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
-    from gpulab.checkpoint.api import read_verified_checkpoint
     from gpulab.checkpoint.io import verify_manifest
     from gpulab.checkpoint.read import locate
+    from gpulab.engines.torch.checkpoint.api import read_verified_checkpoint
 
     # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
     # silently exporting an older step.
@@ -106,8 +106,8 @@ def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict
 def rebuild(path: str | Path, trust: RecipeTrust = RecipeTrust()) -> Source:
     """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights. A recipe the
     files name is imported only as ``trust`` allows (``core/recipes/trust.py``)."""
-    from gpulab.checkpoint.api import apply_model_state
     from gpulab.core.recipes.base import load_recipe
+    from gpulab.engines.torch.checkpoint.api import apply_model_state
 
     path = Path(path)
     if not path.exists():

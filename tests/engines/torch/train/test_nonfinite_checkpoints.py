@@ -10,9 +10,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.checkpoint.api import capture_rng, list_checkpoints, load_checkpoint, save_checkpoint
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.engines.torch.checkpoint.api import (
+    capture_rng,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
 from gpulab.engines.torch.train.trainer import Trainer
 
 

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from gpulab.checkpoint.api import list_checkpoints
 from gpulab.cli import main
 from gpulab.core.callbacks import Callback
+from gpulab.engines.torch.checkpoint.api import list_checkpoints
 from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ValidationFailed
 

@@ -23,18 +23,18 @@ from typing import Any
 import torch
 
 import gpulab
-from gpulab.checkpoint.api import (
+from gpulab.checkpoint.io import step_dir_name
+from gpulab.checkpoint.locate import choose_resume, locate_for_resume
+from gpulab.checkpoint.refuse import refuse_if_changed
+from gpulab.checkpoint.rng import capture_rng, validate_rng
+from gpulab.checkpoint.save import mark_best
+from gpulab.engines.torch.checkpoint.api import (
     LoadedCheckpoint,
     apply_model_state,
     read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
-from gpulab.checkpoint.io import step_dir_name
-from gpulab.checkpoint.locate import choose_resume, locate_for_resume
-from gpulab.checkpoint.refuse import refuse_if_changed
-from gpulab.checkpoint.rng import capture_rng, validate_rng
-from gpulab.checkpoint.save import mark_best
 from gpulab.errors import CheckpointError
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
@@ -247,7 +247,7 @@ class _ShardedLayout:
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
         # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
-        from gpulab.checkpoint.sharded import save_sharded_checkpoint
+        from gpulab.engines.torch.checkpoint.sharded import save_sharded_checkpoint
 
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
@@ -263,7 +263,7 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
-        from gpulab.checkpoint.sharded import load_sharded_checkpoint
+        from gpulab.engines.torch.checkpoint.sharded import load_sharded_checkpoint
 
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 

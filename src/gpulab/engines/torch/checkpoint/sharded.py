@@ -24,7 +24,6 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gpulab.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata, refused
 from gpulab.checkpoint.io import (
     DCP_METADATA,
     TMP_PREFIX,
@@ -38,6 +37,12 @@ from gpulab.checkpoint.save import (
     disk_full_as_error,
     meta_bytes,
     payload_bytes,
+)
+from gpulab.engines.torch.checkpoint.dcp_safe import (
+    SafeFileSystemReader,
+    SafeLoadPlanner,
+    read_metadata,
+    refused,
 )
 
 

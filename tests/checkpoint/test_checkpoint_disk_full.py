@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gpulab.checkpoint import save as checkpoint_save
-from gpulab.checkpoint.api import capture_rng, save_checkpoint
 from gpulab.cli import main
+from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
 from gpulab.errors import CheckpointError
 
 

@@ -235,7 +235,7 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     elif not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
         if manifest_layout(directory) != "full":  # sharded: everything resume reads, as resume reads it
-            from gpulab.checkpoint.dcp_safe import check_items
+            from gpulab.engines.torch.checkpoint.dcp_safe import check_items
 
             checks = ((check_items, DCP_METADATA), checks[1])
         for check, name in checks:
