@@ -402,7 +402,7 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
     if not OWN_GROUP & set(names):
-        from gpulab.distributed.process_group import init_process_group
+        from gpulab.engines.torch.distributed.process_group import init_process_group
 
         init_process_group(torch.device("cpu"), 300.0)  # as Runtime joins: stores on loopback only
     results: dict = {}
@@ -421,7 +421,7 @@ def launch(scenarios: str, out: Path, world_size: int = 2, extra_env: dict | Non
 
     Each rank's stdout+stderr go to OUT/rank{N}.log.
     """
-    from gpulab.distributed.process_group import free_port
+    from gpulab.engines.torch.distributed.process_group import free_port
 
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()

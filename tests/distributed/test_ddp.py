@@ -16,10 +16,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from gpulab.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.data import make_loader
 from gpulab.engines.torch.data.loaders import EpochSampler
 from gpulab.engines.torch.data.tensor_batches import num_batches
+from gpulab.engines.torch.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.strategies import _auto_strategy, resolve_strategy
 from gpulab.engines.torch.runtime.strategies.data_parallel import DataParallelPerformanceWarning

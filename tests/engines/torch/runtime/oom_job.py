@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from gpulab.distributed.process_group import init_process_group
+from gpulab.engines.torch.distributed.process_group import init_process_group
 from gpulab.engines.torch.runtime.oom import OomGuard, split_batch, sync_gradients
 
 _OPS = {

@@ -80,7 +80,7 @@ def test_a_hugging_face_models_own_loss_is_weighed_by_its_tokens_under_accumulat
 
 
 def test_two_gloo_ranks_accumulating_2_equal_one_batch_of_16(tmp_path):
-    from gpulab.distributed.process_group import free_port
+    from gpulab.engines.torch.distributed.process_group import free_port
 
     out, port = tmp_path / "params.pt", str(free_port())
     job = Path(__file__).with_name("items_job.py")

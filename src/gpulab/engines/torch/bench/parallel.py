@@ -25,7 +25,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from gpulab.distributed.process_group import exit_without_teardown
+from gpulab.engines.torch.distributed.process_group import exit_without_teardown
 from gpulab.engines.torch.recipes import mlp
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.hardware.load import usable_cores

@@ -22,7 +22,7 @@ from gpulab.core.run_dir import check_output_dirs, claim, prepare
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
 from gpulab.core.summary import run_files, write_summary
-from gpulab.distributed.process_group import LaunchEnv
+from gpulab.engines.torch.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime.seed import seed_everything
 from gpulab.engines.torch.train import NAME
 from gpulab.engines.torch.train.trainer import Trainer

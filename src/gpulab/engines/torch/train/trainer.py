@@ -31,8 +31,8 @@ from gpulab.core.context import FitContext
 from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
 from gpulab.distributed.debug_dumps import direct_dumps_to
-from gpulab.distributed.process_group import launched_world_size
 from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
+from gpulab.engines.torch.distributed.process_group import launched_world_size
 from gpulab.engines.torch.measure.timers import DataWaitMeter
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.batch_search import search_batch_size

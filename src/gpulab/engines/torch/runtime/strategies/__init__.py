@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gpulab.distributed.process_group import launched_world_size
+from gpulab.engines.torch.distributed.process_group import launched_world_size
 from gpulab.engines.torch.runtime.strategies.base import REDUCE_OPS, Strategy, check_reduce_op
 from gpulab.engines.torch.runtime.strategies.single import Single
 from gpulab.errors import ConfigError, choices

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from gpulab.distributed.watchdog import Heartbeat
+from gpulab.engines.torch.distributed.watchdog import Heartbeat
 from gpulab.engines.torch.runtime.cuda_graph import STATIC_MARK, load_optimizer_in_place
 from gpulab.engines.torch.runtime.fused_optimizer import match_loaded_groups
 from gpulab.errors import choices

@@ -1,7 +1,8 @@
 """What every multi-process strategy shares: the process group, the watchdog, and the collectives.
 
 One process per device, started by torchrun/``gpulab launch``. Every collective runs inside
-``self.collective(name)``, so a stall is reported by name and rank (see ``gpulab.distributed.watchdog``).
+``self.collective(name)``, so a stall is reported by name and rank (see
+``gpulab.engines.torch.distributed.watchdog``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from gpulab.distributed.process_group import (
+from gpulab.engines.torch.distributed.process_group import (
     DEFAULT_TIMEOUT_S,
     default_store,
     destroy_process_group,
     init_process_group,
     rank_device,
 )
-from gpulab.distributed.watchdog import CollectiveError, Watchdog
+from gpulab.engines.torch.distributed.watchdog import CollectiveError, Watchdog
 from gpulab.engines.torch.runtime.strategies.base import Strategy, check_reduce_op
 
 T = TypeVar("T")
