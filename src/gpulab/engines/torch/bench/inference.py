@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from gpulab.artifact import formats
-from gpulab.artifact.format_base import Deployable
 from gpulab.engines.torch.bench import load_workload
+from gpulab.engines.torch.formats.base import Deployable
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.errors import GpulabError, GpulabWarning
 from gpulab.measure.harness import BenchContext
