@@ -22,9 +22,7 @@ class Recipe:
 
     model: nn.Module
     train_data: Any
-    loss_fn: (
-        Callable | None
-    )  # None: the model's output carries its loss (see gpulab.engines.torch.runtime.step_call)
+    loss_fn: Callable | None  # None: the model's output carries its loss (engines/torch/runtime/step_call.py)
     optimizer: Callable  # params -> torch.optim.Optimizer, or model -> Optimizer (parameter named model)
     val_data: Any = None
     scheduler: Callable | None = None  # (optimizer, total_steps) -> LR scheduler
