@@ -23,8 +23,9 @@ LAYERS = [
     # bench's harness, figures, plots and suite runner; profile and inspect reports; tune's knob groups
     ("measure",),
     ("distributed",),  # process groups and launchers
-    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__
-    ("checkpoint", "precisions", "config", "recipe_data", "gpulab"),
+    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
+    # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
+    ("checkpoint", "precisions", "config", "recipe_data", "gpulab", "moved"),
     ("hardware", "errors"),
 ]
 
