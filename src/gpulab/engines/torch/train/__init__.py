@@ -1,4 +1,4 @@
-"""The torch engine's loop: the Trainer, its checkpoints, the recipes and ``gpulab train``'s run.
+"""The torch engine's loop: the Trainer and its step helpers, its checkpoints and ``gpulab train``'s run.
 
 What the engine object (``gpulab.engines.torch``) says of it is defined here, so that the Trainer needs no
 import of the engine object (which reaches back into train/ when a verb asks it).
