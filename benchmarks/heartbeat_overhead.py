@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from gpulab.distributed.watchdog import Watchdog
+from gpulab.engines.torch.distributed.watchdog import Watchdog
 
 
 class _Plain:

@@ -18,7 +18,7 @@ Root cause, in torch._inductor (no gpulab code involved):
 
 Workaround: ``torch.compile(..., options={"reorder_for_peak_memory": False})`` keeps the scheduler's
 original (correct) order; gradients then match eager to ~1e-7. gpulab's ``compile_model`` applies it
-to models on the CPU (src/gpulab/runtime/compile.py).
+to models on the CPU (src/gpulab/engines/torch/runtime/compile.py).
 
 Usage: python benchmarks/inductor_maxpool_repro.py [--workaround] [--device cuda]
 Prints the relative gradient difference per parameter; exits 1 when compiled and eager disagree.

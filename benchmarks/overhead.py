@@ -66,7 +66,7 @@ def seed_loop(device_name: str) -> dict[str, float]:
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    from gpulab.train.recipes.mlp import make_data, make_model
+    from gpulab.engines.torch.recipes.mlp import make_data, make_model
 
     device = torch.device(device_name)
     x, y = make_data(SAMPLES, FEATURES, DATA_SEED)
@@ -99,8 +99,8 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpulab.core.callbacks import Callback
-    from gpulab.train.recipes.mlp import make_data, make_model
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.recipes.mlp import make_data, make_model
+    from gpulab.engines.torch.train.trainer import Trainer
 
     class LoopTimer(Callback):
         """Times the Trainer's loop alone (fit start to fit end, device synchronised), as (a) is timed."""

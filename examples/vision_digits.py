@@ -3,7 +3,7 @@
 import torch
 from torch.nn import functional as F
 
-from gpulab.train.recipes.digits import load_data
+from gpulab.engines.torch.recipes.digits import load_data
 
 Split = tuple[torch.Tensor, torch.Tensor]
 

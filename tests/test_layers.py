@@ -1,6 +1,8 @@
 """The import graph of src/gpulab keeps its layers (docs/ARCHITECTURE.md, "Layers"): no package imports one
 above it, and no modules import each other in a cycle. Every import counts: at module level, inside a
-function, and under ``if TYPE_CHECKING:``. A known exception is listed with why, so no new one appears."""
+function, and under ``if TYPE_CHECKING:``. A known exception is listed with why, so no new one appears.
+And each engine is one folder: outside engines/torch/ no module imports torch as it loads (a listed few
+aside, each with why)."""
 
 from __future__ import annotations
 
@@ -15,23 +17,29 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
 LAYERS = [
     ("__main__", "cli"),
     ("bench", "tune", "export", "profiling"),  # the verbs, engine-neutral: each engine's part is its own
-    ("engines", "engines.torch", "engines.tensorflow", "train"),  # train/: the torch engine's loop
+    ("engines", "engines.torch", "engines.tensorflow"),
     # core: what every engine's loop uses; artifact: what every engine's export writes and checks (format
     # registry and helpers, the inputs, parity), so an engine's export stands on it, not on the verb
     ("core", "artifact"),
     # measure: timers, FLOPs and peaks, NVML sampling, diagnosis, and what the verbs measure on every engine:
     # bench's harness, figures, plots and suite runner; profile and inspect reports; tune's knob groups
     ("measure",),
-    ("runtime", "distributed"),  # torch's device x precision x strategy; process groups and launchers
-    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__
-    ("checkpoint", "precisions", "config", "recipe_data", "gpulab"),
-    ("hardware", "data", "errors"),
+    ("distributed",),  # process groups and launchers
+    # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
+    # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
+    ("checkpoint", "precisions", "config", "recipe_data", "gpulab", "moved"),
+    ("hardware", "errors"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported
-# component). None today: each engine's part of a verb lives in engines/<name>/, on the machinery below the
-# engines (measure/, artifact/); the verbs reach an engine through gpulab.engines.
-KNOWN_UPWARD: set[tuple[str, str]] = set()
+# component). Each engine's part of a verb lives in engines/<name>/, on the machinery below the engines
+# (measure/, artifact/); the verbs reach an engine through gpulab.engines.
+KNOWN_UPWARD: set[tuple[str, str]] = {
+    # measure/harness.py: a non-CPU clock synchronises through the torch runtime's memory.synchronize, and
+    # the CPU peak reads /proc through its proc_status_bytes (both inside functions, torch runs only); a
+    # device seam the harness asks instead removes it
+    ("measure", "engines.torch"),
+}
 
 
 def component(module: str) -> str:
@@ -153,3 +161,61 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
                         break
                 out.append(comp)
     return out
+
+
+# Modules outside engines/torch/ that still import torch at module level, each with why. The list only
+# shrinks: a module that stops importing torch leaves it (the test below says so), and a new one fails.
+TORCH_AT_MODULE_LEVEL = {
+    # the inputs an export is checked on and infer runs on, for every engine's artifacts: cut from the
+    # recipe's data, which is a torch Dataset on the torch side; splitting its NumPy half out frees infer
+    "gpulab.artifact.data",
+    # what a torch checkpoint's state.pt may hold and its RNG state: checkpoint/save.py checks a torch
+    # state with them before writing; the torch engine's checkpoint package is where they belong
+    "gpulab.checkpoint.contents",
+    "gpulab.checkpoint.rng",
+}
+
+
+def _module_level_imports(body: list[ast.stmt]) -> list[str]:
+    """What a module imports as it loads: its top level, inside ``try``/``if`` (not ``if TYPE_CHECKING:``),
+    never inside a function or class."""
+    out = []
+    for node in body:
+        if isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append(node.module)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            out += _module_level_imports(node.body) + _module_level_imports(node.orelse)
+        elif isinstance(node, ast.Try):
+            out += _module_level_imports(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                out += _module_level_imports(handler.body)
+    return out
+
+
+def _imports_torch_at_module_level() -> set[str]:
+    found = set()
+    for module, path in modules().items():
+        names = _module_level_imports(ast.parse(path.read_text()).body)
+        if any(name == "torch" or name.startswith("torch.") for name in names):
+            found.add(module)
+    return found
+
+
+def test_torch_is_imported_at_module_level_only_under_engines_torch():
+    """Each engine one folder: torch's code lives in engines/torch/; elsewhere torch is imported inside the
+    function that runs it (the torch engine's object, a verb's torch side), so a TensorFlow run loads none."""
+    outside = {m for m in _imports_torch_at_module_level() if not m.startswith("gpulab.engines.torch")}
+    new = outside - TORCH_AT_MODULE_LEVEL
+    assert not new, "import torch inside engines/torch/ (or inside a function):\n" + "\n".join(sorted(new))
+    gone = TORCH_AT_MODULE_LEVEL - outside
+    assert not gone, f"no longer imports torch at module level, remove from TORCH_AT_MODULE_LEVEL: {gone}"
+
+
+def test_the_torch_engine_stands_on_core():
+    """engines/torch/ is the loop's engine over the neutral core (callbacks, run state, run dir, recipes):
+    it imports core, and core imports no engine (the layers above forbid it)."""
+    graph = import_graph()
+    torch_side = {t for m, ts in graph.items() if m.startswith("gpulab.engines.torch") for t in ts}
+    assert any(t.startswith("gpulab.core.") for t in torch_side)

@@ -18,7 +18,7 @@ def test_config_offers_exactly_the_tables_names():
 
 
 def test_the_torch_engine_has_a_class_for_every_row():
-    from gpulab.runtime.precision import PRECISIONS as TORCH_CLASSES
+    from gpulab.engines.torch.runtime.precision import PRECISIONS as TORCH_CLASSES
 
     assert set(TORCH_CLASSES) == set(precisions.PRECISIONS)
     for name, spec in precisions.PRECISIONS.items():
@@ -36,7 +36,7 @@ def test_the_tensorflow_engine_reads_its_policy_from_the_table():
 
 def test_an_unknown_precision_is_an_error_not_an_fp32_peak():
     """MFU against the fp32 peak for a precision it does not know would be a wrong figure."""
-    from gpulab.measure.flops import device_peaks
+    from gpulab.engines.torch.measure.flops import device_peaks
 
     with pytest.raises(
         ConfigError, match=r"unknown precision 'fp8'; valid: fp32\|tf32\|bf16-mixed\|fp16-mixed"

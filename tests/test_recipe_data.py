@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from gpulab import recipe_data
-from gpulab.train.recipes.base import load_recipe
+from gpulab.core.recipes.base import load_recipe
 
 
 def test_making_the_data_imports_no_torch():

@@ -8,7 +8,7 @@ import time
 import torch
 from torch import nn
 
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 
 class SlowNet(nn.Module):

@@ -14,7 +14,7 @@ RECIPE = """
 import torch
 from torch import nn
 from torch.nn import functional as F
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 
 class Tagger(nn.Module):

@@ -18,7 +18,7 @@ RECIPE = textwrap.dedent(
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
-    from gpulab.train.recipes.base import Recipe
+    from gpulab.core.recipes.base import Recipe
 
 
     class Model(nn.Module):

@@ -14,7 +14,7 @@ import pytest
 GOOD_RECIPE = """
 import torch
 from torch import nn
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 def build(options):
     x = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))

@@ -149,7 +149,7 @@ def test_user_recipe_from_yaml_config(tmp_path):
             """
             import torch
             from torch import nn
-            from gpulab.train.recipes.base import Recipe
+            from gpulab.core.recipes.base import Recipe
 
             def build(options):
                 width = options.get("width", 4)

@@ -11,7 +11,7 @@ import pytest
 
 from gpulab.checkpoint.io import write_manifest
 from gpulab.core.recorded import recorded_settings
-from gpulab.train.run import run
+from gpulab.engines.torch.train.run import run
 
 QUIET = {"device": "cpu", "progress": False, "mfu": False, "log_every": 5, "tensorboard": False}
 

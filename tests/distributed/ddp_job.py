@@ -123,7 +123,7 @@ def capture():
 
 
 def run_ddp(out: Path, rank: int) -> dict:
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     model, end = Recorder(), capture()
     options = settings(out_dir=str(out / "ddp"), keep_last=None)
@@ -146,7 +146,7 @@ def run_accumulate(out: Path, rank: int) -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from gpulab.core.callbacks import Callback
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     calls = []
 
@@ -180,7 +180,7 @@ def nan_loss(rank: int, bad_rank: int = 1):
 
 
 def run_nan16(out: Path, rank: int) -> dict:
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     trainer = Trainer(strategy="ddp", **settings(precision="fp16-mixed", init_scale=1024.0, epochs=1))
     result = trainer.fit(Recorder(), dataset(), loss_fn=nan_loss(rank), optimizer=sgd)
@@ -192,7 +192,7 @@ def run_nan16(out: Path, rank: int) -> dict:
 
 def run_nan32(out: Path, rank: int) -> dict:
     from gpulab.core.nonfinite import NonFiniteLossError
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     trainer = Trainer(strategy="ddp", **settings(epochs=1, log_every=2))
     try:
@@ -203,7 +203,7 @@ def run_nan32(out: Path, rank: int) -> dict:
 
 
 def run_fsdp2(out: Path, rank: int) -> dict:
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     root = out / "fsdp2"
     options = settings(checkpoint_every=4, keep_last=None, out_dir=str(root))
@@ -230,7 +230,7 @@ STALL_TIMEOUT_S = 5
 
 def run_stall(out: Path, rank: int) -> dict:
     from gpulab.core.callbacks import Callback
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     stall_rank = int(os.environ["STALL_RANK"])
 
@@ -251,7 +251,7 @@ def run_stall(out: Path, rank: int) -> dict:
 def run_lagged_flag(out: Path, rank: int) -> dict:
     """Runtime.lagged_flag: rank 1 raises its flag at call 3 only (and rank 0 sleeps before each call, so
     the ranks are out of step); both must see it at call 4 and at no other call."""
-    from gpulab.runtime import Runtime
+    from gpulab.engines.torch.runtime import Runtime
 
     rt = Runtime("cpu", "fp32", "ddp")
     seen = []
@@ -273,7 +273,7 @@ ASYNC_TIMEOUT_S = 3
 def run_stall_async(out: Path, rank: int) -> dict:
     import torch.distributed as dist
 
-    from gpulab.runtime.runtime import Runtime
+    from gpulab.engines.torch.runtime.runtime import Runtime
 
     stall_rank = int(os.environ["STALL_RANK"])
     options = {"collective_timeout_s": START_UP_TIMEOUT_S}
@@ -316,8 +316,8 @@ def tokens() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_fsdp2_tied(out: Path, rank: int) -> dict:
-    from gpulab.train.mfu import MfuCallback
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.mfu import MfuCallback
+    from gpulab.engines.torch.train.trainer import Trainer
 
     mfu = MfuCallback(measure_peak=False)
     trainer = Trainer(strategy="fsdp2", callbacks=[mfu] if rank == 0 else [], **settings(epochs=1))
@@ -338,7 +338,7 @@ class RankStream(torch.utils.data.IterableDataset):
 
 
 def run_stream(out: Path, rank: int) -> dict:
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     model, end = Recorder(), capture()
     trainer = Trainer(strategy="ddp", callbacks=[end], **settings(batch_size=8, max_steps=10))
@@ -355,7 +355,7 @@ class KeywordRecorder(Recorder):
 
 
 def run_dict(out: Path, rank: int) -> dict:
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     x, ids, y = dataset()
     names: list[str] = []
@@ -402,7 +402,7 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
     if not OWN_GROUP & set(names):
-        from gpulab.distributed.process_group import init_process_group
+        from gpulab.engines.torch.distributed.process_group import init_process_group
 
         init_process_group(torch.device("cpu"), 300.0)  # as Runtime joins: stores on loopback only
     results: dict = {}
@@ -421,7 +421,7 @@ def launch(scenarios: str, out: Path, world_size: int = 2, extra_env: dict | Non
 
     Each rank's stdout+stderr go to OUT/rank{N}.log.
     """
-    from gpulab.distributed.process_group import free_port
+    from gpulab.engines.torch.distributed.process_group import free_port
 
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()

@@ -60,7 +60,7 @@ def hold(out: Path, _args) -> None:
     import torch
     import torch.distributed as dist
 
-    from gpulab.runtime.runtime import Runtime
+    from gpulab.engines.torch.runtime.runtime import Runtime
 
     runtime = Runtime(device="cpu", strategy="ddp")
     t = torch.ones(1)
@@ -84,7 +84,7 @@ def train(out: Path, args) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from gpulab.train.recipes.mlp import make_data, make_model
+    from gpulab.engines.torch.recipes.mlp import make_data, make_model
 
     # A finite timeout: if a peer dies, this rank fails too (and torchrun can restart) instead of waiting.
     dist.init_process_group(os.environ.get("GPULAB_DIST_BACKEND", "gloo"), timeout=timedelta(seconds=60))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from gpulab.train.recipes import mlp
+from gpulab.engines.torch.recipes import mlp
 
 
 def build(options: dict):

@@ -19,7 +19,7 @@ from torch import nn
 
 from gpulab.checkpoint import io as checkpoint_io
 from gpulab.core.callbacks import Callback
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train.trainer import Trainer
 
 
 class Noisy(nn.Module):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.checkpoint.io import write_manifest
-from gpulab.distributed.process_group import free_port
+from gpulab.engines.torch.distributed.process_group import free_port
 
 pytest.importorskip("torch.distributed.fsdp")
 

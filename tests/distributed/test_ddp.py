@@ -16,15 +16,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from gpulab.data import make_loader
-from gpulab.data.loaders import EpochSampler
-from gpulab.data.tensor_batches import num_batches
-from gpulab.distributed.process_group import LaunchEnv
+from gpulab.engines.torch.data import make_loader
+from gpulab.engines.torch.data.loaders import EpochSampler
+from gpulab.engines.torch.data.tensor_batches import num_batches
+from gpulab.engines.torch.distributed.process_group import LaunchEnv
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.strategies import _auto_strategy, resolve_strategy
+from gpulab.engines.torch.runtime.strategies.data_parallel import DataParallelPerformanceWarning
+from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError
-from gpulab.runtime import Runtime
-from gpulab.runtime.strategies import _auto_strategy, resolve_strategy
-from gpulab.runtime.strategies.data_parallel import DataParallelPerformanceWarning
-from gpulab.train.trainer import Trainer
 
 TOL = 1e-5
 

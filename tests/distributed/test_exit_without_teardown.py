@@ -14,7 +14,7 @@ def _run(created: bool, tmp_path) -> subprocess.CompletedProcess:
         f"""
         import atexit, pathlib, sys
         import gpulab.cli as cli
-        import gpulab.distributed.process_group as pg
+        import gpulab.engines.torch.distributed.process_group as pg
         pg._created_a_group = {created}
         atexit.register(lambda: pathlib.Path({str(tmp_path / "teardown")!r}).touch())
         cli.main = lambda argv=None: (print("done", flush=False), 3)[1]

@@ -18,8 +18,8 @@ import torch.distributed as dist
 from torch import nn
 
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
+from gpulab.engines.torch.train.trainer import Trainer
 
 TIMEOUT_S = ddp_job.STALL_TIMEOUT_S  # the stall scenario's limit once every rank is past start-up
 

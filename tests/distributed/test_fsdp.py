@@ -14,9 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.checkpoint.api import inspect_checkpoint
-from gpulab.measure.flops import training_step_flops
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
+from gpulab.engines.torch.measure.flops import training_step_flops
+from gpulab.engines.torch.train.trainer import Trainer
 
 fsdp = pytest.importorskip("torch.distributed.fsdp")
 if not hasattr(fsdp, "fully_shard"):

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gpulab.cli import main
+from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.engines.torch.rebuild import rebuild
-from gpulab.train.recipes.trust import RecipeTrust
 
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")

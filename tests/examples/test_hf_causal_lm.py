@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpulab.data.tensor_batches import epoch_permutation
-from gpulab.train.recipes.base import load_recipe
-from gpulab.train.trainer import Trainer
+from gpulab.core.recipes.base import load_recipe
+from gpulab.engines.torch.data.tensor_batches import epoch_permutation
+from gpulab.engines.torch.train.trainer import Trainer
 
 transformers = pytest.importorskip("transformers")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpulab.train.recipes.base import load_recipe
-from gpulab.train.trainer import Trainer
+from gpulab.core.recipes.base import load_recipe
+from gpulab.engines.torch.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]  # examples/ is a package at the repository root
 STEPS = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.train.run import run
+from gpulab.engines.torch.train.run import run
 
 
 def _train(out, recipe: str, **settings) -> object:

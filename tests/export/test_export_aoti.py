@@ -24,7 +24,7 @@ def test_no_compiler_is_one_line(digits_run, tmp_path, monkeypatch, capsys):
 def test_aoti_package_matches_eager(tmp_path, monkeypatch):
     import torch._inductor.config as inductor_config
 
-    from gpulab.train.run import run
+    from gpulab.engines.torch.train.run import run
 
     # The generated wrapper compiled at -O0 (kernels keep their own flags): the same check, a faster build.
     monkeypatch.setattr(inductor_config.aot_inductor, "compile_wrapper_opt_level", "O0")

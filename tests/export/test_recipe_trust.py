@@ -1,4 +1,4 @@
-"""Files never decide what code runs (``train/recipes/trust.py``): a checkpoint, a summary.json or an
+"""Files never decide what code runs (``core/recipes/trust.py``): a checkpoint, a summary.json or an
 .export.json that names a ``module:function`` recipe is refused in one line naming the module, on every
 verb that reads one, unless the user repeats the name (``--recipe``) or passes ``--trust-recipe``.
 
@@ -113,7 +113,7 @@ def test_a_summary_naming_code_runs_nothing(digits_run, tmp_path, capsys):
 def own_recipe(tmp_path, monkeypatch) -> str:
     """A user's module:function recipe (digits under another name) that the user may vouch for."""
     (tmp_path / "my_digits.py").write_text(
-        "from gpulab.train.recipes.digits import build as digits\n\n"
+        "from gpulab.engines.torch.recipes.digits import build as digits\n\n"
         "def build(options):\n    return digits(options)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.train import graph_step
-from gpulab.train.trainer import Trainer
+from gpulab.engines.torch.train import graph_step
+from gpulab.engines.torch.train.trainer import Trainer
 
 pytestmark = [
     pytest.mark.gpu,

@@ -71,7 +71,7 @@ def test_data_parallel_on_one_gpu_computes_in_bf16(tmp_path):
     """Legacy DataParallel's replicas run under the run's autocast dtype, not fp16 without a scaler."""
     from torch import nn
 
-    from gpulab.runtime import Runtime
+    from gpulab.engines.torch.runtime import Runtime
 
     seen: list[torch.dtype] = []
 

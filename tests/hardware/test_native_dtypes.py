@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
+from gpulab.engines.torch.runtime import Runtime
 from gpulab.hardware import native_dtypes as nd
 from gpulab.measure.diagnosis import diagnose
-from gpulab.runtime import Runtime
 
 # The 2-core machine of issue 14 (no AVX-512), this VM (AVX-512 BF16), a Sapphire Rapids part (AMX) and
 # a Graviton3 (Arm "Features" with bf16).

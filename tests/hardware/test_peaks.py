@@ -266,7 +266,7 @@ def test_measuring_leaves_the_global_rng_alone(cache):
 
 
 def test_train_doctor_and_profile_share_one_cached_peak_written_only_when_new(cache):
-    from gpulab.measure.flops import device_peaks
+    from gpulab.engines.torch.measure.flops import device_peaks
 
     first = device_peaks("cpu", "fp32")  # what train and profile use
     written = cache.stat()
@@ -278,7 +278,7 @@ def test_train_doctor_and_profile_share_one_cached_peak_written_only_when_new(ca
 
 
 def test_a_run_beating_the_cached_peak_re_measures_it_and_mfu_stays_within_100_percent(cache):
-    from gpulab.measure.flops import device_peaks
+    from gpulab.engines.torch.measure.flops import device_peaks
 
     measure_peak("cpu", "fp32")
     entries = json.loads(cache.read_text())

@@ -16,7 +16,7 @@ RECIPE = """
 from collections import OrderedDict
 import torch
 from torch import nn
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 def _recipe(head_in):
     model = nn.Sequential(OrderedDict(

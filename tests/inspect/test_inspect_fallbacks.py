@@ -38,7 +38,7 @@ def test_a_model_fake_tensors_cannot_run_is_traced_for_real_on_a_copy():
 DICT_RECIPE = """
 import torch
 from torch import nn
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 class Tagger(nn.Module):
     def __init__(self):

@@ -43,7 +43,7 @@ MODULE = textwrap.dedent(
     import keras
     import numpy as np
     from gpulab.engines.tensorflow.trainer import TfRecipe
-    from gpulab.train.recipes.mlp import build
+    from gpulab.engines.torch.recipes.mlp import build
 
     def wrong(options):  # Reshape wants 35 values; the Dense gives 32
         def model():

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.measure.flops import training_step_flops
+from gpulab.engines.torch.measure.flops import training_step_flops
+from gpulab.engines.torch.runtime.memory_estimate import estimate_memory, example_batch
+from gpulab.engines.torch.runtime.precision import resolve_precision
+from gpulab.engines.torch.train.run import resolve_config
 from gpulab.profiling.inspect import inspect_recipe
-from gpulab.runtime.memory_estimate import estimate_memory, example_batch
-from gpulab.runtime.precision import resolve_precision
-from gpulab.train.run import resolve_config
 
 SMALL_GPT = {"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 16, "max_chars": 20_000}
 

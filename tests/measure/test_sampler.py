@@ -7,9 +7,9 @@ from torch import nn
 
 from gpulab.core.callbacks.base import Callback
 from gpulab.core.callbacks.nvml_sampler import NvmlSamplerCallback
+from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.hardware.nvml import GpuReading
 from gpulab.measure import sampler as S
-from gpulab.train.mfu import MfuCallback
 
 
 def test_cpu_sampler_is_silent():

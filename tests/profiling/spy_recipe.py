@@ -4,7 +4,7 @@ often its block ran (a checkpointed block runs again in backward); its optimizer
 import torch
 from torch import nn
 
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 SEEN: dict[str, list] = {"input_nhwc": [], "weight_nhwc": [], "block_calls": [0], "fused": []}
 

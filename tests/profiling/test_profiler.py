@@ -16,8 +16,8 @@ from torch.utils.data import Dataset
 
 from gpulab.cli import main
 from gpulab.engines.torch.profile import profile_loop
+from gpulab.engines.torch.runtime import Runtime
 from gpulab.measure.profile_report import ProfileOptions
-from gpulab.runtime import Runtime
 
 QUICK = ProfileOptions(warmup=1, steps=6, active=2, measure_peak=False)
 

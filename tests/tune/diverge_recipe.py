@@ -4,7 +4,7 @@ with SGD at lr 0.02 batches of 16 and 32 train, batches of 64 and more diverge (
 import torch
 from torch import nn
 
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 
 def build(options):

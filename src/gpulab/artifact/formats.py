@@ -20,7 +20,8 @@ _MODULES = {
     "tflite": "gpulab.engines.tensorflow.formats.tflite",
 }
 FORMATS = tuple(_MODULES)
-PRECISIONS = ("fp32", "bf16", "fp16")  # --precision's choices; format_base.DTYPES gives each its torch dtype
+# --precision's choices; engines/torch/formats/base.py's DTYPES gives each its torch dtype
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def get(name: str) -> ModuleType:

@@ -37,8 +37,8 @@ def environment(device: Any, torch_side: bool = True) -> dict[str, Any]:
 def _torch_environment() -> dict[str, Any]:
     import torch
 
+    from gpulab.engines.torch.train.run import environment as run_environment
     from gpulab.hardware.devices import discover
-    from gpulab.train.run import environment as run_environment
 
     return run_environment() | {
         "torch_threads": torch.get_num_threads(),

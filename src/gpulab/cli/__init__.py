@@ -60,7 +60,8 @@ def entry() -> None:
     """The console script: ``main`` and exit; a rank of a multi-process job leaves without the interpreter's
     teardown (``process_group.exit_without_teardown`` says why)."""
     code = main()
-    groups = sys.modules.get("gpulab.distributed.process_group")  # not imported: no group (and no torch)
+    # not imported: no group (and no torch)
+    groups = sys.modules.get("gpulab.engines.torch.distributed.process_group")
     if groups is not None and groups.created_a_group():
         groups.exit_without_teardown(code)
     sys.exit(code)

@@ -11,7 +11,7 @@ from rich.table import Table
 from gpulab.cli.console import make_console
 from gpulab.cli.export import recipe_option, trust_option
 from gpulab.cli.text import number
-from gpulab.train.recipes.trust import UntrustedRecipeError
+from gpulab.core.recipes.trust import UntrustedRecipeError
 
 checkpoint_app = typer.Typer(
     help="Inspect and export checkpoints.", no_args_is_help=True, rich_markup_mode=None
@@ -42,8 +42,8 @@ def inspect(
     A checkpoint that names a module:function recipe names code that export would import: it is said,
     and exit 2, unless you repeat the recipe with --recipe or pass --trust-recipe.
     """
-    from gpulab.checkpoint.api import inspect_checkpoint
-    from gpulab.train.recipes.trust import RecipeTrust, names_code, refusal
+    from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
+    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
 
     root, run_dir = _checkpoints(path)
     report = inspect_checkpoint(root)
@@ -73,7 +73,7 @@ def _named(report: dict, run_dir: Path | None) -> tuple[str, str] | None:
 
 
 def _render(report: dict) -> None:
-    from gpulab.train.recipes.trust import describe
+    from gpulab.core.recipes.trust import describe
 
     console = make_console()
     status = "[green]valid[/]" if report["valid"] else "[bold red]INVALID[/]"
@@ -101,7 +101,7 @@ def export(
 
     The checkpoint is verified against its manifest first.
     """
-    from gpulab.checkpoint.api import export_weights
+    from gpulab.engines.torch.checkpoint.api import export_weights
 
     written = export_weights(_checkpoints(path)[0], to)  # weights only: no recipe is read or imported
     make_console().print(f"wrote {written}")

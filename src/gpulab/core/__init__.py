@@ -1,1 +1,2 @@
-"""The neutral core every engine's loop stands on: callbacks, run state, run directory, signals, summary."""
+"""The neutral core every engine's loop stands on: callbacks, run state, run directory, signals, summary,
+recipes' loading and trust. Imports no framework."""

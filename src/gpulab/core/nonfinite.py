@@ -1,8 +1,8 @@
 """A NaN/inf training loss, whichever engine found it.
 
 Each engine detects it its own way without a host sync per step (the torch engine's
-``gpulab.train.nonfinite_watch``; the TensorFlow engine's metric read), and raises this same error so that
-the CLI, tune and tests treat both alike.
+``gpulab.engines.torch.train.nonfinite_watch``; the TensorFlow engine's metric read), and raises this same
+error so that the CLI, tune and tests treat both alike.
 """
 
 from __future__ import annotations

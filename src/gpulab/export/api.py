@@ -16,8 +16,8 @@ from gpulab.artifact import formats
 from gpulab.artifact.run_record import run_engine
 from gpulab.artifact.sidecar import ExportResult
 from gpulab.config import ENGINES
+from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.errors import CheckpointError, ConfigError, choices
-from gpulab.train.recipes.trust import RecipeTrust
 
 if TYPE_CHECKING:
     from gpulab.engines import Engine
@@ -62,7 +62,7 @@ def export(
     trust_recipe: bool = False,
 ) -> ExportResult:
     """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the run names
-    (``train/recipes/trust.py``); without it such a run is refused before anything is imported."""
+    (``core/recipes/trust.py``); without it such a run is refused before anything is imported."""
     path = Path(path)
     trust = RecipeTrust(recipe, trust_recipe)
     engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)

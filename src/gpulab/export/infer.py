@@ -14,8 +14,8 @@ from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
 from gpulab.artifact.sidecar import read_sidecar, sidecar_path
+from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import ConfigError, DataError, choices
-from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 
 @dataclass
@@ -47,7 +47,7 @@ def infer(
     trust_recipe: bool = False,
 ) -> InferResult:
     """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the artifact's
-    .export.json names, which ``recipe_data`` would import (``train/recipes/trust.py``)."""
+    .export.json names, which ``recipe_data`` would import (``core/recipes/trust.py``)."""
     artifact = Path(artifact)
     if not (artifact.is_file() or (artifact / "saved_model.pb").is_file()):  # a SavedModel is a directory
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
@@ -120,7 +120,7 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, na
     engine = engines.get(sidecar.get("engine"))
     recipe = engine.recipe(name, sidecar.get("options") or {})
     if engine.export_named_inputs and names and None not in names:  # the artifact's inputs, by name
-        from gpulab.runtime.signature import Signature
+        from gpulab.engines.torch.runtime.signature import Signature
 
         data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
         return data.inputs, data.target

@@ -1,2 +1,3 @@
-"""What measures a run, below every trainer: phase timers, FLOPs and peaks (MFU), NVML sampling, the
-diagnosis of what bounds a run. The tools that use them (profile, inspect) live in ``profiling/``."""
+"""What measures a run on any engine, below the engines: NVML sampling, the diagnosis of what bounds a run,
+bench's harness, figures, plots and suite runner, profile and inspect reports, tune's knob groups. A torch
+step's FLOPs and timers are the torch engine's (engines/torch/measure/)."""

@@ -103,7 +103,7 @@ def synchronize(device: torch.device | str) -> None:
     """Wait for the work queued on ``device``; ``"cpu"`` has none queued (and needs no torch)."""
     if isinstance(device, str) and device == "cpu":
         return
-    from gpulab.runtime.memory import synchronize as torch_synchronize
+    from gpulab.engines.torch.runtime.memory import synchronize as torch_synchronize
 
     torch_synchronize(device)
 
@@ -193,7 +193,7 @@ def cpu_peak_supported() -> bool:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return False
-    from gpulab.runtime.memory import proc_status_bytes
+    from gpulab.engines.torch.runtime.memory import proc_status_bytes
 
     return proc_status_bytes("VmHWM") is not None
 
@@ -208,7 +208,7 @@ def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
     """
     # Free memory glibc still holds resident would be trimmed during ``fn`` (the trim threshold is low in
     # here), lowering the resident set below ``start``: the growth would read short. Give it back first.
-    from gpulab.runtime.memory import proc_status_bytes
+    from gpulab.engines.torch.runtime.memory import proc_status_bytes
 
     _libc_malloc_trim()
     start = proc_status_bytes("VmRSS") or 0

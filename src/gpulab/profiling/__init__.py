@@ -1,41 +1,4 @@
-"""Where time and memory go: phase timers, FLOPs and MFU, NVML sampling, the profile loop, diagnosis.
-
-``profile_loop``/``profile_recipe`` (``gpulab profile`` on the torch engine, engines/torch/profile.py)
-time and profile training steps; ``diagnose`` names what bounds a run; ``training_step_flops`` counts a
-step's FLOPs; ``NvmlSampler`` samples the GPU in a background thread; ``PhaseTimer`` and
-``DataWaitMeter`` are the timers.
-
-The names load on first use: the FLOP counter, the timers and the torch profile import torch, so the verbs'
-engine-neutral modules here (``inspect``), what a TensorFlow profile or inspect imports, load no framework.
-"""
-
-import importlib
-from typing import Any
-
-_LAZY = {
-    "Diagnosis": "gpulab.measure.diagnosis",
-    "diagnose": "gpulab.measure.diagnosis",
-    "diagnose_run": "gpulab.measure.diagnosis",
-    "FlopCount": "gpulab.measure.flops",
-    "Peaks": "gpulab.measure.flops",
-    "count_flops": "gpulab.measure.flops",
-    "device_peaks": "gpulab.measure.flops",
-    "training_step_flops": "gpulab.measure.flops",
-    "NvmlSampler": "gpulab.measure.sampler",
-    "SamplerSummary": "gpulab.measure.sampler",
-    "DataWaitMeter": "gpulab.measure.timers",
-    "PhaseTimer": "gpulab.measure.timers",
-    "phase_timer": "gpulab.measure.timers",
-    "ProfileOptions": "gpulab.measure.profile_report",
-    "ProfileResult": "gpulab.measure.profile_report",
-    "profile_loop": "gpulab.engines.torch.profile",
-    "profile_recipe": "gpulab.engines.torch.profile",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'gpulab.profiling' has no attribute {name!r}")
+"""``gpulab inspect``'s engine-neutral dispatch (``inspect``). Profiling itself is each engine's
+(engines/<name>/profile.py), on the machinery in gpulab.measure (diagnosis, the NVML sampler, the report
+types) and, for torch, engines/torch/measure/ (FLOPs, timers). This package imports nothing, so a
+TensorFlow inspect loads no torch."""

@@ -215,12 +215,16 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from gpulab.runtime import Runtime
-            from gpulab.runtime.batch_search import TrialStep, default_cpu_limit, find_batch_size
-            from gpulab.runtime.compile import apply_activation_checkpointing
-            from gpulab.runtime.memory import memory_limit_bytes
-            from gpulab.runtime.memory_estimate import num_rows
-            from gpulab.train.run import resolve_config
+            from gpulab.engines.torch.runtime import Runtime
+            from gpulab.engines.torch.runtime.batch_search import (
+                TrialStep,
+                default_cpu_limit,
+                find_batch_size,
+            )
+            from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
+            from gpulab.engines.torch.runtime.memory import memory_limit_bytes
+            from gpulab.engines.torch.runtime.memory_estimate import num_rows
+            from gpulab.engines.torch.train.run import resolve_config
 
             config, recipe = resolve_config(merge(user, knobs))
             apply_activation_checkpointing(recipe.model, config.activation_checkpointing)

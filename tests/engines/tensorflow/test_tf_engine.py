@@ -87,7 +87,7 @@ def test_chargpt_on_tensorflow_is_torchs_model(checks):
 
 
 def test_cli_digits_on_tensorflow_writes_the_torch_runs_outputs(checks, tf_out: Path, tmp_path: Path):
-    from gpulab.train.run import run
+    from gpulab.engines.torch.train.run import run
 
     assert checks["cli_digits"] in (0, None)
     # The torch run's own summary, for its field names (no MFU: its peak measurement costs seconds).

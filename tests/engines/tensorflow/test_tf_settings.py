@@ -63,7 +63,7 @@ def test_tensorflow_accepts_what_it_has():
 
 
 def test_torch_refuses_tensorflow_strategies_and_the_torch_trainer_refuses_the_tensorflow_engine():
-    from gpulab.train.trainer import Trainer
+    from gpulab.engines.torch.train.trainer import Trainer
 
     with pytest.raises(ConfigError, match=r"setting 'data_cache' = True is not available on engine 'torch'"):
         Trainer(data_cache=True)
@@ -112,7 +112,7 @@ def test_engine_tensorflow_without_tensorflow_says_how_to_install_it(tmp_path: P
 
 
 def test_a_command_that_runs_torch_only_refuses_engine_tensorflow_in_one_line():
-    from gpulab.train.run import resolve_config
+    from gpulab.engines.torch.train.run import resolve_config
 
     with pytest.raises(ConfigError, match="engine 'tensorflow' is not available on this command yet"):
         resolve_config({"recipe": "mlp", "engine": "tensorflow", "options": {"samples": 100}})
@@ -121,7 +121,7 @@ def test_a_command_that_runs_torch_only_refuses_engine_tensorflow_in_one_line():
 def test_a_torch_run_with_tensorboard_does_not_import_tensorflow(tmp_path: Path):
     # TensorBoard's writer would import an installed TensorFlow just to write event files (seconds).
     code = (
-        "import sys; from gpulab.train.run import run; "
+        "import sys; from gpulab.engines.torch.train.run import run; "
         f"run({{'recipe': 'mlp', 'max_steps': 2, 'out_dir': {str(tmp_path / 'o')!r}, 'progress': False, "
         "'mfu': False, 'checkpoints': False, 'options': {'samples': 200}}); "
         "print('TF', 'tensorflow' in sys.modules)"

@@ -150,7 +150,7 @@ USER_RECIPE = """
 import keras
 import numpy as np
 from gpulab.engines.tensorflow import TfRecipe
-from gpulab.train.recipes.base import Recipe
+from gpulab.core.recipes.base import Recipe
 
 def build(options):
     x = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
@@ -196,7 +196,7 @@ def user_recipe(root: str):
 
 def chargpt():
     from gpulab.engines.tensorflow.recipes import chargpt as tf_chargpt
-    from gpulab.train.recipes.chargpt import build as torch_chargpt
+    from gpulab.engines.torch.recipes.chargpt import build as torch_chargpt
 
     options = {"n_layer": 1, "n_embd": 32, "n_head": 4, "block_size": 16, "max_chars": 4000}
     trainer, result = fit(recipe=tf_chargpt(options), validate=True, max_steps=3, batch_size=16)

@@ -19,8 +19,8 @@ import numpy as np
 from gpulab.artifact import arrays, parity
 from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
+from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import CheckpointError, ConfigError
-from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 # As engines/tensorflow/run.py writes them (not imported: keeps this module light).
 WEIGHTS_FILE = "model.weights.h5"

@@ -131,7 +131,7 @@ def load_tf_recipe(name: str, options: dict[str, Any] | None) -> TfRecipe:
             f"recipe {name!r} is not available on engine 'tensorflow'; valid there: {choices(RECIPES)} or "
             "your own module:function returning a TfRecipe (or use --engine torch)"
         )
-    from gpulab.train.recipes.base import call_user_recipe
+    from gpulab.core.recipes.base import call_user_recipe
 
     recipe = call_user_recipe(name, dict(options or {}))
     if not isinstance(recipe, TfRecipe):

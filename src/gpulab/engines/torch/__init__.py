@@ -1,8 +1,16 @@
-"""The torch engine: ``Runtime`` (runtime/), the ``Trainer`` (train/) and each verb's torch side.
+"""The torch engine: everything that imports torch as it loads lives in this folder.
 
-Nothing here imports torch at module level: a method imports what it runs. Each verb's torch part is a
-module beside this one: profile.py, inspect.py, export.py (with rebuild.py and formats/), bench/ (its
-suites; run.py runs them), tune.py (with tune_space.py).
+- ``train/``: the ``Trainer`` and its step helpers, its checkpoints, ``gpulab train``'s run
+- ``runtime/``: ``Runtime`` = device x precision x strategy (``strategies/``), compile, CUDA graphs, memory
+- ``data/``: loaders, the tensor fast path, the prefetcher, transfers
+- ``recipes/``: the built-in recipes (mlp, digits, chargpt)
+- ``checkpoint/``: the torch checkpoint format and FSDP2's shards, on the shared ``gpulab.checkpoint``
+- ``distributed/``: process groups and the collective watchdog
+- ``measure/``: a torch step's FLOPs and its timers
+- each verb's torch part: profile.py, inspect.py (+ inspect_model.py), export.py (with rebuild.py and
+  formats/), bench/ (its suites; run.py runs them), tune.py (with tune_space.py)
+
+This file imports no torch: the engine object's methods import what they run.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulab.train import NAME, THREADS_HINT
+from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
 class TorchEngine:
@@ -37,17 +45,17 @@ class TorchEngine:
     threads_hint = THREADS_HINT
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
-        from gpulab.train.run import resolve_config
+        from gpulab.engines.torch.train.run import resolve_config
 
         return resolve_config(user)
 
     def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
-        from gpulab.train.run import run
+        from gpulab.engines.torch.train.run import run
 
         return run(user)
 
     def environment(self) -> dict[str, Any]:
-        from gpulab.train.run import environment
+        from gpulab.engines.torch.train.run import environment
 
         return environment()
 
@@ -67,7 +75,7 @@ class TorchEngine:
         return export_torch(path, module, fixed, **request)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        from gpulab.train.recipes.base import load_recipe
+        from gpulab.core.recipes.base import load_recipe
 
         return load_recipe(name, dict(options))
 

@@ -14,12 +14,12 @@ import torch
 
 from gpulab.artifact import data as export_data
 from gpulab.artifact import parity
-from gpulab.artifact.format_base import Deployable, Served
 from gpulab.artifact.run_record import file_stem
 from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR, ExportResult
+from gpulab.core.recipes.trust import RecipeTrust
+from gpulab.engines.torch.formats.base import Deployable, Served
 from gpulab.engines.torch.rebuild import rebuild
-from gpulab.runtime.signature import Signature
-from gpulab.train.recipes.trust import RecipeTrust
+from gpulab.engines.torch.runtime.signature import Signature
 
 
 def export_torch(

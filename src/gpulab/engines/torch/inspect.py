@@ -20,11 +20,11 @@ from gpulab.measure.inspection import InspectReport, first_line
 
 def inspect_torch(user: dict[str, Any]) -> InspectReport:
     """The torch engine's inspect (``gpulab.engines.torch``)."""
+    from gpulab.engines.torch.runtime.memory_estimate import estimate_memory, example_batch
+    from gpulab.engines.torch.runtime.precision import resolve_precision
+    from gpulab.engines.torch.runtime.runtime import takes_model
+    from gpulab.engines.torch.train.run import resolve_config
     from gpulab.hardware.devices import select_device
-    from gpulab.runtime.memory_estimate import estimate_memory, example_batch
-    from gpulab.runtime.precision import resolve_precision
-    from gpulab.runtime.runtime import takes_model
-    from gpulab.train.run import resolve_config
 
     config, recipe = resolve_config(user)
     if not isinstance(config.batch_size, int):
@@ -81,8 +81,8 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
 
 def training_step(model, loss_fn, inputs=None, output=None):
     """The Trainer's rule for one step's loss (train/step_call.py), for the memory estimate to trace."""
-    from gpulab.runtime.signature import Signature
-    from gpulab.runtime.step_call import LossCall, step_loss
+    from gpulab.engines.torch.runtime.signature import Signature
+    from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 
     loss = LossCall(loss_fn, Signature(model, inputs, output))
     return lambda forward, batch: step_loss(forward, loss, batch)
@@ -91,8 +91,8 @@ def training_step(model, loss_fn, inputs=None, output=None):
 def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:
     """The bytes a training step may use on ``device``: the run's memory_limit, else what
     ``batch_size: auto`` aims under (all of a GPU; half the RAM available now on a CPU)."""
-    from gpulab.runtime.batch_search import default_cpu_limit
-    from gpulab.runtime.memory import memory_stats
+    from gpulab.engines.torch.runtime.batch_search import default_cpu_limit
+    from gpulab.engines.torch.runtime.memory import memory_stats
 
     dev = torch.device(device)
     total = memory_stats(dev).total_bytes if dev.type in ("cpu", "cuda") else None

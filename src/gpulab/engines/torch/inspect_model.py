@@ -27,10 +27,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpulab.data.transfer import iter_tensors
+from gpulab.engines.torch.data.transfer import iter_tensors
+from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
+from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line
-from gpulab.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
-from gpulab.runtime.step_call import LossCall, step_loss
 
 SHORT_DTYPES = {
     torch.float32: "f32",

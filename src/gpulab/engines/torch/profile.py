@@ -32,20 +32,20 @@ from typing import Any
 
 import torch
 
-from gpulab.data import make_loader
-from gpulab.data.transfer import map_tensors
+from gpulab.engines.torch.data import make_loader
+from gpulab.engines.torch.data.transfer import map_tensors
+from gpulab.engines.torch.measure.flops import device_peaks, training_step_flops
+from gpulab.engines.torch.measure.timers import PHASES, PhaseTimer, phase_timer
+from gpulab.engines.torch.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
+from gpulab.engines.torch.runtime.memory_format import channels_last_batch
+from gpulab.engines.torch.runtime.oom import sync_gradients
+from gpulab.engines.torch.runtime.step_call import LossCall, check_batch, step_loss
 from gpulab.errors import ConfigError, DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import diagnose
-from gpulab.measure.flops import device_peaks, training_step_flops
 from gpulab.measure.profile_report import PROFILE_FILE, ProfileOptions, ProfileResult, write_json
 from gpulab.measure.sampler import NvmlSampler
-from gpulab.measure.timers import PHASES, PhaseTimer, phase_timer
-from gpulab.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
-from gpulab.runtime.memory_format import channels_last_batch
-from gpulab.runtime.oom import sync_gradients
-from gpulab.runtime.step_call import LossCall, check_batch, step_loss
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "key_averages.txt"
@@ -54,10 +54,10 @@ SNAPSHOT_FILE = "memory_snapshot.pickle"
 
 def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOptions | None = None):
     """Profile the run ``user`` describes (the same settings as ``gpulab train``); write ``out_dir``."""
-    from gpulab.runtime import Runtime
-    from gpulab.runtime.compile import apply_activation_checkpointing
-    from gpulab.runtime.memory_format import resolve_channels_last, to_channels_last
-    from gpulab.train.run import resolve_config
+    from gpulab.engines.torch.runtime import Runtime
+    from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
+    from gpulab.engines.torch.runtime.memory_format import resolve_channels_last, to_channels_last
+    from gpulab.engines.torch.train.run import resolve_config
 
     config, recipe = resolve_config(user)
     runtime = Runtime.from_settings(config)  # the Trainer's: fused optimizer, strategy options, ...
@@ -118,7 +118,7 @@ def profile_loop(
     model, opt = rt.setup(model, optimizer)
     forward = model
     if compile:
-        from gpulab.runtime.compile import compile_model
+        from gpulab.engines.torch.runtime.compile import compile_model
 
         forward = compile_model(model, compile_mode, compile_backend)
     source = make_loader(
@@ -271,7 +271,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         native=native_dtypes(rt.device),
     )
     parts = sum(breakdown.get(k, 0.0) for k in (*PHASES, "idle"))
-    from gpulab.train.run import environment
+    from gpulab.engines.torch.train.run import environment
 
     return {
         **(extra or {}),

@@ -1,7 +1,7 @@
 """The trained model again, from a run directory or a checkpoint: recipe + options from the checkpoint's
 own record (``state.pt``'s ``trajectory``, else the run's ``summary.json``), weights from
 ``model.safetensors``. A recipe those files name is code: it is imported only as the trust rule allows
-(``train/recipes/trust.py``).
+(``core/recipes/trust.py``).
 
 The checkpoint's MANIFEST is verified before anything is built; a tampered or truncated checkpoint is
 refused, never replaced by an older one without saying so.
@@ -17,8 +17,8 @@ from torch import nn
 
 from gpulab.artifact.run_record import SUMMARY_FILE, run_engine, run_summary
 from gpulab.checkpoint.io import STATE
+from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import CheckpointError, ConfigError
-from gpulab.train.recipes.trust import RecipeTrust, check_recorded
 
 
 @dataclass
@@ -58,9 +58,9 @@ def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
 
 def verified_checkpoint(path: Path):
     """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
-    from gpulab.checkpoint.api import read_verified_checkpoint
     from gpulab.checkpoint.io import verify_manifest
     from gpulab.checkpoint.read import locate
+    from gpulab.engines.torch.checkpoint.api import read_verified_checkpoint
 
     # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
     # silently exporting an older step.
@@ -105,9 +105,9 @@ def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict
 
 def rebuild(path: str | Path, trust: RecipeTrust = RecipeTrust()) -> Source:
     """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights. A recipe the
-    files name is imported only as ``trust`` allows (``train/recipes/trust.py``)."""
-    from gpulab.checkpoint.api import apply_model_state
-    from gpulab.train.recipes.base import load_recipe
+    files name is imported only as ``trust`` allows (``core/recipes/trust.py``)."""
+    from gpulab.core.recipes.base import load_recipe
+    from gpulab.engines.torch.checkpoint.api import apply_model_state
 
     path = Path(path)
     if not path.exists():

@@ -26,7 +26,7 @@ class TorchTuner:
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any, torch.device]:
         """(config, recipe, device) of the user's run; seeds first, so the recipe's model is the run's."""
-        from gpulab.train.run import resolve_config
+        from gpulab.engines.torch.train.run import resolve_config
 
         config, recipe = resolve_config(user)
         return config, recipe, torch.device(select_device(config.device).device)
@@ -57,7 +57,7 @@ class TorchTuner:
         yield space.compile_group(device)
 
     def fit(self, config: Any, recipe: Any, settings: dict[str, Any], watch: Any) -> Any:
-        from gpulab.train.trainer import Trainer
+        from gpulab.engines.torch.train.trainer import Trainer
 
         trainer = Trainer(trajectory={"recipe": config.recipe}, callbacks=[watch], **settings)
         return recipe.fit(trainer)

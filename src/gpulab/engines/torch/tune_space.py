@@ -49,7 +49,7 @@ def compile_group(device: torch.device) -> Group:
 
 def loader_group(data: Any, device: torch.device) -> Group:
     """DataLoader workers and pinned memory, for data that goes through a DataLoader the Trainer makes."""
-    from gpulab.data.loaders import as_tensors, is_sample_list
+    from gpulab.engines.torch.data.loaders import as_tensors, is_sample_list
 
     group = Group("num_workers")
     if isinstance(data, DataLoader):

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpulab.errors import MissingPackageError
 
-Runner = Callable[..., np.ndarray]  # artifact.format_base.Runner's NumPy twin (format_base imports torch)
+Runner = Callable[..., np.ndarray]  # engines.torch.formats.base.Runner's NumPy twin (that imports torch)
 
 NAME, SUFFIX, RUNTIME = "savedmodel", ".savedmodel", "TensorFlow SavedModel"
 PIP_TENSORFLOW = "pip install 'gpulab[tensorflow]'"

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from gpulab.core.recipes.base import load_recipe
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.compile import CompileFallback
+from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 from gpulab.measure.bench_models import MODELS
-from gpulab.runtime import Runtime
-from gpulab.runtime.compile import CompileFallback
-from gpulab.runtime.signature import Signature
-from gpulab.runtime.step_call import LossCall, step_loss
-from gpulab.train.recipes.base import load_recipe
 
 
 def single_runtime(device: torch.device, precision: str = "fp32") -> Runtime:

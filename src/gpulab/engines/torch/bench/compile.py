@@ -12,12 +12,12 @@ import time
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.runtime.compile import compile_model
+from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.measure import bench_profiles
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
-from gpulab.runtime.compile import compile_model
-from gpulab.runtime.memory import synchronize
 
 # variant -> (mode, backend); None is eager.
 VARIANTS: dict[str, tuple[str | None, str] | None] = {

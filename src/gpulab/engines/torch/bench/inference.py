@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 
 from gpulab.artifact import formats
-from gpulab.artifact.format_base import Deployable
 from gpulab.engines.torch.bench import load_workload
+from gpulab.engines.torch.formats.base import Deployable
+from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.errors import GpulabError, GpulabWarning
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
-from gpulab.runtime.compile import compile_model
 
 RUNTIMES = ("eager", "compile", "exported", "aoti", "onnxruntime", "onnxruntime-cuda", "torchscript")
 PROFILES = {

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from gpulab.engines.torch.runtime.precision import TF32
 from gpulab.hardware.devices import cpu_model
 from gpulab.measure import bench_profiles, matmul_sweep
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.results import SuiteResult
-from gpulab.runtime.precision import TF32
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROFILES, MIN_SAMPLE_S = bench_profiles.MATMUL, bench_profiles.MATMUL_MIN_SAMPLE_S

@@ -25,13 +25,13 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from gpulab.distributed.process_group import exit_without_teardown
+from gpulab.engines.torch.distributed.process_group import exit_without_teardown
+from gpulab.engines.torch.recipes import mlp
+from gpulab.engines.torch.runtime import Runtime
 from gpulab.hardware.load import usable_cores
 from gpulab.measure.harness import BenchContext, Timing, measure
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
-from gpulab.runtime import Runtime
-from gpulab.train.recipes import mlp
 
 PROFILES = {
     "full": {"global_batch": 512, "warmup": 5, "steps": 50, "timeout_s": 600},

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines.torch.train import NAME
 from gpulab.measure.results import write_results
 from gpulab.measure.suite_run import SUITE_NAMES, run_suite
-from gpulab.train import NAME
 
 
 def __getattr__(name: str) -> Any:

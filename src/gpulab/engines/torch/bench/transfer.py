@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpulab.data.prefetch import DevicePrefetcher
+from gpulab.engines.torch.data.prefetch import DevicePrefetcher
 from gpulab.measure.harness import MIB, BenchContext, Timing
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Row, SuiteResult

@@ -24,7 +24,13 @@ import torch
 
 from gpulab import precisions
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
-from gpulab.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
+from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
+from gpulab.engines.torch.runtime.compile import compile_model
+from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
+from gpulab.engines.torch.runtime.memory import synchronize
+from gpulab.engines.torch.runtime.recompiles import frames_compiled
+from gpulab.engines.torch.train.graph_step import WholeStepGraph
 from gpulab.measure.harness import (
     BenchContext,
     MemoryReading,
@@ -35,12 +41,6 @@ from gpulab.measure.harness import (
 )
 from gpulab.measure.plots import Panel, Plot, series_from_rows
 from gpulab.measure.results import Figure, Row, SuiteResult
-from gpulab.runtime.compile import compile_model
-from gpulab.runtime.cuda_graph import CudaGraphs
-from gpulab.runtime.memory import synchronize
-from gpulab.runtime.recompiles import frames_compiled
-from gpulab.train.graph_step import WholeStepGraph
-from gpulab.train.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 
 
 @dataclass(frozen=True)

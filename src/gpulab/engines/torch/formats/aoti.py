@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.artifact.format_base import Runner, export_program, output_path
+from gpulab.engines.torch.formats.base import Runner, export_program, output_path
 from gpulab.errors import MissingPackageError
 
 NAME, SUFFIX, RUNTIME = "aoti", ".aoti.pt2", "AOTInductor (aoti_load_package)"

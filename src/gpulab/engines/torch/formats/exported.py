@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.artifact.format_base import Runner, export_program, output_path
+from gpulab.engines.torch.formats.base import Runner, export_program, output_path
 
 NAME, SUFFIX, RUNTIME = "exported", ".pt2", "torch.export ExportedProgram"
 

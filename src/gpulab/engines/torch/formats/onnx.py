@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.artifact.format_base import Runner, need, output_path, with_sequence
+from gpulab.engines.torch.formats.base import Runner, need, output_path, with_sequence
 from gpulab.errors import ConfigError
 
 NAME, SUFFIX, RUNTIME = "onnx", ".onnx", "ONNX Runtime"

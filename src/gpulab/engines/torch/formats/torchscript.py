@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.artifact.format_base import Runner, output_path
+from gpulab.engines.torch.formats.base import Runner, output_path
 from gpulab.errors import ConfigError, GpulabWarning
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"

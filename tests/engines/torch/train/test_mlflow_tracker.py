@@ -1,0 +1,238 @@
+"""``trackers: [mlflow]`` against real MLflow stores: a SQLite store queried through ``mlflow.search_runs`` /
+``MlflowClient``, a real ``gpulab train`` stopped by SIGTERM and resumed into the same MLflow run, and one
+run sent to a real ``mlflow server`` on loopback, read back through its REST API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+
+from gpulab.engines.torch.train.run import run  # noqa: E402
+
+CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: no LR schedule, a pause per step
+QUIET = {"device": "cpu", "progress": False, "mfu": False, "log_every": 5}
+
+
+def jsonl_losses(out: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
+
+
+def search(uri: str, experiment: str, monkeypatch) -> list:
+    """``mlflow.search_runs`` in the store at ``uri`` (named through the environment, as a user would)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+
+
+def mlflow_losses(client, run_id: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+
+
+@pytest.mark.slow
+def test_a_run_appears_in_mlflow_with_its_settings_per_step_loss_and_artifacts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a SQLite store keeps artifacts under ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = tmp_path / "run"
+    user = {
+        **QUIET,
+        "recipe": "mlp",
+        "out_dir": str(out),
+        "max_steps": 30,
+        "trackers": ["mlflow"],  # and no TensorBoard
+        "mlflow": {"tracking_uri": uri, "experiment": "tests"},
+        "options": {"samples": 512},
+    }
+    _, result, _ = run(user)
+
+    runs = search(uri, "tests", monkeypatch)
+    assert len(runs) == 1
+    found = runs[0]
+    assert found.info.status == "FINISHED" and found.info.run_name == "run"
+    params = found.data.params
+    assert params["max_steps"] == "30" and params["recipe"] == "mlp" and params["options.samples"] == "512"
+    assert params["mlflow.experiment"] == "tests" and params["trackers"] == "['mlflow']"
+    assert found.data.tags["gpulab.engine"] == "torch" and found.data.tags["gpulab.device"] == result.device
+
+    client = mlflow.MlflowClient(uri)
+    run_id = found.info.run_id
+    # Every logged step, as metrics.jsonl has it: the same numbers, read from the device once.
+    assert mlflow_losses(client, run_id) == sorted(jsonl_losses(out).items())
+    assert [s for s, _ in mlflow_losses(client, run_id)] == [5, 10, 15, 20, 25, 30]
+    assert found.data.metrics["val_loss"] == pytest.approx(result.val_loss)
+
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"summary.json", "metrics.jsonl", "checkpoints"} <= artifacts
+    assert [a.path for a in client.list_artifacts(run_id, "checkpoints")] == ["checkpoints/step-00000030"]
+    summary = json.loads(Path(client.download_artifacts(run_id, "summary.json", str(tmp_path))).read_text())
+    assert summary == json.loads((out / "summary.json").read_text())
+    ckpt = {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(run_id, "checkpoints/step-00000030")}
+    assert "model.safetensors" in ckpt and "MANIFEST.json" in ckpt
+    assert not (out / "tensorboard").exists()
+    assert json.loads((out / "trackers.json").read_text())["mlflow"] == {
+        "run_id": run_id,
+        "tracking_uri": uri,
+    }
+
+
+def _env(**extra: str) -> dict[str, str]:
+    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="", **extra)
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLI_TESTS), e.get("PYTHONPATH")) if p)
+    return {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_", "MLFLOW_"))} | extra
+
+
+def _wait_for_a_logged_step(proc: subprocess.Popen, out: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before it was signalled: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the run never logged a step")
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_resumes_in_the_same_mlflow_run(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = _env(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="preempted")  # from the environment this time
+    args = [sys.executable, "-m", "gpulab", "train", "preempt_recipe:build", "--out", "run", "--max-steps", "120",
+            "--set", "mfu=false", "--set", "trackers=[mlflow]", "--set", "options.pause=0.02"]  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _wait_for_a_logged_step(proc, tmp_path / "run")
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    step = int(stderr.strip().splitlines()[-1].split(" at step ")[1].split(":")[0])
+    assert step < 120
+
+    client = mlflow.MlflowClient(uri)
+    (first,) = search(uri, "preempted", monkeypatch)
+    assert first.info.status == "KILLED"
+    assert [s for s, _ in mlflow_losses(client, first.info.run_id)] == list(range(5, step + 1, 5))
+
+    resumed = subprocess.run([*args, "--resume", "latest"], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    (again,) = search(uri, "preempted", monkeypatch)
+    assert again.info.run_id == first.info.run_id and again.info.status == "FINISHED"
+    # One history, each step once, the same numbers as metrics.jsonl (which the resume continued too).
+    history = mlflow_losses(client, again.info.run_id)
+    assert [s for s, _ in history] == list(range(5, 121, 5))
+    assert history == sorted(jsonl_losses(tmp_path / "run").items())
+    assert "summary.json" in {a.path for a in client.list_artifacts(again.info.run_id)}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 10):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, response.read()
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """A real ``mlflow server`` on 127.0.0.1 and a free port (SQLite store, artifacts proxied by the server),
+    up once its /health answers (bounded), stopped with its whole process group at the end."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "server-artifacts")]  # fmt: skip
+    log = (tmp_path / "server.log").open("w")
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # no job-runner process: unused here
+    server = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # it took 92 s to answer at load 12 on 2 cores
+        while True:
+            if server.poll() is not None:
+                pytest.fail(
+                    f"mlflow server exited {server.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}"
+                )
+            try:
+                if _get(f"{url}/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"mlflow server not healthy in 180 s: {(tmp_path / 'server.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+        log.close()
+
+
+@pytest.mark.slow
+def test_a_run_reaches_a_real_mlflow_server_on_loopback(tmp_path, mlflow_server, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    user = {**QUIET, "recipe": "mlp", "out_dir": str(out), "max_steps": 10, "trackers": ["mlflow"],
+            "mlflow": {"tracking_uri": mlflow_server, "experiment": "served"}, "options": {"samples": 256}}  # fmt: skip
+    run(user)
+
+    # Read back through the server's REST API, as any MLflow client would.
+    request = urllib.request.Request(
+        f"{mlflow_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=served"
+    )
+    experiment = json.loads(_get(request.full_url)[1])["experiment"]
+    body = json.dumps({"experiment_ids": [experiment["experiment_id"]]}).encode()
+    search = urllib.request.Request(
+        f"{mlflow_server}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(search, timeout=10) as response:
+        (found,) = json.loads(response.read())["runs"]
+    run_id = found["info"]["run_id"]
+    assert found["info"]["status"] == "FINISHED"
+    assert {p["key"]: p["value"] for p in found["data"]["params"]}["max_steps"] == "10"
+    history = json.loads(
+        _get(f"{mlflow_server}/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss")[1]
+    )
+    assert [(m["step"], m["value"]) for m in history["metrics"]] == sorted(jsonl_losses(out).items())
+    files = json.loads(_get(f"{mlflow_server}/api/2.0/mlflow/artifacts/list?run_id={run_id}")[1])["files"]
+    assert {"summary.json", "metrics.jsonl", "checkpoints"} <= {f["path"] for f in files}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_ranks_make_one_mlflow_run_from_rank_zero(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = _env(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="ddp")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp",
+         "--out", "run", "--max-steps", "10", "--set", "log_every=5", "--set", "mfu=false",
+         "--set", "trackers=[mlflow]", "--set", "options.samples=256"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (found,) = search(uri, "ddp", monkeypatch)  # one run, not one per rank
+    assert found.info.status == "FINISHED"
+    client = mlflow.MlflowClient(uri)
+    # Each step once, with the all-reduced loss rank 0 logged to metrics.jsonl.
+    assert mlflow_losses(client, found.info.run_id) == sorted(jsonl_losses(tmp_path / "run").items())

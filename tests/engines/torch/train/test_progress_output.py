@@ -1,0 +1,85 @@
+"""What a person sees while a fit runs: without a terminal (a CI log, nohup, a pipe) plain lines from the
+first step on, one every few seconds and one at the end; on a terminal the bar shows the first step's loss
+without waiting for the first log."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from gpulab.core.callbacks import Callback, ProgressBar
+from gpulab.core.callbacks.log_lines import LogLines
+from gpulab.engines.torch.train.trainer import Trainer
+
+
+class _Pipe(io.StringIO):
+    def isatty(self) -> bool:
+        return False
+
+
+def _fit(callbacks=(), **settings):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    y = x @ torch.randn(8, 1, generator=g)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    settings = {"device": "cpu", "precision": "fp32", "batch_size": 32, **settings}
+    trainer = Trainer(callbacks=callbacks, **settings)
+    optimizer = lambda params: torch.optim.SGD(params, lr=0.05)  # noqa: E731
+    return trainer, trainer.fit(model, (x, y), loss_fn=F.mse_loss, optimizer=optimizer)
+
+
+def _first_logged_loss() -> float:
+    _, result = _fit(progress=False, max_steps=1, log_every=1)
+    return result.history[0]["loss"]
+
+
+def test_without_a_terminal_a_fit_prints_plain_lines_from_the_first_step(monkeypatch):
+    pipe = _Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    _, result = _fit(epochs=2, log_every=4)  # progress unset: a bar only on a terminal
+    monkeypatch.undo()
+    lines = pipe.getvalue().splitlines()
+    assert lines[0] == f"step 1/16  epoch 1/2  loss {_first_logged_loss():.4f}"
+    assert lines[-1].startswith(f"step 16/16  epoch 2/2  loss {result.final_loss:.4f}  ")
+    assert lines[-1].endswith(f"done in {result.train_seconds:.1f} s")
+
+
+def test_a_line_every_every_s_seconds_names_the_step_its_loss_was_read_at(monkeypatch):
+    pipe = _Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    _fit(callbacks=[LogLines(every_s=0.0)], progress=False, max_steps=6, log_every=4)
+    monkeypatch.undo()
+    lines = pipe.getvalue().splitlines()
+    assert [line.split("  ")[0] for line in lines] == [f"step {i}/6" for i in range(1, 7)] + ["step 6/6"]
+    assert "(read at step 1)" in lines[2]  # step 3: the loss last read is the first step's
+    assert "read at" not in lines[3] and "samples/s" in lines[3]  # step 4 is a log
+    assert "(read at step 4)" in lines[4]
+    assert all(re.search(r"ETA \d+:\d\d:\d\d$", line) for line in lines[1:6])
+    assert "done in" in lines[-1]
+
+
+def test_a_line_waits_for_every_s_seconds(monkeypatch):
+    pipe = _Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    _fit(callbacks=[LogLines(every_s=3600.0)], progress=False, max_steps=6, log_every=2)
+    monkeypatch.undo()
+    lines = pipe.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("step 1/6") and "done in" in lines[1]
+
+
+def test_the_bar_shows_the_first_steps_loss_before_the_first_log():
+    shown: list[str] = []
+
+    class Look(Callback):  # runs after the bar's on_step_end
+        def on_step_end(self, trainer, state):
+            bar = next(cb for cb in trainer.callbacks.callbacks if isinstance(cb, ProgressBar))
+            shown.append(bar._progress.tasks[0].fields["loss"])
+
+    _fit(callbacks=[Look()], progress=True, max_steps=3, log_every=100)
+    assert shown == [f"{_first_logged_loss():.4f}"] * 3

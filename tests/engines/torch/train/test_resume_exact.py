@@ -1,0 +1,102 @@
+"""Exact resume, proven with real processes: a run killed mid-epoch and resumed equals one never stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpulab.engines.torch.checkpoint.api import list_checkpoints, resolve_checkpoint
+
+JOB = Path(__file__).with_name("resume_job.py")
+# The tensor fast path and the DataLoader path, each with tuple batches and with dict batches (a model
+# called with keyword arguments that computes its own loss).
+FLAVOURS = {
+    "tensors": (),
+    "dataset": ("--dataset",),
+    "dict": ("--dict",),
+    "dict-dataset": ("--dict", "--dataset"),
+}
+
+
+def job(out: Path, result: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(JOB), str(out), str(result), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> int:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, -signal.SIGKILL), err
+    return proc.returncode
+
+
+def assert_same_run(full: dict, resumed: dict, from_step: int) -> None:
+    later = {s: v for s, v in full["losses"].items() if s > from_step}
+    assert resumed["losses"] == later, "per-step losses differ after resume"
+    for name, p in full["params"].items():
+        assert torch.equal(p, resumed["params"][name]), f"parameter {name} differs"
+    for pid, st in full["optimizer"]["state"].items():
+        for key, value in st.items():
+            assert torch.equal(value, resumed["optimizer"]["state"][pid][key]), (
+                f"optimizer {pid}.{key} differs"
+            )
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    results = {}
+    for flavour, extra in FLAVOURS.items():
+        tmp = tmp_path_factory.mktemp(f"full-{flavour}")
+        assert finish(job(tmp / "run", tmp / "full.pt", *extra)) == 0
+        results[flavour] = torch.load(tmp / "full.pt")
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, uninterrupted, flavour):
+    extra = FLAVOURS[flavour]
+    # Step 10 lies mid-epoch (7 optimizer steps an epoch) and mid-schedule; the process dies by SIGKILL.
+    assert (
+        finish(job(tmp_path / "run", tmp_path / "ignored.pt", "--kill-at", "10", *extra)) == -signal.SIGKILL
+    )
+    assert resolve_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000010"
+    assert finish(job(tmp_path / "run", tmp_path / "resumed.pt", "--resume", *extra)) == 0
+    assert_same_run(uninterrupted[flavour], torch.load(tmp_path / "resumed.pt"), from_step=10)
+
+
+@pytest.mark.slow
+def test_killed_while_saving_resumes_from_previous_checkpoint(tmp_path, uninterrupted):
+    signal_file = tmp_path / "paused"
+    env = dict(os.environ, GPULAB_CHECKPOINT_PAUSE_SIGNAL=str(signal_file))
+    proc = subprocess.Popen(
+        [sys.executable, str(JOB), str(tmp_path / "run"), str(tmp_path / "x.pt"), "--pause-save-at", "15"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    while not signal_file.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL in the middle of writing step 15
+    proc.wait()
+    root = tmp_path / "run" / "checkpoints"
+    assert resolve_checkpoint(root).name == "step-00000010"
+    assert (root / "latest").read_text().strip() == "step-00000010"
+    assert not (root / "step-00000015").exists(), "a partial checkpoint sits at a final path"
+    # every 5 steps, plus the end of epoch 1 (step 7)
+    assert [p.name for p in list_checkpoints(root)] == ["step-00000005", "step-00000007", "step-00000010"]
+    assert finish(job(tmp_path / "run", tmp_path / "resumed.pt", "--resume")) == 0
+    assert_same_run(uninterrupted["tensors"], torch.load(tmp_path / "resumed.pt"), from_step=10)
