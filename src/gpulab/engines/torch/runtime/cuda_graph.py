@@ -144,7 +144,12 @@ _HOST_READS = {
     torch.ops.aten.nonzero.default: "nonzero() (or a boolean-mask index)",
     torch.ops.aten.masked_select.default: "masked_select() (or a boolean-mask index)",
 }
-_OWN_CODE = (os.sep + "torch" + os.sep, os.sep + "gpulab" + os.sep, os.sep + "contextlib.py")
+# The installed packages' own folders, by their roots: a user's file under a folder named torch/ is still
+# the user's (the project's own tests live in tests/engines/torch/).
+_OWN_ROOTS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))) + os.sep,  # gpulab/
+)
 
 
 class HostReadProbe(TorchDispatchMode):
@@ -176,6 +181,6 @@ def _mask_index(func: Any, args: tuple) -> str | None:
 def _user_frame() -> str:
     """`` at FILE:LINE`` of the innermost caller outside torch and gpulab, or nothing."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if not any(part in frame.filename for part in _OWN_CODE):
+        if not frame.filename.startswith(_OWN_ROOTS) and not frame.filename.endswith("contextlib.py"):
             return f" at {os.path.basename(frame.filename)}:{frame.lineno}"
     return ""
