@@ -39,6 +39,7 @@ LAYOUTS = {
 TMP_PREFIX = ".tmp-"
 REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never deleted)
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_TF_SHARD = re.compile(rf"^{TF_PREFIX}\.data-\d{{5}}-of-(\d{{5}})$")
 _CHUNK = 1 << 20
 
 # Test hook (see docs/RELIABILITY.md): GPULAB_CHECKPOINT_PAUSE_AT=<point> makes the saver write <point>
@@ -144,9 +145,18 @@ def read_manifest(directory: Path) -> dict[str, dict[str, Any]]:
     if not ok or any(Path(name).name != name or name in ("", ".", "..") for name in files):
         raise CheckpointError(f"{path}: malformed manifest (expected files: {{name: {{size, sha256}}}})")
     unlisted = [name for name in required if name not in files]
+    if doc.get("layout") == TF_LAYOUT:
+        unlisted += [name for name in tf_data_shards(files) if name not in files]
     if unlisted:
         raise CheckpointError(f"{path}: manifest does not list {', '.join(unlisted)}")
     return files
+
+
+def tf_data_shards(names: Collection[str]) -> list[str]:
+    """The ``ckpt.data-*`` shard files a TensorFlow checkpoint with these files must hold: each listed
+    shard names the count (``-of-NNNNN``); none listed means the one shard ``-00000-of-00001``."""
+    counts = {int(m.group(1)) for n in names if (m := _TF_SHARD.match(n))} or {1}
+    return [f"{TF_PREFIX}.data-{i:05d}-of-{count:05d}" for count in sorted(counts) for i in range(count)]
 
 
 def manifest_layout(directory: Path) -> str:

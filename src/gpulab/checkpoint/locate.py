@@ -1,6 +1,8 @@
 """Finding the checkpoint a resume starts from: verified by all ranks together, never a silent fallback.
 
-``latest`` falls back past checkpoints whose MANIFEST does not verify to the newest that does. Each one
+``latest`` falls back past checkpoints whose MANIFEST does not verify, whose recorded step is not their
+name's, or that lead outside the root (a symbolic link), to the newest that passes; a ``ROOT/latest`` that
+is not a plain file naming one of the root's steps is not followed either. Each one
 passed over is named, with why, in one warning line and in the run's summary (``refused_checkpoints``),
 and under the run's own root rank 0 renames it ``NAME.refused``: no longer a ``step-*`` directory, so no
 later save prunes it and a person can look at it. With several ranks the hashing is shared: each rank
@@ -11,6 +13,7 @@ every verdict, so all ranks decide alike.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +42,21 @@ def choose_resume(root: Path, which: str, rank_zero: bool = True) -> str | None:
     return which
 
 
-def locate_for_resume(root: Path, which: str, runtime: Any, extras: dict[str, Any]) -> Path:
+def locate_for_resume(
+    root: Path,
+    which: str,
+    runtime: Any,
+    extras: dict[str, Any],
+    readable: Callable[[Path], str | None] | None = None,
+) -> Path:
     """The verified checkpoint directory ``which`` (``latest`` under ``root``, or a path) names; refused
-    ones are recorded in ``extras`` and warned about (rank 0). Collective: every rank calls it."""
+    ones are recorded in ``extras`` and warned about (rank 0). ``readable``: the engine's own reading of a
+    checkpoint whose MANIFEST verified (why it cannot, or None). Collective: every rank calls it."""
     refused: list[tuple[Path, str]] = []
 
     def check(directory: Path) -> str | None:
-        return shared_problem(directory, runtime)
+        why = shared_problem(directory, runtime)
+        return readable(directory) if why is None and readable is not None else why
 
     found, verified = locate(Path(root if which == LATEST else which), refused=refused, check=check)
     if not verified and (why := check(found)) is not None:
@@ -61,12 +72,17 @@ def locate_for_resume(root: Path, which: str, runtime: Any, extras: dict[str, An
         records.append({"path": str(directory), "reason": why, "kept_as": str(kept)})
     extras["refused_checkpoints"] = records
     if runtime.is_rank_zero:
-        names = "; ".join(
-            f"{Path(r['path']).name} refused ({r['reason']}), kept as {Path(r['kept_as']).name}"
-            for r in records
-        )
+        names = "; ".join(_said(r) for r in records)
         warnings.warn(f"{names}; resuming from {found}", GpulabWarning, stacklevel=3)
     return found
+
+
+def _said(record: dict[str, str]) -> str:
+    """One refusal as the warning says it: a checkpoint set aside names its new name; ``latest`` (a
+    pointer that was not followed) and a directory left where it was only say why."""
+    name, kept = Path(record["path"]).name, Path(record["kept_as"]).name
+    kept_as = f", kept as {kept}" if kept != name else ""
+    return f"{name} refused ({record['reason']}){kept_as}"
 
 
 def shared_problem(directory: Path, runtime: Any) -> str | None:

@@ -17,7 +17,9 @@ from safetensors import safe_open
 from gpulab.checkpoint.io import (
     LATEST,
     MANIFEST,
+    META,
     REQUIRED,
+    STEP_DIR,
     file_status,
     one_line,
     step_of,
@@ -58,9 +60,11 @@ def locate(
 ) -> tuple[Path, bool]:
     """(checkpoint dir, whether it was already fully verified) for a dir, a root or ``ROOT/latest``.
 
-    For a root, each ``step-*`` directory passed over because its manifest does not verify is appended to
-    ``refused`` as ``(directory, why)``, so a caller can say what it fell back from. ``check`` replaces
-    ``problem`` as the verification (several ranks share the hashing).
+    For a root, each ``step-*`` directory passed over because its manifest does not verify, or because it
+    leads outside the root, is appended to ``refused`` as ``(directory, why)``, and so is ``ROOT/latest``
+    when it is not followed (a symlink, a name that is no ``step-*`` of the root, a missing step), so a
+    caller can say what it fell back from. ``check`` replaces ``problem`` as the verification (several
+    ranks share the hashing).
     """
     check = check or problem
     if path.name == LATEST and path.is_file():
@@ -70,13 +74,20 @@ def locate(
     if not _is_root(path):
         return path, False
     refused = [] if refused is None else refused
-    named = read_latest(path)
+    named, why = latest_pointer(path)
+    if why is not None and all(d.name != LATEST for d, _ in refused):
+        refused.append((path / LATEST, why))
+    # Which step it is, not whether its files are whole: a damaged `latest` is reported or refused by
+    # the caller (verify_latest=False), never swapped silently for an older one.
+    if named is not None and (away := outside(path, named) or step_mismatch(named, unreadable_ok=True)):
+        refused.append((named, away))
+        named = None
     if named is not None and not verify_latest:
         return named, False
     for directory in [named] * (named is not None) + list(reversed(step_dirs(path))):
         if directory in (d for d, _ in refused):
             continue
-        why = check(directory)
+        why = outside(path, directory) or check(directory)
         if why is None:
             return directory, True
         refused.append((directory, why))
@@ -89,16 +100,61 @@ def problem(directory: Path, hash_only: Collection[str] | None = None) -> str | 
         verify_manifest(directory, hash_only=hash_only)
     except CheckpointError as exc:
         return str(exc)
+    return step_mismatch(directory)
+
+
+def step_mismatch(directory: Path, unreadable_ok: bool = False) -> str | None:
+    """Why the step ``directory``'s meta.json records is not the step its name says, or None. A copy of
+    step 20 named step-00000030 (MANIFEST and all) would otherwise resume as step 30's. An unreadable
+    meta.json is a line too, unless ``unreadable_ok`` (the verification that follows reports it)."""
+    named = step_of(directory)
+    if named is None:  # a checkpoint directory under another name: nothing to compare with
+        return None
+    try:
+        meta = load_meta(directory / META)
+    except CheckpointError as exc:
+        return None if unreadable_ok else str(exc)
+    recorded = [("step", meta.get("step"))]
+    progress = meta.get("progress")
+    if isinstance(progress, dict) and "global_step" in progress:  # the TensorFlow engine's progress
+        recorded.append(("progress.global_step", progress["global_step"]))
+    for where, value in recorded:
+        if type(value) is not int or value != named:
+            return f"{directory / META}: records {where} {value!r:.40}, but the directory is step {named}"
     return None
 
 
-def read_latest(root: Path) -> Path | None:
+def latest_pointer(root: Path) -> tuple[Path | None, str | None]:
+    """(the checkpoint ``ROOT/latest`` names, None), or (None, why it is not followed), or (None, None)
+    where there is no ``latest``. gpulab writes it as a plain file holding one ``step-NNNNNNNN`` name of
+    this root: anything else (a symlink, a path, a step that is not there) is data it does not follow."""
+    pointer = root / LATEST
+    if not pointer.is_symlink() and not pointer.exists():
+        return None, None
+    if pointer.is_symlink():
+        return None, f"{pointer} is a symbolic link (gpulab writes a file naming a step of {root})"
     try:
-        name = (root / LATEST).read_text().strip()
-    except OSError:
-        return None
+        name = pointer.read_text(errors="replace").strip()
+    except OSError as exc:
+        return None, f"{pointer}: unreadable ({one_line(exc)})"
+    if not STEP_DIR.match(name):
+        return None, f"{pointer} names {name[:80]!r}, which is not a step-NNNNNNNN directory of {root}"
     directory = root / name
-    return directory if step_of(directory) is not None and directory.is_dir() else None
+    if not directory.is_dir():
+        return None, f"{pointer} names {name}, which does not exist"
+    return directory, None
+
+
+def outside(root: Path, directory: Path) -> str | None:
+    """Why ``directory`` (a ``step-*`` entry of ``root``) is not really inside ``root``, or None: a
+    symbolic link that resolves elsewhere would resume, inspect or export another run's files."""
+    try:
+        if directory.resolve().parent == root.resolve():
+            return None
+        target = directory.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        return f"{directory}: unresolvable ({one_line(exc)})"
+    return f"{directory} leads outside {root} (to {target})"
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from gpulab.checkpoint.io import TF_LAYOUT
 from gpulab.cli.console import make_console
 from gpulab.cli.export import recipe_option, trust_option
 from gpulab.cli.text import number
@@ -47,6 +48,8 @@ def inspect(
 
     root, run_dir = _checkpoints(path)
     report = inspect_checkpoint(root)
+    if report["valid"] and report.get("layout") == TF_LAYOUT:
+        _read_tensorflow_files(report)
     named = _named(report, run_dir)
     refused = refusal(*named, RecipeTrust(recipe, trust_recipe)) if named and report["valid"] else None
     if named:
@@ -61,6 +64,23 @@ def inspect(
         raise typer.Exit(1)
     if refused:
         raise UntrustedRecipeError(refused)
+
+
+def _read_tensorflow_files(report: dict) -> None:
+    """A TensorFlow checkpoint's own files, read as its resume reads them (the MANIFEST vouches for bytes
+    only); without TensorFlow, a note that they were not read."""
+    from gpulab.errors import ConfigError
+
+    try:
+        from gpulab.engines.tensorflow.checkpoint_files import unreadable
+
+        why = unreadable(Path(report["path"]))
+    except ConfigError:  # TensorFlow is not installed
+        report["notes"].append("ckpt.index/ckpt.data not read: TensorFlow is not installed")
+        return
+    if why is not None:
+        report["problems"].append(why)
+        report["valid"] = False
 
 
 def _named(report: dict, run_dir: Path | None) -> tuple[str, str] | None:
@@ -88,6 +108,8 @@ def _render(report: dict) -> None:
     console.print(table)
     if report["names_code"]:
         console.print(f"names code: {report['recipe_file']} names {describe(report['recipe'])}", markup=False)
+    for note in report.get("notes", []):
+        console.print(f"note: {note}", markup=False)
     for problem in report.get("problems", []):
         console.print(f"[red]problem:[/] {problem}")
 

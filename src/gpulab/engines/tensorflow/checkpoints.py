@@ -27,6 +27,7 @@ from gpulab.checkpoint.io import (
     TMP_PREFIX,
     fsync_file,
     manifest_layout,
+    one_line,
     remove_path,
     remove_stale_tmp,
     step_dir_name,
@@ -35,6 +36,7 @@ from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.read import load_meta
 from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.save import commit_checkpoint, disk_full_as_error, meta_bytes
+from gpulab.engines.tensorflow.checkpoint_files import unreadable
 from gpulab.errors import CheckpointError
 
 LAYOUT = TF_LAYOUT
@@ -111,7 +113,9 @@ class TfCheckpointer:
 
     def resume(self, trainer: Any, which: str, tf_checkpoint: Any, force: bool) -> Path:
         """Verify (MANIFEST), check the settings, then restore variables and progress."""
-        path = locate_for_resume(self.root, which, _Workers(trainer), trainer.extras)
+        # TensorFlow's own files read before anything is restored: a damaged one is passed over as a
+        # tampered MANIFEST is, so the previous checkpoint is used and said.
+        path = locate_for_resume(self.root, which, _Workers(trainer), trainer.extras, readable=unreadable)
         if manifest_layout(path) != LAYOUT:
             raise CheckpointError(
                 f"{path} was written by the torch engine; resume it with --engine torch (or start afresh)"
@@ -123,7 +127,10 @@ class TfCheckpointer:
         if not force:
             _refuse_if_changed(path, meta, trainer)
         # Every saved object must find its variable: a different model is an error, not a partial load.
-        tf_checkpoint.read(str(path / TF_PREFIX)).assert_existing_objects_matched()
+        try:
+            tf_checkpoint.read(str(path / TF_PREFIX)).assert_existing_objects_matched()
+        except (AssertionError, ValueError) as exc:  # another model's variables: a mistake, not damage
+            raise CheckpointError(f"{path}: does not fit this model ({one_line(exc)})") from exc
         state = trainer.state
         state.epoch, state.global_step = int(progress["epoch"]), int(progress["global_step"])
         state.batch_in_epoch, state.samples_seen = (

@@ -9,6 +9,7 @@ refused, never replaced by an older one without saying so.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from torch import nn
 from gpulab.artifact.run_record import SUMMARY_FILE, run_engine, run_summary
 from gpulab.checkpoint.io import STATE
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
-from gpulab.errors import CheckpointError, ConfigError
+from gpulab.errors import CheckpointError, ConfigError, GpulabWarning
 
 
 @dataclass
@@ -64,7 +65,12 @@ def verified_checkpoint(path: Path):
 
     # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
     # silently exporting an older step.
-    directory, verified = locate(path, verify_latest=False)
+    refused: list[tuple[Path, str]] = []  # a `latest` naming another step or a place outside: said
+    directory, verified = locate(path, verify_latest=False, refused=refused)
+    if refused:
+        passed = "; ".join(f"{d.name} refused ({why})" for d, why in refused)
+        said = f"{passed}; using {directory}, the newest valid checkpoint"
+        warnings.warn(said, GpulabWarning, stacklevel=2)
     if not verified:
         verify_manifest(directory)
     ckpt = read_verified_checkpoint(directory)

@@ -50,6 +50,7 @@ from gpulab.checkpoint.read import (
     load_weights,
     locate,
     step_dirs,
+    step_mismatch,
 )
 from gpulab.checkpoint.rng import capture_rng, restore_rng
 from gpulab.checkpoint.save import (
@@ -208,15 +209,23 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """A report on one checkpoint for humans and the CLI; never raises for a corrupt checkpoint."""
     report: dict[str, Any] = {"path": str(path), "valid": False, "step": None, "epoch": None}
     report.update({"metrics": {}, "created": None, "versions": {}, "files": [], "problems": []})
+    report["notes"] = []  # what was passed over to get here (a `latest` not followed), one line each
+    refused: list[tuple[Path, str]] = []
     try:
-        directory = locate(Path(path), verify_latest=False)[0]
+        directory = locate(Path(path), verify_latest=False, refused=refused)[0]
         report["path"], report["step"] = str(directory), step_of(directory)
         manifest = read_manifest(directory)
     except CheckpointError as exc:
         report["problems"].append(str(exc))
+        report["notes"] = [f"{d.name} refused ({why})" for d, why in refused]
         return report
+    if refused:
+        report["notes"] = [f"{d.name} refused ({why})" for d, why in refused]
+        report["notes"].append(f"inspected {directory.name}, the newest valid checkpoint")
     report["files"] = file_reports(directory, manifest)
     report["problems"] += [f"{f['name']}: {f['status']}" for f in report["files"] if f["status"] != "ok"]
+    if not report["problems"] and (mismatch := step_mismatch(directory)) is not None:
+        report["problems"].append(mismatch)
     report.update({"recipe": None, "recipe_file": None})  # what it names (code, if module:function)
     meta: dict[str, Any] = {}
     try:  # JSON: safe to read even when other files are damaged, and it names step and epoch
@@ -229,8 +238,9 @@ def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
                 report["problems"].append(f"meta.json: {key!r} is {value!r:.40}, expected {kind.__name__}")
     except CheckpointError as exc:
         report["problems"].append(str(exc))
-    if not report["problems"] and manifest_layout(directory) == TF_LAYOUT:
-        # TensorFlow's own files: read only by TensorFlow (the TF engine's resume), not here.
+    report["layout"] = manifest_layout(directory)
+    if not report["problems"] and report["layout"] == TF_LAYOUT:
+        # TensorFlow's own files: read only by TensorFlow (the CLI asks the TF engine), not here.
         _named_recipe(report, meta.get("trajectory"), directory / META)
     elif not report["problems"]:  # deserialise only what the manifest vouched for
         checks = ((check_weights_header, WEIGHTS), (load_state, STATE))

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 import gpulab
-from gpulab.checkpoint.io import step_dir_name
+from gpulab.checkpoint.io import step_dir_name, step_of
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.rng import capture_rng, validate_rng
@@ -112,6 +112,12 @@ class Checkpointer:
         """Load everything, verify, and only then apply: a failure leaves the trainer untouched."""
         ckpt = read_verified_checkpoint(self.locate(which, trainer))  # verified by every rank together
         st = ckpt.state
+        progress = st.get("progress") if isinstance(st.get("progress"), dict) else {}
+        named, recorded = step_of(ckpt.path), progress.get("global_step")
+        if named is not None and recorded != named:  # meta.json agreed with the name (verified): state.pt not
+            raise CheckpointError(
+                f"{ckpt.path / 'state.pt'}: records step {recorded!r:.40}, but the directory is step {named}"
+            )
         missing = [k for k in ("optimizer", "progress", "data", "rng", "config") if k not in st]
         if missing:
             raise CheckpointError(
