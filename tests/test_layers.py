@@ -27,7 +27,7 @@ LAYERS = [
     ("distributed",),  # process groups and launchers
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
-    ("checkpoint", "precisions", "config", "recipe_data", "gpulab", "moved"),
+    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
     ("hardware", "errors"),
 ]
 

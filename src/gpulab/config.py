@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from gpulab import precisions as precision_table
+from gpulab.config_bounds import MAX_DEPTH, check_bounds
 from gpulab.errors import ConfigError, choices
 
 PRECISIONS = precision_table.NAMES
@@ -439,16 +440,29 @@ def _fields_at(model: type[BaseModel], path: list[str]) -> dict:
     return fields
 
 
+MAX_UNKNOWN = 200  # more unknown keys than gpulab has settings: the wrong file, refused in one line
+MAX_LINES = 20  # mistakes told one line each, then how many more
+
+
 def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") -> S:
     """Validate ``data`` against ``model``; each problem becomes one line of a ``ConfigError``.
 
     ``prefix`` names where ``data`` sits in the whole config (``"options."`` for a recipe's settings).
     """
     data = dict(data or {})
+    unknown = [str(k)[:40] for k in data if k not in model.model_fields]
+    if len(unknown) > MAX_UNKNOWN:  # not a gpulab config at all: one line, before pydantic walks it
+        raise ConfigError(
+            f"{len(unknown):,} unknown settings{' under ' + prefix.rstrip('.') if prefix else ''} "
+            f"({', '.join(map(repr, unknown[:3]))}, ...): is this a gpulab config? valid settings: "
+            f"{choices(list(model.model_fields))}"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("\n".join(_lines(model, data, exc, prefix))) from None
+        lines = _lines(model, data, exc, prefix)
+        more = [f"and {len(lines) - MAX_LINES} more mistakes"] if len(lines) > MAX_LINES + 1 else []
+        raise ConfigError("\n".join(lines[: MAX_LINES if more else None] + more)) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -473,8 +487,11 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _safe_load(text: str) -> tuple[Any, list[str]]:
-    """``yaml.safe_load`` with duplicate keys collected (each described with both line numbers)."""
+def _safe_load(text: str, where: str) -> tuple[Any, list[str]]:
+    """``yaml.safe_load`` with duplicate keys collected (each described with both line numbers), after
+    ``config_bounds`` has refused what would expand, nest or loop past any real config (``where``: how the
+    one line names the text)."""
+    check_bounds(text, where)
     loader = _UniqueKeyLoader(text)
     try:
         return loader.get_single_data(), loader.duplicates
@@ -498,14 +515,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             "save it as UTF-8"
         ) from None
     try:
-        data, duplicates = _safe_load(text)
+        data, duplicates = _safe_load(text, f"config file {str(p)!r}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from None
     if duplicates:
         raise ConfigError("\n".join(f"config file {str(p)!r}: {d}; keep one" for d in duplicates))
-    data = {} if data is None else data
+    if data is None:  # an unsaved buffer or the wrong file: training on defaults would hide it
+        raise ConfigError(
+            f"config file {str(p)!r} is empty (it sets nothing); write settings in it, or leave out "
+            "--config to train with the recipe's defaults"
+        )
     if not isinstance(data, dict):
         raise ConfigError(
             f"config file {str(p)!r} must hold a mapping of settings, not {type(data).__name__}"
@@ -520,6 +541,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {pair!r} is not key=value (for example --set batch_size=64)")
+        if key.count(".") >= MAX_DEPTH:
+            raise ConfigError(f"--set {pair[:60]!r}...: the key nests deeper than {MAX_DEPTH} levels")
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
@@ -530,7 +553,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def _override_value(pair: str, raw: str) -> Any:
     try:
-        value, duplicates = _safe_load(raw)
+        value, duplicates = _safe_load(raw, f"--set {pair!r}")
     except yaml.YAMLError:
         raise ConfigError(f"--set {pair!r}: the value is not valid YAML") from None
     if duplicates:
