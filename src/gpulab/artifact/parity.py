@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gpulab.artifact.atomic import write_text
 from gpulab.errors import ParityError
 
 
@@ -99,9 +100,7 @@ def compare(eager: Any, got: Any, target: Any | None, precision: str) -> dict:
 
 
 def write(report: dict, artifact: Path) -> Path:
-    path = artifact.with_name(artifact.name + ".parity.json")
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    return path
+    return write_text(artifact.with_name(artifact.name + ".parity.json"), json.dumps(report, indent=2) + "\n")
 
 
 def summary_line(report: dict) -> str:

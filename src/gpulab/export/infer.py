@@ -13,6 +13,7 @@ import numpy as np
 from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
+from gpulab.artifact.atomic import write_atomically
 from gpulab.artifact.sidecar import read_sidecar, sidecar_path
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import ConfigError, DataError, choices
@@ -68,7 +69,7 @@ def infer(
     if output.dim() >= 2:
         arrays["top1"] = output.argmax(-1).numpy()
     out = Path(out) if out else artifact.with_name(artifact.name + ".predictions.npz")
-    np.savez(out, **arrays)
+    write_atomically(out, lambda tmp: np.savez(tmp, **arrays))
     acc = parity.accuracy(output, target) if parity.is_classifier(output, target) else None
     return InferResult(out, len(output), seconds, module.RUNTIME, acc)
 

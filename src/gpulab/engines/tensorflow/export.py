@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gpulab.artifact import arrays, parity
+from gpulab.artifact.atomic import write_atomically, write_text
 from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
@@ -102,9 +103,12 @@ def export_tf(
     artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
     example = arrays.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
-    facts = module.write(source.model, example, fixed is None, artifact)
+    weights = sum(int(np.prod(w.shape)) * w.dtype.itemsize for w in source.model.get_weights())
+    facts = write_atomically(
+        artifact, lambda tmp: module.write(source.model, example, fixed is None, tmp), needed=weights
+    )
     info = describe(module, source, fixed, inputs, time.perf_counter() - started) | facts
-    artifact.with_name(artifact.name + sidecar).write_text(json.dumps(info, indent=2) + "\n")
+    write_text(artifact.with_name(artifact.name + sidecar), json.dumps(info, indent=2) + "\n")
     size = fixed or batch["parity"]
     eager = arrays.run_batched(eager_runner(source.model), inputs, size, fixed is not None)
     got = arrays.run_batched(module.load(artifact), inputs, size, fixed is not None)

@@ -14,6 +14,7 @@ import torch
 
 from gpulab.artifact import data as export_data
 from gpulab.artifact import parity
+from gpulab.artifact.atomic import write_atomically, write_text
 from gpulab.artifact.run_record import file_stem
 from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR, ExportResult
 from gpulab.core.recipes.trust import RecipeTrust
@@ -47,14 +48,17 @@ def export_torch(
     model = deployable(source.model, precision, data, signature, example)
     started = time.perf_counter()
     with torch.no_grad():
-        facts = module.write(model, example, fixed is None, artifact)
+        weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        facts = write_atomically(
+            artifact, lambda tmp: module.write(model, example, fixed is None, tmp), needed=weights
+        )
     info = describe(module, source, precision, fixed, data, time.perf_counter() - started) | facts
     info["output"] = model.output_name
     if facts.get("sequence_dim") == "dynamic":  # as base.batch_dims marks them
         for entry, x in zip(info["inputs"], data.inputs, strict=True):
             if x.dim() >= 2 and not x.is_floating_point():
                 entry["shape"][1] = "sequence"
-    artifact.with_name(artifact.name + SIDECAR).write_text(json.dumps(info, indent=2) + "\n")
+    write_text(artifact.with_name(artifact.name + SIDECAR), json.dumps(info, indent=2) + "\n")
     report = check_parity(module, artifact, model, data.inputs, data.target, precision, fixed)
     report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": precision, **report}
     report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"

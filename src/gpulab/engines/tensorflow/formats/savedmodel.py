@@ -8,7 +8,6 @@ outputs are NumPy arrays (a torch tensor on the CPU is read as one): no torch.""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,19 +46,15 @@ def spec(example: tuple[np.ndarray, ...], dynamic: bool) -> Any:
 
 
 def save(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> None:
-    """The SavedModel, written beside ``out`` and renamed into place: never half a directory."""
+    """The SavedModel directory at ``out`` (the export writes it under a temporary name and renames it
+    into place: ``artifact.atomic``)."""
     import keras
 
     archive = keras.export.ExportArchive()
     archive.track(model)
     # A dict output names the signature's output tensor (`output`, not Keras's `output_0`).
     archive.add_endpoint("serve", lambda x: {OUTPUT: model(x, training=False)}, [spec(example, dynamic)])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".tmp-{out.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    archive.write_out(str(tmp), verbose=False)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.replace(out)
+    archive.write_out(str(out), verbose=False)
 
 
 def write(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> dict:
