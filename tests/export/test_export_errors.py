@@ -95,7 +95,7 @@ def test_infer_errors(tmp_path, capsys):
     assert code == 2 and "cannot tell its format" in err
     (tmp_path / "m.onnx").write_bytes(b"x")
     code, err = _run(capsys, "infer", str(tmp_path / "m.onnx"))
-    assert code == 2 and "exactly one of --input FILE.npz and --recipe-data" in err
+    assert code == 2 and "exactly one of --input FILE.npz|FILE.npy|DIR and --recipe-data" in err
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 1, 8, 8), dtype=np.float32))
     code, err = _run(capsys, "infer", str(tmp_path / "m.onnx"), "--input", str(tmp_path / "in.npz"))
     assert code == 2 and "ONNX Runtime cannot load it" in err and err.count("\n") == 0

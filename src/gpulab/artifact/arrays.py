@@ -16,11 +16,35 @@ Inputs = tuple[np.ndarray, ...]
 
 
 def read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz``, an ``.npy`` (one array, named after the file) or a directory of
+    ``.npy`` files (each named after its file, in name order); object arrays (pickles) refused."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.npy"))
+        if not files:
+            raise DataError(
+                f"{path}: a directory of inputs holds .npy files (one per input), and it has none"
+            )
+        return {f.stem: _read_npy(f) for f in files}
+    if path.suffix == ".npy":
+        return {path.stem: _read_npy(path)}
     try:
         with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):  # an .npy under another name
+                raise ValueError("one array, not an .npz archive: name it FILE.npy")
             return {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:
         raise DataError(f"{path}: not a readable .npz of arrays ({exc})") from None
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npy array ({exc})") from None
+    if not isinstance(array, np.ndarray):
+        raise DataError(f"{path}: not one array (an .npz archive? name it FILE.npz)")
+    return array
 
 
 def from_npz(path: str | Path) -> tuple[Inputs, np.ndarray | None]:

@@ -86,7 +86,10 @@ def export(
 def infer(
     artifact: Path = typer.Argument(..., help="A file written by gpulab export"),
     input_file: Path = typer.Option(
-        None, "--input", help="Inputs as .npz: one array per input, named as the export's inputs"
+        None,
+        "--input",
+        help="Inputs as .npz (one array per input, named as the export's inputs), .npy (one input) or a "
+        "directory of NAME.npy files",
     ),
     recipe_data: bool = typer.Option(False, "--recipe-data", help="Run the recipe's validation set"),
     batch_size: int = typer.Option(
@@ -96,6 +99,11 @@ def infer(
     runtime: str = typer.Option("cpu", "--runtime", help="cpu|cuda (cuda: ONNX Runtime's CUDA provider)"),
     recipe: str = recipe_option(),
     trust_recipe: bool = trust_option(),
+    fmt: str = typer.Option(
+        None,
+        "--format",
+        help="The artifact's format [default: told by its file name]; aoti (native code) only if named here",
+    ),
 ) -> None:
     """Run an exported model on inputs; write its predictions.
 
@@ -114,6 +122,7 @@ def infer(
         runtime=runtime,
         recipe=recipe,
         trust_recipe=trust_recipe,
+        fmt=fmt,
     )
     acc = f", accuracy {r.accuracy:.2%}" if r.accuracy is not None else ""
     rate = r.samples / r.seconds if r.seconds else float("inf")

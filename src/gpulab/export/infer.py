@@ -14,9 +14,11 @@ from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
 from gpulab.artifact.atomic import write_atomically
+from gpulab.artifact.input_check import check_inputs
+from gpulab.artifact.loader_choice import choose_format
 from gpulab.artifact.sidecar import read_sidecar, sidecar_path
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
-from gpulab.errors import ConfigError, DataError, choices
+from gpulab.errors import ConfigError, DataError
 
 
 @dataclass
@@ -26,14 +28,6 @@ class InferResult:
     seconds: float
     runtime: str
     accuracy: float | None
-
-
-def artifact_format(artifact: Path, sidecar: dict[str, Any]) -> str:
-    fmt = sidecar.get("format") or formats.by_suffix(artifact.name)
-    if fmt is None:
-        suffixes = choices(formats.get(n).SUFFIX for n in formats.FORMATS)
-        raise ConfigError(f"{artifact}: cannot tell its format; gpulab export writes {suffixes}")
-    return fmt
 
 
 def infer(
@@ -46,24 +40,36 @@ def infer(
     runtime: str = "cpu",
     recipe: str | None = None,
     trust_recipe: bool = False,
+    fmt: str | None = None,
 ) -> InferResult:
     """``recipe`` / ``trust_recipe``: the user's word for a ``module:function`` recipe the artifact's
-    .export.json names, which ``recipe_data`` would import (``core/recipes/trust.py``)."""
+    .export.json names, which ``recipe_data`` would import (``core/recipes/trust.py``). ``fmt``: the
+    user's ``--format``; otherwise the file's name and structure choose the loader, never the sidecar
+    (``artifact/loader_choice.py``)."""
     artifact = Path(artifact)
     if not (artifact.is_file() or (artifact / "saved_model.pb").is_file()):  # a SavedModel is a directory
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
     if (input_file is None) == (not recipe_data):
-        raise ConfigError("give exactly one of --input FILE.npz and --recipe-data")
+        raise ConfigError("give exactly one of --input FILE.npz|FILE.npy|DIR and --recipe-data")
     sidecar = read_sidecar(artifact)
-    module = formats.get(artifact_format(artifact, sidecar))
+    module = formats.get(choose_format(artifact, fmt))
     module.available()
     trust = RecipeTrust(recipe, trust_recipe)
     inputs, target = _inputs(artifact, sidecar, input_file, trust)
+    if input_file is not None:  # the recipe's own data is what the artifact was checked on
+        names = [str(i.get("name") or "") for i in sidecar.get("inputs") or [] if isinstance(i, dict)]
+        names += [f"input{i}" for i in range(len(names), len(inputs))]
+        inputs = check_inputs(inputs, names, sidecar.get("inputs"), str(input_file))
     fixed = sidecar.get("batch_dim")
     fixed = fixed if isinstance(fixed, int) else None
     runner = _load(module, artifact, runtime)
     started = time.perf_counter()
-    output = export_data.run_batched(runner, inputs, fixed or batch_size, fixed is not None)
+    try:
+        output = export_data.run_batched(runner, inputs, fixed or batch_size, fixed is not None)
+    except Exception as exc:  # what the sidecar could not tell (none, or edited): the runtime's own words
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        given = ", ".join(f"{str(x.dtype).removeprefix('torch.')} {list(x.shape)}" for x in inputs)
+        raise DataError(f"{artifact}: {module.RUNTIME} refused the inputs ({given}): {first}") from exc
     seconds = time.perf_counter() - started
     arrays = {"output": output.numpy()}
     if output.dim() >= 2:

@@ -1,0 +1,114 @@
+"""`gpulab infer`'s inputs checked against what the artifact declares, in one line; the arrays as .npz,
+.npy or a directory of .npy files; and the loader chosen by the file and the user, never by the sidecar."""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from gpulab.cli import main
+from gpulab.errors import GpulabWarning
+
+
+@pytest.fixture(scope="module")
+def artifacts(digits_run, tmp_path_factory):
+    """The digits run exported as exported (.pt2) and torchscript; onnx where its extra is installed."""
+    out = tmp_path_factory.mktemp("infer")
+    found = {}
+    for fmt, suffix in (("exported", ".pt2"), ("torchscript", ".torchscript.pt"), ("onnx", ".onnx")):
+        if fmt == "onnx" and not _has("onnxruntime"):
+            continue
+        path = out / f"digits{suffix}"
+        assert main(["export", str(digits_run), "--format", fmt, "--out", str(path)]) == 0
+        found[fmt] = path
+    return found
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _infer(capsys, *argv: str) -> tuple[int, list[str]]:
+    """Exit code and the gpulab lines a user sees (warnings, which pytest catches, included)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = main(["infer", *map(str, argv)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    said = [f"gpulab: warning: {w.message}" for w in caught if issubclass(w.category, GpulabWarning)]
+    return code, said + [line for line in err.splitlines() if line.startswith("gpulab:")]
+
+
+def _images(n: int, dtype=np.float32) -> np.ndarray:
+    return np.random.default_rng(0).random((n, 1, 8, 8)).astype(dtype)
+
+
+@pytest.mark.parametrize("fmt", ["exported", "torchscript", "onnx"])
+def test_a_wrong_shape_is_one_line_naming_expected_and_given(artifacts, tmp_path, capsys, fmt):
+    if fmt not in artifacts:
+        pytest.skip("onnx extra not installed")
+    np.save(tmp_path / "x.npy", np.zeros((5, 8, 8), dtype=np.float32))
+    code, said = _infer(capsys, artifacts[fmt], "--input", tmp_path / "x.npy")
+    assert code == 2 and len(said) == 1
+    assert "float32 [batch, 1, 8, 8] expected, float32 [5, 8, 8] given" in said[0]
+
+
+@pytest.mark.parametrize("fmt", ["exported", "onnx"])
+def test_float64_is_cast_and_said_in_one_line(artifacts, tmp_path, capsys, fmt):
+    if fmt not in artifacts:
+        pytest.skip("onnx extra not installed")
+    np.savez(tmp_path / "x.npz", input=_images(6, np.float64))
+    code, said = _infer(capsys, artifacts[fmt], "--input", tmp_path / "x.npz", "--out", tmp_path / "p64.npz")
+    assert code == 0 and len(said) == 1 and "float64 -> float32" in said[0]
+    np.savez(tmp_path / "y.npz", input=_images(6))
+    assert _infer(capsys, artifacts[fmt], "--input", tmp_path / "y.npz", "--out", tmp_path / "p32.npz") == (
+        0,
+        [],
+    )
+    assert np.array_equal(np.load(tmp_path / "p64.npz")["output"], np.load(tmp_path / "p32.npz")["output"])
+
+
+def test_npy_and_a_directory_of_arrays_are_accepted_like_an_npz(artifacts, tmp_path, capsys):
+    images = _images(7)
+    np.savez(tmp_path / "x.npz", input=images)
+    np.save(tmp_path / "x.npy", images)
+    (tmp_path / "dir").mkdir()
+    np.save(tmp_path / "dir" / "input.npy", images)
+    outputs = []
+    for given in ("x.npz", "x.npy", "dir"):
+        out = tmp_path / f"{given}.pred.npz"
+        assert _infer(capsys, artifacts["exported"], "--input", tmp_path / given, "--out", out) == (0, [])
+        outputs.append(np.load(out)["output"])
+    assert all(np.array_equal(outputs[0], o) for o in outputs[1:]) and outputs[0].shape[0] == 7
+
+
+def test_the_sidecar_never_chooses_a_loader_that_runs_native_code(artifacts, tmp_path, capsys, monkeypatch):
+    called = []
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda *a, **k: called.append(a))
+    artifact = artifacts["exported"]
+    sidecar = artifact.with_name(artifact.name + ".export.json")
+    planted = tmp_path / artifact.name
+    planted.write_bytes(artifact.read_bytes())
+    planted.with_name(planted.name + ".export.json").write_text(
+        json.dumps({**json.loads(sidecar.read_text()), "format": "aoti"})
+    )
+    np.savez(tmp_path / "x.npz", input=_images(3))
+    assert _infer(capsys, planted, "--input", tmp_path / "x.npz")[0] == 0  # loaded as what it is
+    assert called == []
+    # A package that carries a shared library runs only with the user's --format aoti.
+    with zipfile.ZipFile(tmp_path / "m.pt2", "w") as archive:
+        archive.writestr("m/data/aotinductor/model/model.so", b"\x7fELF")
+    code, said = _infer(capsys, tmp_path / "m.pt2", "--input", tmp_path / "x.npz")
+    assert code == 2 and len(said) == 1 and "pass --format aoti" in said[0] and called == []
+    code, said = _infer(capsys, tmp_path / "m.pt2", "--input", tmp_path / "x.npz", "--format", "exported")
+    assert code == 2 and "holds compiled native code" in said[0] and called == []
+    (tmp_path / "m.aoti.pt2").write_bytes(artifact.read_bytes())  # the name alone is no consent either
+    code, said = _infer(capsys, tmp_path / "m.aoti.pt2", "--input", tmp_path / "x.npz")
+    assert code == 2 and "pass --format aoti" in said[0] and called == []
