@@ -97,7 +97,30 @@ def launch(
     told = nnodes is not None or node_rank is not None or rdzv_endpoint is not None or hosts is not None
     spec, step = (spec, None) if told else with_slurm(spec)
     hosts = ",".join(step.hosts) if step else hosts
+    _check_command(spec.command, module)
     engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
+
+
+def _check_command(command: list[str], module: bool) -> None:
+    """``gpulab train ...`` checked here, once, before any rank starts (recipe name, settings, config
+    file, output paths): a mistake was printed by every rank, with torch's noise around it, exit 1."""
+    words = list(command)
+    if words[:1] and words[0].startswith("python"):
+        words = words[1:]
+    if words[:2] in (["-m", "gpulab"], ["--module", "gpulab"]) or (module and words[:1] == ["gpulab"]):
+        words = words[1:]
+    if words[:2] != ["gpulab", "train"]:
+        return
+    from gpulab.cli import main
+    from gpulab.cli.train import CHECK_ONLY
+
+    token = CHECK_ONLY.set(True)
+    try:
+        code = main(words[1:])  # its one line, or click's usage message, printed as a user would see it
+    finally:
+        CHECK_ONLY.reset(token)
+    if code:
+        raise typer.Exit(code)
 
 
 def _check_engine_options(engine: str, given: dict) -> None:

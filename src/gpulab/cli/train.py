@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 
 import typer
@@ -10,6 +11,10 @@ from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
+from gpulab.core.run_dir import check_output_dirs
+
+# Set by `gpulab launch`: parse, resolve and check the command (recipe, settings, paths), then return.
+CHECK_ONLY: ContextVar[bool] = ContextVar("check_only", default=False)
 
 
 def train(
@@ -61,6 +66,10 @@ def train(
     user = layer_settings(config, flags, set_)  # run() adds resume: auto under gpulab launch
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
+    if CHECK_ONLY.get():  # `gpulab launch` asking, before any rank starts, whether this command can run
+        checked, _ = engines.of(user).resolve(user)
+        check_output_dirs(Path(checked.out_dir or f"runs/{checked.recipe}"), checked.checkpoint_dir)
+        return
     cfg, result, out_dir = engines.of(user).run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return

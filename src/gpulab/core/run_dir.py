@@ -59,6 +59,25 @@ def check_output_dirs(out: Path, checkpoint_dir: str | None) -> None:
                 f"{what} {str(path)!r}: {str(blocker)!r} is a file, not a directory; give a directory path "
                 "(or move the file away)"
             )
+        if (why := _unwritable(Path(path))) is not None:
+            raise ConfigError(f"{what} {str(path)!r}: {why}; give a directory you can write to")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why nothing can be written at ``path`` (its nearest existing directory is on a read-only file
+    system, or not writable by this user), or None. Asked before anything runs: the lock file's
+    ``OSError: [Errno 30]`` was a 54-line traceback."""
+    existing = next((p for p in (path.absolute(), *path.absolute().parents) if p.exists()), None)
+    if existing is None:
+        return None
+    try:
+        if os.statvfs(existing).f_flag & os.ST_RDONLY:
+            return f"{str(existing)!r} is on a read-only file system"
+    except OSError:
+        return None
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{str(existing)!r} is not writable by this user"
+    return None
 
 
 class RunDirLock:
@@ -180,12 +199,17 @@ def checkpoint_root(out: Path, checkpoint_dir: str | None) -> Path:
     return Path(checkpoint_dir) if checkpoint_dir else out / "checkpoints"
 
 
-def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite: bool) -> None:
+def prepare(
+    out: Path, checkpoint_dir: str | None, resume: str | None, overwrite: bool, started: bool | None = None
+) -> None:
     """On rank 0, holding the lock: refuse to mix with a previous run, or clear it for ``overwrite``.
 
     ``--resume latest`` into a run that stopped before its first checkpoint starts it again from step 0
-    (the Trainer says so): its logs are cleared here, as they would be mixed with the new run's."""
+    (the Trainer says so): its logs are cleared here, as they would be mixed with the new run's. So does
+    one killed during its start-up, which left only its checkpoint directory: ``started``, whether that
+    directory existed before this run's lock made it (None: whether it exists now)."""
     root = checkpoint_root(out, checkpoint_dir)
+    started = root.is_dir() if started is None else started
     if overwrite:
         if resume == "latest" or (resume and resume != "auto" and _inside(Path(resume), out, root)):
             raise ConfigError(
@@ -207,7 +231,9 @@ def prepare(out: Path, checkpoint_dir: str | None, resume: str | None, overwrite
             "summary, metrics, TensorBoard logs and checkpoints), or give another --out"
         )
     if resume == "latest" and no_checkpoint:
-        if not found:
+        # An empty checkpoint directory is a run killed during its start-up: it starts from step 0 (said
+        # by the Trainer), as one stopped before its first checkpoint does.
+        if not found and not started:
             raise RunDirError(
                 f"--resume latest: {out} holds no run to continue (no checkpoint under {root}); drop "
                 "--resume to start one, or give the --out (and checkpoint_dir) of the run"

@@ -29,7 +29,7 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     from gpulab.core.callbacks.trackers import attach_files
     from gpulab.core.preemption import SignalWatch, preempted_error
     from gpulab.core.recorded import with_recorded_settings
-    from gpulab.core.run_dir import check_output_dirs, claim, prepare
+    from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepare
     from gpulab.core.summary import run_files, write_summary
     from gpulab.engines.tensorflow.trainer import TfTrainer
 
@@ -37,9 +37,10 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     rank, _ = tf_config_task()
+    started = checkpoint_root(out, config.checkpoint_dir).is_dir()  # before the lock makes it
     with claim(out, rank, config.checkpoint_dir), SignalWatch() as signals:
         if rank == 0:
-            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
         settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})
         trainer = TfTrainer(
             trajectory={"recipe": config.recipe, "options": config.options},

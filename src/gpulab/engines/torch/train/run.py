@@ -18,7 +18,7 @@ from gpulab.core.callbacks.trackers import attach_files
 from gpulab.core.preemption import SignalWatch, preempted_error
 from gpulab.core.recipes.base import load_recipe
 from gpulab.core.recorded import with_recorded_settings
-from gpulab.core.run_dir import check_output_dirs, claim, prepare
+from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepare
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
 from gpulab.core.summary import run_files, write_summary
@@ -81,10 +81,11 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
     out = Path(config.out_dir or f"runs/{config.recipe}")
     check_output_dirs(out, config.checkpoint_dir)
     launch = LaunchEnv.from_env()
+    started = checkpoint_root(out, config.checkpoint_dir).is_dir()  # before the lock makes it
     with claim(out, launch.rank if launch else 0, config.checkpoint_dir), SignalWatch() as signals:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
         if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
-            prepare(out, config.checkpoint_dir, config.resume, config.overwrite)
+            prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
         settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
         trainer = Trainer(
             trajectory={"recipe": config.recipe, "options": config.options},
