@@ -39,6 +39,19 @@ def test_an_alias_list_that_contains_itself_is_one_line(tmp_path):
     assert "alias *t at line 1 is inside the value &t names (a cycle)" in said
 
 
+def test_an_alias_list_of_lists_under_trackers_is_one_line_per_mistake(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("x: &x [tensorboard, mlflow]\ntrackers: [*x, *x]\n")
+    with pytest.raises(ConfigError) as err:
+        parse_config(TrainerSettings, load_yaml(path))
+    lines = str(err.value).splitlines()
+    assert any(line.startswith("unknown setting 'x'") for line in lines)
+    assert (
+        "setting 'trackers' = ['tensorboard', 'mlflow'] is invalid: valid choices: tensorboard|mlflow|wandb"
+        in lines
+    )
+
+
 def test_ordinary_aliases_still_load(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("base: &b {samples: 64}\noptions: *b\ntrackers: &t [tensorboard]\n")

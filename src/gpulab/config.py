@@ -109,7 +109,9 @@ def _tracker_list(value: Any) -> Any:
     """One name is a list of one; each name once, in the order given."""
     if isinstance(value, str):
         value = [value]
-    return list(dict.fromkeys(value)) if isinstance(value, (list, tuple)) else value
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return value  # a list of lists (YAML aliases, `[*x, *x]`): pydantic names the setting, one line
+    return list(dict.fromkeys(value))
 
 
 class TrainerSettings(Settings):
@@ -370,7 +372,7 @@ def _lines(model: type[Settings], data: dict[str, Any], exc: ValidationError, pr
             told.add(tuple(loc[:depth]))
             branches = [e for e in errors if [str(p) for p in e["loc"][:depth]] == loc[:depth]]
             key = prefix + ".".join(loc[:depth])
-            shown = choices(_union_choices(branches))
+            shown = choices(list(dict.fromkeys(_union_choices(branches))))  # each item's branches alike
             lines.append(f"setting {key!r} = {err.get('input')!r} is invalid: valid choices: {shown}")
         else:
             lines.append(_one_line(model, data, err, loc, prefix))

@@ -83,3 +83,13 @@ def test_a_manifest_that_omits_the_data_shard_is_refused(trained, tmp_path):
     write_manifest(step, TF_LAYOUT)  # lists what is left: ckpt.index and meta.json
     report = inspect_checkpoint(step)
     assert not report["valid"] and "does not list ckpt.data-00000-of-00001" in report["problems"][0]
+
+
+def test_the_summary_and_the_checkpoint_record_the_same_settings(trained):
+    """mfu: the summary said true (RunConfig's default) where the checkpoint said false (this engine
+    measures none), and a resume that took the summary's settings was refused."""
+    summary = json.loads((trained / "summary.json").read_text())["config"]
+    meta = json.loads((trained / "checkpoints" / "step-00000006" / "meta.json").read_text())["config"]
+    shared = sorted(set(summary) & set(meta) - {"resume", "overwrite"})
+    assert "mfu" in shared and summary["mfu"] is False
+    assert {k: summary[k] for k in shared} == {k: meta[k] for k in shared}

@@ -66,6 +66,7 @@ def test_digits_resumes_its_dropout_masks_and_keeps_its_lr_schedule(checks):
 def test_resuming_a_finished_run_does_nothing_and_says_so(checks):
     finished = checks["finished"]
     assert finished["weights_equal"]
+    assert finished["files_unchanged"] and "metrics.jsonl" in finished["files"]  # a no-op writes nothing
     assert finished["message"].startswith("nothing to do: ") and "step 12 of 12" in finished["message"]
 
 

@@ -100,9 +100,22 @@ data = next((tampered / "step-00000012").glob("ckpt.data-*"))
 raw = bytearray(data.read_bytes())
 raw[len(raw) // 2] ^= 0xFF
 data.write_bytes(bytes(raw))
-# Resuming the finished straight run: nothing to do, said in one line, weights unchanged.
-again, a_result = fit("straight", 12, resume="latest", keep_last=None)
-out["finished"] = {"message": a_result.extras.get("nothing_to_do"), "weights_equal": same(straight, again)}
+
+
+# Resuming the finished straight run: nothing to do, said in one line, weights unchanged, and nothing
+# written (no duplicate metrics.jsonl line, no new TensorBoard events file: it logs to TensorBoard here).
+def files(run):
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+before = files(ROOT / "straight")
+again, a_result = fit("straight", 12, resume="latest", keep_last=None, tensorboard=True)
+out["finished"] = {
+    "message": a_result.extras.get("nothing_to_do"),
+    "weights_equal": same(straight, again),
+    "files_unchanged": files(ROOT / "straight") == before,
+    "files": sorted(before),
+}
 out["tampered"] = refusal("tampered", str(tampered / "step-00000012"))
 out["changed_batch"] = refusal("straight", "latest", batch_size=16)
 

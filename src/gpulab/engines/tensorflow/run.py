@@ -73,7 +73,10 @@ def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     check_engine(parse_config(RunConfig, user))
     require_tensorflow()
     recipe = load_tf_recipe(user["recipe"], user.get("options"))
-    return parse_config(RunConfig, merge(recipe.defaults, user)), recipe
+    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    if "mfu" not in config.model_fields_set:  # this engine measures no MFU: summary.json says what ran,
+        config.mfu = False  # as the checkpoint's meta.json does (a resume taking it was refused)
+    return config, recipe
 
 
 def environment() -> dict[str, Any]:

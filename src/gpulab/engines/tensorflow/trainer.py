@@ -226,6 +226,8 @@ class TfTrainer:
         from gpulab.hardware.load import OtherCpuLoad
 
         state = self.state
+        if self.resumed_from is not None and self._done():
+            return self._nothing_left()
         window = getattr(self, "loss_window", None) if self.resumed_from is not None else None
         self._losses = [tf.constant(v, tf.float32) for _, v in window or []]
         self._loss_steps: list[int] = [st for st, _ in window or []]
@@ -237,7 +239,6 @@ class TfTrainer:
         val_metrics: dict[str, float] = {}
         self.context = self._context()
         self.callbacks.on_fit_start(self, state)
-        finished = self.resumed_from is not None and self._done()
         while not self._done():
             self._train_epoch()
             complete = state.batch_in_epoch >= self.per_epoch
@@ -272,12 +273,32 @@ class TfTrainer:
             result.extras["preempted"] = self._preempted()
         self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
         result.extras["diagnosis"] = self._diagnose(result).to_json()
-        if finished:  # as torch's: no step, no save; gpulab train leaves the finished run's files as they are
-            result.extras["nothing_to_do"] = (
-                f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
-                "raise max_steps (or epochs) to train further"
-            )
         return result
+
+    def _nothing_left(self) -> FitResult:
+        """As torch's: the checkpoint resumed from already reached the planned length, so no callback
+        starts (no metrics.jsonl line, no TensorBoard events file), nothing is saved, and ``gpulab train``
+        leaves the finished run's files as they are; one line says so."""
+        state = self.state
+        message = (
+            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
+            "raise max_steps (or epochs) to train further"
+        )
+        return FitResult(
+            device=self.device,
+            precision=self.precision.name,
+            steps=state.global_step,
+            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
+            final_loss=state.metrics.get("loss"),
+            samples_per_s=None,
+            peak_memory_bytes=0,
+            train_seconds=0.0,
+            val_loss=state.metrics.get("val_loss"),
+            accuracy=state.metrics.get("val_accuracy"),
+            strategy=self.dist.name,
+            world_size=self.dist.num_workers,
+            extras={**self.extras, "engine": "tensorflow", "nothing_to_do": message},
+        )
 
     # -- steps ----------------------------------------------------------------------------------------
     def _train_epoch(self) -> None:
