@@ -111,16 +111,20 @@ def _check_command(command: list[str], module: bool) -> None:
         words = words[1:]
     if words[:2] != ["gpulab", "train"]:
         return
-    from gpulab.cli import main
-    from gpulab.cli.train import CHECK_ONLY
+    from gpulab.cli.train import CHECK_ONLY, train
 
+    # train alone on an app of its own: click prints a usage mistake as `gpulab train` would; a
+    # GpulabError passes up to main(), which prints its one line (exit 2)
+    verb = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    verb.command()(train)
     token = CHECK_ONLY.set(True)
     try:
-        code = main(words[1:])  # its one line, or click's usage message, printed as a user would see it
+        verb(args=words[2:], prog_name="gpulab train", standalone_mode=True)
+    except SystemExit as exc:
+        if exc.code:
+            raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from None
     finally:
         CHECK_ONLY.reset(token)
-    if code:
-        raise typer.Exit(code)
 
 
 def _check_engine_options(engine: str, given: dict) -> None:
