@@ -11,7 +11,6 @@ import warnings
 from typing import Any
 
 import numpy as np
-import torch
 
 from gpulab.errors import DataError, GpulabWarning
 
@@ -27,9 +26,7 @@ SAFE_CASTS = {
 }
 
 
-def check_inputs(
-    inputs: tuple[torch.Tensor, ...], names: list[str], declared: Any, where: str
-) -> tuple[torch.Tensor, ...]:
+def check_inputs(inputs: tuple[Any, ...], names: list[str], declared: Any, where: str) -> tuple[Any, ...]:
     """``inputs`` (in the artifact's order, ``names`` theirs) checked against ``declared`` (the sidecar's
     ``inputs``; nothing is checked without it); safe casts made and said, anything else one DataError line."""
     specs = _specs(declared)
@@ -44,7 +41,7 @@ def check_inputs(
     for x, (name, dtype, shape), given_name in zip(inputs, specs, names, strict=True):
         label = name or given_name
         have = str(x.dtype).removeprefix("torch.")
-        shape_ok = len(shape) == x.dim() and all(
+        shape_ok = len(shape) == len(x.shape) and all(
             d in DYNAMIC or d == n for d, n in zip(shape, x.shape, strict=True)
         )
         dtype_ok = dtype is None or have == dtype or (have, dtype) in SAFE_CASTS
@@ -53,7 +50,7 @@ def check_inputs(
             continue
         if dtype is not None and have != dtype:
             cast.append(f"{label} {have} -> {dtype}")
-            x = x.to(getattr(torch, dtype))
+            x = _cast(x, dtype)
         out.append(x)
     if wrong:
         raise DataError(
@@ -75,10 +72,19 @@ def _specs(declared: Any) -> list[tuple[str | None, str | None, list]] | None:
         if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
             return None
         dtype = entry.get("dtype")
-        known = isinstance(dtype, str) and hasattr(np, dtype) and hasattr(torch, dtype)
+        known = isinstance(dtype, str) and isinstance(getattr(np, dtype, None), type)
         name = entry.get("name")
         specs.append((name if isinstance(name, str) else None, dtype if known else None, entry["shape"]))
     return specs
+
+
+def _cast(x: Any, dtype: str) -> Any:
+    """A NumPy array or a torch tensor (infer's inputs) as ``dtype``; torch imported only for a tensor."""
+    if isinstance(x, np.ndarray):
+        return x.astype(dtype)
+    import torch
+
+    return x.to(getattr(torch, dtype))
 
 
 def _describe(name: str | None, dtype: str | None, shape: list) -> str:
