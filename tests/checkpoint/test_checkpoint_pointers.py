@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from gpulab.checkpoint.io import write_manifest
+from gpulab.checkpoint.locate import locate_for_resume
 from gpulab.engines.torch.checkpoint.api import (
     capture_rng,
     inspect_checkpoint,
     resolve_checkpoint,
     save_checkpoint,
 )
-from gpulab.checkpoint.io import write_manifest
-from gpulab.checkpoint.locate import locate_for_resume
 from gpulab.errors import GpulabWarning
 
 
