@@ -3,7 +3,8 @@
 # .whl/ go to a private target first: the lent GPU machines lack pydantic (see docs/PERF.md).
 mkdir -p "$out"
 work=$(mktemp -d /tmp/gpulab-gpu.XXXX)
-if compgen -G ".whl/*.whl" >/dev/null; then
+# GPULAB_NO_WHEELS=1: this machine's own packages (the CPU test of the steps, in the project's venv).
+if [[ -z ${GPULAB_NO_WHEELS:-} ]] && compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" .whl/*.whl || exit 1
     export PYTHONPATH="$work/site"
 fi

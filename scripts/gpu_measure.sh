@@ -1,41 +1,48 @@
 #!/usr/bin/env bash
-# Every GPU measurement docs/PERF.md waits for, in one go, on a machine with a CUDA GPU:
+# What decides issue 29 on a GPU, in one device call of under 8 minutes:
 #   scripts/gpu_measure.sh OUT_DIR [STEP...]
-# STEP names (doctor, overhead, pytest-gpu, ..., bench, transformer) run only those: all of them may no
-# longer fit one 10-minute call (issue 24's figures alone: `scripts/gpu_measure.sh OUT transformer`).
-# Runs gpulab from src/ with the machine's own python3 and torch (nothing is installed into it). Wheels
-# in .whl/ go to a private target first: the lent GPU machines lack pydantic (see docs/PERF.md).
-# Each step's full log lands in OUT_DIR (ten files at most, for tools that fetch only a few); a step
-# that fails is reported and the next one still runs.
+# Steps: env (device, driver, torch), transformer (gpulab bench transformer at GPT-2-small, the hand-written
+# loop beside gpulab's variants, gpulab / hand and MFU per row), cuda-graph (the whole-step graph's GPU
+# tests), train (gpulab train mlp with the default cuda_graph, and a compiled GPT-2-small chargpt run's
+# diagnosis), overhead (the seed's loop against gpulab's fast path, whole job, fresh processes).
+# STEP names run only those. At most 8 files land in OUT_DIR: one log per step and the bench results.
+# GPULAB_MEASURE_DEVICE=cpu runs the same steps on a CPU at tiny sizes (tests/test_gpu_measure.py), so a
+# broken step shows in CI and not in the first GPU minute.
+# gpulab runs from src/ with the machine's own python3 and torch; wheels in .whl/ (pydantic, torchao: the
+# lent machines lack them) go to a private target first (gpu_lib.sh).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_measure.sh OUT_DIR [STEP...]}
 shift
 only="$*"  # gpu_lib.sh's step runs only these, when given
 source "$(dirname "$0")/gpu_lib.sh"  # $work, PYTHONPATH, step
 
-# Limits bound each step (together they pass one 10-minute call of the device tool since the transformer
-# step: name the steps to run, above); a step cut off still leaves its log.
-step doctor 60 python3 -m gpulab doctor --peak
-step overhead 120 python3 benchmarks/overhead.py --device cuda --repeats 7
-step pytest-gpu 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests
-step profile-chargpt 80 python3 -m gpulab profile chargpt --device cuda --out "$work/profile" \
-    --set options.n_layer=12 --set options.n_embd=768 --set options.block_size=1024
-step single-rank-nccl-fsdp2 90 bash -c "python3 -m gpulab launch --nproc-per-node 1 -- gpulab train mlp \
-    --out $work/ddp --max-steps 200 --set strategy=ddp && python3 -m gpulab launch --nproc-per-node 1 -- \
-    gpulab train chargpt --out $work/fsdp2 --max-steps 50 --set strategy=fsdp2"
-step bench 110 python3 -m gpulab bench matmul precision memory accumulate compile parallel transfer \
-    inference --quick --out "$work/bench"
-# issue 24: GPT-2-small (bf16-mixed, batch 32 x 1024) per variant: eager, compile, compile+opt,
-# cuda-graph and float8 (each skipped with its reason where it cannot run), then MFU per variant.
-STEP_TAIL=16 step transformer 300 bash -c "python3 -m gpulab bench transformer --quick --device cuda \
-    --out $work/transformer && python3 benchmarks/transformer_mfu.py $work/transformer/results.json"
-# issue 24 item 1: the whole step as one CUDA graph. Graph vs eager loss trajectories (mlp, chargpt in bf16
-# and fp16), then what cuda_graph auto measures and picks on each recipe (its one line); the speed-up itself
-# is overhead's (cg) row and transformer's cuda-graph row.
-step cuda-graph 240 bash -c "python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_cuda_graph_gpu.py \
-    && for r in mlp chargpt; do python3 -m gpulab train \$r --device cuda --max-steps 200 --out $work/graph-\$r \
-    --set cuda_graph=auto | grep -E 'cuda_graph|done in'; done"
-cp "$work/bench/results.json" "$out/bench-results.json" 2>/dev/null
-cp "$work/profile/profile.json" "$out/profile-chargpt.json" 2>/dev/null
+dev=${GPULAB_MEASURE_DEVICE:-cuda}
+if [[ $dev == cpu ]]; then  # tiny shapes, the same commands
+    size=(--smoke --threads 1) gpt=(--set options.n_layer=1 --set options.n_embd=32 --set options.block_size=32)
+    steps=(--max-steps 20) mlp_steps=(--max-steps 30) pytest_gpu=(--collect-only -q)
+    overhead=(--repeats 1 --variants a,cm)
+else
+    size=(--quick) gpt=(--set options.n_layer=12 --set options.n_head=12 --set options.n_embd=768
+        --set options.block_size=1024 --batch-size 32) steps=(--max-steps 40) mlp_steps=(--max-steps 2000)
+    pytest_gpu=(-q) overhead=(--repeats 3 --variants a,cm,cg)
+fi
+py=${PYTHON:-python3}
+
+step env 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3; \
+    $py -c 'import torch, sys; print(\"torch\", torch.__version__, \"python\", sys.version.split()[0], \
+    \"cuda\", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")'; $py scripts/sdpa_kernel_check.py"
+# gpulab's variants and the hand-written loop in one run, then MFU and gpulab / hand per row against the targets.
+STEP_TAIL=20 step transformer 250 bash -c "$py -m gpulab bench transformer ${size[*]} --device $dev \
+    --out $work/transformer && $py benchmarks/transformer_mfu.py $work/transformer/results.json"
+step cuda-graph 90 $py -m pytest -p no:cacheprovider -m gpu "${pytest_gpu[@]}" tests/gpu/test_cuda_graph_gpu.py
+# The default cuda_graph (auto) on the launch-bound mlp says what it chose; a compiled GPT-2-small run's
+# closing diagnosis must not call it host-bound.
+STEP_TAIL=8 step train 120 bash -c "$py -m gpulab train mlp --device $dev ${mlp_steps[*]} --out $work/mlp \
+    | grep -E 'cuda_graph|done in' ; $py -m gpulab train chargpt --device $dev --compile ${gpt[*]} \
+    ${steps[*]} --out $work/gpt2 --set progress=false --set tensorboard=false \
+    && $py -c 'import json; s=json.load(open(\"$work/gpt2/summary.json\")); \
+    print(\"diagnosis:\", s[\"diagnosis\"][\"bound\"], \"-\", s[\"diagnosis\"][\"reason\"]); \
+    print(\"mfu:\", s.get(\"mfu\")); print(\"compile:\", s.get(\"compile\"))'"
+step overhead 90 $py benchmarks/overhead.py --device $dev "${overhead[@]}"
 cp "$work/transformer/results.json" "$out/transformer-results.json" 2>/dev/null
 echo "logs in $out; everything else in $work"

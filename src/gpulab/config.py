@@ -156,11 +156,11 @@ class TrainerSettings(Settings):
         "forward and backward at fit start, on one process); where they differ, warn and train eagerly",
     )
     cuda_graph: bool | Literal["auto"] = Field(
-        False,
+        "auto",
         description="capture forward, backward and the optimizer step as one CUDA graph after 3 warm-up "
-        "steps and replay it each step (one launch per step); auto: keep it where replays measure faster "
-        "than eager steps; one line says why where it cannot (not CUDA, accumulate, ddp/fsdp2, a host "
-        "read inside the step, ...)",
+        "steps and replay it each step (one launch per step); auto (default): on one CUDA device, time "
+        "replays against eager steps and keep the faster, said in one line; true: always; false: never; "
+        "one line says why where it cannot (accumulate, ddp/fsdp2, a host read inside the step, ...)",
     )
     channels_last: bool | Literal["auto"] = Field(
         "auto",

@@ -71,3 +71,33 @@ def test_a_compute_bound_cpu_with_native_bf16_is_told_to_try_it_and_how_to_know(
     )
     assert d.bound == "compute-bound"
     assert "try bf16-mixed" in d.fix and "gpulab tune measures whether it pays" in d.fix
+
+
+def test_a_run_at_35_percent_mfu_is_never_host_bound_whatever_the_mean_utilisation():
+    # the H100 GPT-2-small compiled run of 2026-11-26: MFU 37.8 %, NVML's whole-fit mean 4 % (compilation
+    # and validation counted as idle GPU)
+    d = diagnose(
+        _b(data=0.0, forward=0.5, backward=0.5), device_type="cuda", gpu_utilization_pct=4, mfu=0.378
+    )
+    assert d.bound == "compute-bound"
+    assert diagnose(_b(forward=1.0), device_type="cuda", gpu_utilization_pct=4, mfu=0.1).bound == "host-bound"
+
+
+def test_the_fits_diagnosis_reads_the_steady_utilisation_not_the_whole_fits_mean():
+    from types import SimpleNamespace
+
+    from gpulab.core.callbacks.nvml_sampler import _steady
+    from gpulab.measure.diagnosis import diagnose_fit
+
+    # windows: compile + warm-up (3 %), steady steps (96-98 %), one spanning validation (40 %)
+    steady = _steady([3.0, 97.0, 96.0, 40.0, 98.0, 97.0])
+    assert steady == 97.0 and _steady([3.0, 97.0]) is None
+    extras = {
+        "data_wait_s": 0.0,
+        "memory": {},
+        "nvml": {"mean": {"utilization_gpu_pct": 30.0}, "steady_utilization_gpu_pct": steady},
+    }
+    result = SimpleNamespace(extras=extras, train_seconds=10.0, precision="bf16-mixed", compiled=True)
+    assert diagnose_fit(result, "cuda").bound == "compute-bound"
+    del extras["nvml"]["steady_utilization_gpu_pct"]  # a short run: the mean is all there is
+    assert diagnose_fit(result, "cuda").bound == "host-bound"

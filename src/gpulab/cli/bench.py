@@ -60,7 +60,7 @@ def bench(
     a regression beyond the measured spread.
     """
     # Piped to a file or a CI log: 100 columns (rich's default would be 80); tables wrap their cells to fit.
-    console = Console() if sys.stdout.isatty() else Console(width=100)
+    console = Console() if sys.stdout.isatty() else Console(width=120)
     if suites and suites[0] == "compare":
         raise typer.Exit(_compare(suites[1:], tolerance, console))
     from gpulab.bench import BenchConfig, run_bench

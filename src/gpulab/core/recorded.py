@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from gpulab.checkpoint.io import LATEST, META
 from gpulab.checkpoint.locate import AUTO

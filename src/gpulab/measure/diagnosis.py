@@ -10,7 +10,8 @@ rough but stated):
 3. host/launch-bound: on a GPU, utilisation under 70 % although data arrives in time -- the GPU idles
    between kernels the host launches too slowly; or a step on a single sample takes more than half as
    long as the real step (the fixed cost per step -- Python, dispatch, launches -- dominates the work);
-   or, without either reading, more than 25 % of the step outside every timed phase.
+   or, without either reading, more than 25 % of the step outside every timed phase. Never where MFU
+   reaches 30 % of the measured peak: a GPU doing that much arithmetic is not waiting on the host.
 4. memory-bound: the peak holds more than 90 % of the memory (capacity), or the device is busy but at
    under 20 % of its measured matmul peak (bandwidth: element-wise work moving bytes, not multiplying).
 5. compute-bound: otherwise.
@@ -30,6 +31,7 @@ IDLE_FRACTION = 0.25
 FIXED_COST_FRACTION = 0.5
 MEMORY_FULL_FRACTION = 0.90
 LOW_MFU = 0.20
+BUSY_MFU = 0.30  # at or above it a run is not host-bound, whatever a utilisation mean says
 
 BOUNDS = ("input-bound", "communication-bound", "host-bound", "memory-bound", "compute-bound")
 
@@ -91,7 +93,7 @@ def diagnose(
             "bf16 gradients, bigger DDP buckets (ddp_bucket_cap_mb); or fewer, faster-connected ranks",
         )
     host = _host_bound(fractions, gpu_utilization_pct, fixed_cost_fraction, on_gpu)
-    if host is not None:
+    if host is not None and not (mfu is not None and mfu >= BUSY_MFU):
         return verdict("host-bound", host, _host_fix(on_gpu, compiled))
     if memory_peak_fraction is not None and memory_peak_fraction > MEMORY_FULL_FRACTION:
         return verdict(
@@ -231,10 +233,17 @@ def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] |
         train_seconds=result.train_seconds,
         data_wait_seconds=extras["data_wait_s"],
         device_type=device_type,
-        gpu_utilization_pct=(extras.get("nvml") or {}).get("mean", {}).get("utilization_gpu_pct"),
+        gpu_utilization_pct=_utilization(extras.get("nvml") or {}),
         memory_peak_fraction=extras["memory"].get("peak_fraction"),
         mfu=(extras.get("mfu") or {}).get("mfu_measured"),
         precision=result.precision,
         compiled=result.compiled,
         native=native,
     )
+
+
+def _utilization(nvml: dict[str, Any]) -> float | None:
+    """The steady steps' utilisation where the sampler has it (not compilation, warm-up or validation),
+    else the whole fit's mean."""
+    steady = nvml.get("steady_utilization_gpu_pct")
+    return steady if steady is not None else (nvml.get("mean") or {}).get("utilization_gpu_pct")

@@ -278,6 +278,7 @@ class BenchContext:
     repeats: int = 10
     memory_limit_bytes: int | None = None
     log: Callable[[str], None] = print
+    graphs: Any = None  # the CUDA-graph backend of the cuda-graph variants; None: torch's (tests: a fake)
 
     @property
     def on_gpu(self) -> bool:

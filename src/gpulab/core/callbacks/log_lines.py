@@ -26,6 +26,8 @@ class LogLines(Callback):
     def on_log(self, trainer, state, metrics):
         self._metrics, self._read_at = dict(metrics), state.global_step
 
+    graph_safe = True  # on_step_end reads the clock and the first loss the Trainer already read: no tensor
+
     def on_step_end(self, trainer, state):
         now = time.monotonic()
         if self._first is None:

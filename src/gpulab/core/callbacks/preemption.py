@@ -19,6 +19,11 @@ class StopOnSignal(Callback):
     (``Runtime.lagged_flag``; the TensorFlow engine folds it into the step's own all-reduce); a single
     process only reads it."""
 
+    # One process reads a Python flag per step (no tensor); several ranks all-reduce it, but a whole-step
+    # graph runs on one device only. Every run the CLI builds carries this callback: without the mark
+    # cuda_graph could never engage (the H100 run of 2026-11-26).
+    graph_safe = True
+
     def __init__(self, watch: SignalWatch) -> None:
         self.watch = watch
 

@@ -34,6 +34,8 @@ class ProgressBar(Callback):
         )
         self._progress.start()
 
+    graph_safe = True  # on_step_end reads the clock and the first loss the Trainer already read: no tensor
+
     def on_step_end(self, trainer, state):
         if not self._loss_shown and state.first_loss is not None:
             # The first step's loss, read once when the fit's clock started: no "loss -" until the first log.

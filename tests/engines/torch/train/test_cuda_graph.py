@@ -361,7 +361,9 @@ def _stub(**over):
         device=torch.device("cpu"), world_size=1, strategy=SimpleNamespace(name="single"), precision=None
     )
     optimizer = torch.optim.AdamW(nn.Linear(2, 2).parameters(), fused=True)
-    stub = SimpleNamespace(settings=settings, runtime=runtime, optimizer=optimizer, _extra_callbacks=[])
+    stub = SimpleNamespace(
+        settings=settings, runtime=runtime, optimizer=optimizer, callbacks=SimpleNamespace(callbacks=[])
+    )
     for key, value in over.items():
         target, name = key.split(".")
         setattr(getattr(stub, target) if target != "stub" else stub, name, value)
@@ -402,12 +404,18 @@ def test_not_cuda_is_a_blocker_and_a_plain_fit_is_not():
     assert blocker(_stub(), CudaGraphs()) == "the device is cpu (CUDA graphs need a CUDA device)"
 
 
-def test_the_real_backend_on_a_cpu_trains_eagerly_and_says_so(capsys):
-    trainer = Trainer(device="cpu", batch_size=32, max_steps=3, cuda_graph="auto", progress=None, log_every=3)
+@pytest.mark.parametrize("setting", [True, "auto"])
+def test_the_real_backend_on_a_cpu_trains_eagerly_and_says_so_where_asked(capsys, setting):
+    trainer = Trainer(
+        device="cpu", batch_size=32, max_steps=3, cuda_graph=setting, progress=None, log_every=3
+    )
     result = trainer.fit(_Net(), _data(), loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.AdamW(p))
     out = [line for line in capsys.readouterr().out.splitlines() if "cuda_graph" in line]
-    assert out == ["cuda_graph auto: eager steps: the device is cpu (CUDA graphs need a CUDA device)"]
-    assert result.extras["cuda_graph"]["mode"] == "eager"
+    if setting is True:  # asked for: why not, in one line
+        assert out == ["cuda_graph true: eager steps: the device is cpu (CUDA graphs need a CUDA device)"]
+        assert result.extras["cuda_graph"]["mode"] == "eager"
+    else:  # the default: nothing asked for that this device lacks, nothing said
+        assert out == [] and "cuda_graph" not in result.extras
 
 
 def test_auto_keeps_the_graph_only_where_it_measured_faster():

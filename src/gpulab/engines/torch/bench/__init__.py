@@ -18,6 +18,9 @@ from torch import nn
 
 from gpulab.core.recipes.base import load_recipe
 from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.compile import CompileFallback
+from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 from gpulab.measure.bench_models import MODELS
 
 
@@ -80,6 +83,10 @@ class Stepper:
         self.model, self.optimizer = runtime.setup(work.model, optimizer or work.optimizer)
         self.forward = forward(self.model) if forward else self.model
         self.loss_fn = work.loss_fn
+        # The Trainer's call of model and loss (step_call.py): a compiled model fuses its loss as it does.
+        self.loss = LossCall(work.loss_fn, Signature(self.model, None, None))
+        if isinstance(self.forward, CompileFallback):
+            self.forward.fuse_loss(self.loss)
         self.batch_size, self.accumulate = work.batch_size, accumulate
         n = (len(work.inputs) // work.batch_size) * work.batch_size
         if n == 0:
@@ -99,7 +106,7 @@ class Stepper:
         loss = None
         for xs, ys in zip(x.chunk(self.accumulate), y.chunk(self.accumulate), strict=True):
             with self.rt.autocast():
-                loss = self.loss_fn(self.forward(xs), ys)
+                loss = step_loss(self.forward, self.loss, (xs, ys))
             self.rt.backward(loss / self.accumulate)
         self.rt.step(self.optimizer)
         return loss

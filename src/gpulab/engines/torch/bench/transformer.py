@@ -30,8 +30,6 @@ from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
-from gpulab.engines.torch.runtime.signature import Signature
-from gpulab.engines.torch.runtime.step_call import LossCall
 from gpulab.engines.torch.train.graph_step import WholeStepGraph
 from gpulab.measure.harness import (
     BenchContext,
@@ -61,6 +59,7 @@ SHAPES = {
     "micro": Shape(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab=128, batch=4),
 }
 VARIANTS = ("eager", "compile", "compile+opt", "cuda-graph", "float8")
+HAND = "hand-written"  # the peer: a GPT-2 loop as a user writes it by hand (hand_gpt2.py)
 PROFILES = {
     "full": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 5, "repeats": 10, "backend": "inductor"},
     "quick": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 3, "repeats": 5, "backend": "inductor"},
@@ -89,26 +88,57 @@ def run(ctx: BenchContext) -> SuiteResult:
         "compiled too); compile time shown apart.",
     )
     flops, peaks = _flops_and_peaks(ctx, shape, precision)
-    for variant in VARIANTS:
-        reason = skip_reason(variant, ctx.device)
+    for variant in (HAND, *VARIANTS):
+        reason = skip_reason(variant, ctx.device, ctx.graphs)
         if reason:
             result.notes.append(f"{variant} skipped: {reason}.")
             continue
-        row = _one(ctx, shape_name, shape, variant, precision, cfg, flops, peaks, result.notes)
-        result.rows.append(row)
-    peaks = _within_measured_peak(peaks, flops, result.rows, result.notes)
-    eager = result.rows[0].figures["step_time"]
-    for row in result.rows[1:]:
-        row.figures["speedup_vs_eager"] = Figure.ratio(eager, row.figures["step_time"])
-    result.notes += _notes(ctx, shape_name, precision, flops, peaks, result.rows, cfg["backend"])
-    result.plots.append(_plot(result.rows))
+        args = (ctx, shape_name, shape, variant, precision, cfg, flops, peaks)
+        result.rows.append(_isolated(args, result.notes))
+    timed = [r for r in result.rows if "step_time" in r.figures]
+    peaks = _within_measured_peak(peaks, flops, timed, result.notes)
+    _ratios(timed)
+    result.notes += _notes(ctx, shape_name, precision, flops, peaks, timed, cfg["backend"])
+    if timed:
+        result.plots.append(_plot(timed))
     torch._dynamo.reset()
     return result
 
 
-def skip_reason(variant: str, device: torch.device) -> str | None:
-    """Why ``variant`` cannot run on ``device`` (one line), or None when it can."""
-    if variant == "cuda-graph" and device.type != "cuda":
+def _isolated(args: tuple, notes: list[str]) -> Row:
+    """One variant's row, or a row holding its error: one variant's failure never loses the others' (the
+    H100 run of 2026-11-26 lost every row to the cuda-graph variant's AttributeError)."""
+    ctx, shape_name, variant = args[0], args[1], args[3]
+    try:
+        return _hand_row(*args) if variant == HAND else _one(*args, notes)
+    except Exception as exc:
+        if ctx.on_gpu:
+            torch.cuda.empty_cache()  # what the failed variant held
+        line = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+        notes.append(f"{variant} failed ({line}); the other variants ran.")
+        return Row({"model": shape_name, "variant": variant}, {}, {"error": line})
+
+
+def _ratios(rows: list[Row]) -> None:
+    """Each gpulab row's speed-up over eager and its tokens/s over the hand-written loop's (> 1: gpulab is
+    faster than writing the loop by hand)."""
+    by_variant = {r.key["variant"]: r for r in rows}
+    eager, hand = by_variant.get("eager"), by_variant.get(HAND)
+    for row in rows:
+        if row.key["variant"] == HAND:
+            continue
+        if eager is not None and row is not eager:
+            row.figures["speedup_vs_eager"] = Figure.ratio(
+                eager.figures["step_time"], row.figures["step_time"]
+            )
+        if hand is not None:
+            row.figures["vs_hand"] = Figure.ratio(hand.figures["step_time"], row.figures["step_time"])
+
+
+def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str | None:
+    """Why ``variant`` cannot run on ``device`` (one line), or None when it can. ``graphs``: the cuda-graph
+    backend (a CPU test passes a fake that can)."""
+    if variant == "cuda-graph" and (graphs or CudaGraphs()).unsupported(device):
         return "CUDA graphs need a CUDA GPU"
     if variant == "float8":
         if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
@@ -137,8 +167,9 @@ def workload(shape: Shape, seed: int = 0) -> Workload:
         loss_fn=next_char_loss,
         # GPT-2's settings; the Runtime puts AdamW on its fused kernel.
         optimizer=lambda params: torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1),
-        inputs=ids[:, :-1],
-        targets=ids[:, 1:],
+        # contiguous, as a DataLoader's collate makes every batch (a user's `targets.view(-1)` relies on it)
+        inputs=ids[:, :-1].contiguous(),
+        targets=ids[:, 1:].contiguous(),
         batch_size=shape.batch,
     )
 
@@ -176,7 +207,7 @@ def _one(
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
-            stepper = GraphStepper(stepper)
+            stepper = GraphStepper(stepper, ctx.graphs)
         if variant == "compile+opt":
             restore = compile_optimizer_step(stepper.optimizer, cfg["backend"])
         first = _first_step(stepper, ctx.device)
@@ -216,18 +247,58 @@ def _one(
     return Row({"model": shape_name, "variant": variant}, figures, info)
 
 
+def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> Row:
+    """The hand-written loop (``hand_gpt2.py``) at the same shape, precision and batches, timed alike."""
+    from gpulab.engines.torch.bench.hand_gpt2 import GPT, make_step
+
+    torch._dynamo.reset()
+    work = workload(shape)  # only its batches: the peer builds its own model, as a user's script does
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = GPT(shape.vocab, shape.block_size, shape.n_layer, shape.n_head, shape.n_embd)
+    step = make_step(model, ctx.device, bf16=precision == "bf16-mixed", backend=cfg["backend"])
+    x, y = work.inputs.to(ctx.device), work.targets.to(ctx.device)
+    cursor = iter(range(1 << 62))
+
+    def one() -> torch.Tensor:
+        i = (next(cursor) % BATCHES) * shape.batch
+        return step(x[i : i + shape.batch], y[i : i + shape.batch])
+
+    synchronize(ctx.device)
+    start = time.perf_counter()
+    one()  # compiles
+    synchronize(ctx.device)
+    compile_s = time.perf_counter() - start
+    timing = ctx.measure(one, warmup=cfg["warmup"], repeats=cfg["repeats"])
+    memory = peak_memory(one, device=ctx.device, repeats=2) if ctx.on_gpu else CPU_NO_MEMORY
+    figures = {
+        "step_time": timing.seconds("ms"),
+        "tokens_per_s": timing.rate(shape.batch * shape.block_size, "tokens/s"),
+    }
+    mfu_figures(figures, timing, flops, peaks)
+    figures["compile_time"] = Figure.single(compile_s, "s", "lower")
+    info = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision, "compiled": True}
+    info["tflop_per_step"] = flops / 1e12
+    if memory.figure is not None:
+        figures["peak_memory"] = memory.figure
+    else:
+        info["no_peak_memory"] = memory.kind
+    return Row({"model": shape_name, "variant": variant}, figures, info)
+
+
 class GraphStepper:
     """A ``Stepper``'s step as the Trainer's whole-step CUDA graph (``cuda_graph: true``): the very
     ``WholeStepGraph`` of ``train/graph_step.py``, fed the Stepper's batches in turn."""
 
     def __init__(self, stepper: Stepper, backend: Any = None) -> None:
         self.stepper = stepper
+        self.forward = stepper.forward  # what the suite asks of any stepper (did compilation fall back)
         fit = SimpleNamespace(  # what WholeStepGraph reads from a Trainer
             optimizer=stepper.optimizer,
             runtime=stepper.rt,
             model=stepper.model,
             forward=stepper.forward,
-            loss=LossCall(stepper.loss_fn, Signature(stepper.model, None, None)),
+            loss=stepper.loss,
             scheduler=None,
             settings=SimpleNamespace(clip_grad_norm=None, progress=False),
             state=SimpleNamespace(global_step=0),

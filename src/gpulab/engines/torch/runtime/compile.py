@@ -5,12 +5,26 @@ from __future__ import annotations
 import functools
 import itertools
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gpulab.errors import ConfigError, choices
+
+
+class ModelAndLoss(nn.Module):
+    """``loss(model(*args, **kwargs), batch)``: what one training micro-batch computes, as one module for
+    torch.compile. It holds the user's model (not a copy), so the parameters are the model's own."""
+
+    def __init__(self, model: nn.Module, loss: Callable[[Any, Any], torch.Tensor]) -> None:
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, args: tuple, kwargs: dict[str, Any], batch: Any) -> torch.Tensor:
+        return self.loss(self.model(*args, **kwargs), batch)
 
 
 class CompileFallback(nn.Module):
@@ -24,12 +38,47 @@ class CompileFallback(nn.Module):
     compilation still on: an OOM says nothing about the compiler.
     """
 
-    def __init__(self, model: nn.Module, compiled) -> None:
+    def __init__(
+        self, model: nn.Module, compiled, recompile: Callable[[nn.Module], Any] | None = None
+    ) -> None:
         super().__init__()
         self.model = model
         self._compiled = compiled
+        self._recompile = recompile  # torch.compile with this model's mode, backend and options
+        self._with_loss: Any = None  # the training step's forward and loss as one region (fuse_loss)
         self.fell_back = False
         self.reason: str | None = None  # why it fell back, for summary.json
+
+    def fuse_loss(self, loss: Callable[[Any, Any], torch.Tensor]) -> None:
+        """Compile the model's forward and ``loss(output, batch)`` as one region for training steps.
+
+        Compiling the module alone left the loss eager: on GPT-2-small (vocabulary 50304) the 32 x 1024 x
+        50304 logits went to memory in bf16, were read back, upcast and reduced by separate kernels, and
+        the step ran 1.23x slower than a hand loop whose compiled forward ends in the cross-entropy
+        (H100, 2026-11-26). One region lets inductor fuse the loss into the head's epilogue. Validation
+        keeps calling the module alone (``forward``), its own graph: it never recompiles this one.
+        """
+        if self._recompile is not None and self._compiled is not None:
+            self._with_loss = self._recompile(ModelAndLoss(self.model, loss))
+
+    def model_and_loss(self, args: tuple, kwargs: dict[str, Any], batch: Any, loss: Callable) -> torch.Tensor:
+        """The training loss of ``batch`` through the fused region (``fuse_loss``), with the same fallback
+        as ``forward``: a compile error warns once and the step runs eager from then on."""
+        if self._with_loss is None or self._compiled is None:
+            return loss(self(*args, **kwargs), batch)
+        try:
+            return self._with_loss(args, kwargs, batch)
+        except Exception as exc:
+            if not is_compile_error(exc):
+                raise
+            self._warn_and_fall_back(exc)
+        return loss(self.model(*args, **kwargs), batch)
+
+    def _warn_and_fall_back(self, exc: BaseException) -> None:
+        first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
+        reason = f"torch.compile failed ({type(exc).__name__}: {first_line})"
+        warnings.warn(f"{reason}; continuing without compilation", RuntimeWarning, stacklevel=3)
+        self.fall_back(reason)
 
     @property
     def compiled(self):
@@ -38,7 +87,7 @@ class CompileFallback(nn.Module):
 
     def fall_back(self, reason: str) -> None:
         """Run eager from now on (the parameters are shared: nothing to move)."""
-        self._compiled, self.fell_back, self.reason = None, True, reason
+        self._compiled, self._with_loss, self.fell_back, self.reason = None, None, True, reason
 
     def forward(self, *args, **kwargs):
         if self._compiled is None:
@@ -48,10 +97,7 @@ class CompileFallback(nn.Module):
         except Exception as exc:
             if not is_compile_error(exc):
                 raise
-            first_line = str(exc).splitlines()[0][:200] if str(exc) else ""
-            reason = f"torch.compile failed ({type(exc).__name__}: {first_line})"
-            warnings.warn(f"{reason}; continuing without compilation", RuntimeWarning, stacklevel=2)
-            self.fall_back(reason)
+            self._warn_and_fall_back(exc)
         # Outside ``except``: the failed attempt's traceback (and the tensors its frames hold) is gone
         # before the eager run allocates its own.
         return self.model(*args, **kwargs)
@@ -103,10 +149,13 @@ def compile_model(
         if backend == "inductor":
             options = inductor_options(mode, on_cpu=_on_cpu(model), check=check)
         # torch.compile takes a mode or options, not both: the options already hold the mode's.
-        compiled = torch.compile(model, mode=None if options else mode, backend=backend, options=options)
+        recompile = functools.partial(
+            torch.compile, mode=None if options else mode, backend=backend, options=options
+        )
+        compiled = recompile(model)
     except Exception as exc:  # an unknown backend or mode fails eagerly
         raise ConfigError(f"torch.compile(mode={mode!r}, backend={backend!r}) refused: {exc}") from None
-    return CompileFallback(model, compiled)
+    return CompileFallback(model, compiled, recompile)
 
 
 def inductor_options(mode: str | None, on_cpu: bool, check: bool = False) -> dict | None:

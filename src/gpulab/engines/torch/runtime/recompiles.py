@@ -1,10 +1,11 @@
 """Recompiles of a ``torch.compile``'d model after its first step, kept out of the reported throughput.
 
-The first step pays the compilation and is never timed. Later ones may compile again: the first
-validation (``eval()`` and ``inference_mode`` fail the training graph's guards), a short last batch (a new
-shape). Each such step or validation batch is one interval whose wall time the Trainer's clock leaves
-out; the count and the seconds go to summary.json, so a user sees both. Counted with dynamo's own
-frame counter (process-wide), read only when the model is compiled.
+The first step pays the compilation and is never timed. Later ones may compile again: a short last batch
+(a new shape) recompiles the training step; the first validation compiles the forward alone, its own
+graph (the training step's forward and loss are one compiled region), counted apart as
+``validation_compiles``. Each such step or validation batch is one interval whose wall time the
+Trainer's clock leaves out; the count and the seconds go to summary.json, so a user sees both. Counted
+with dynamo's own frame counter (process-wide), read only when the model is compiled.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ class RecompileWatch:
         self.enabled = enabled
         self.exclude = exclude
         self.armed = False
-        self.recompiles = 0
+        self.recompiles = 0  # of the training step's graph (a new shape, a failed guard)
+        self.validation = 0  # the forward alone, compiled once for eval (its own graph, not a recompile)
         self.seconds = 0.0
 
     @contextmanager
-    def watch(self) -> Iterator[None]:
+    def watch(self, validation: bool = False) -> Iterator[None]:
         if not (self.enabled and self.armed):
             yield
             return
@@ -43,9 +45,22 @@ class RecompileWatch:
         new = frames_compiled() - before
         if new:
             spent = time.perf_counter() - start
-            self.recompiles += new
+            if validation:
+                self.validation += new
+            else:
+                self.recompiles += new
             self.seconds += spent
             self.exclude(spent)
 
     def report(self) -> dict[str, float | int]:
-        return {"recompiles": self.recompiles, "recompile_seconds_excluded": round(self.seconds, 3)}
+        return {
+            "recompiles": self.recompiles,
+            "validation_compiles": self.validation,
+            "recompile_seconds_excluded": round(self.seconds, 3),
+        }
+
+    def line(self) -> str:
+        """The one line a compiled fit ends with: whether the training graph held after its first step."""
+        held = "no recompiles" if not self.recompiles else f"{self.recompiles} recompile(s)"
+        val = f"; validation compiled its own graph {self.validation} time(s)" if self.validation else ""
+        return f"compile: {held} of the training step after the first{val} ({self.seconds:.1f} s left out)"

@@ -219,7 +219,22 @@ def _own_loss(output: Any) -> torch.Tensor:
 
 
 def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
-    """One forward and the loss on ``batch`` (under the caller's autocast)."""
+    """One forward and the loss on ``batch`` (under the caller's autocast). A compiled model whose loss is
+    fused (``CompileFallback.fuse_loss``) computes both in one compiled region."""
+    fused = getattr(forward, "model_and_loss", None)
+    if fused is not None and getattr(forward, "_with_loss", None) is not None:
+        args, kwargs = (loss.signature or signature_of(forward)).arguments(batch)
+        try:
+            return fused(args, kwargs, batch, loss)
+        except (TypeError, AttributeError):
+            # The eager path names a batch that does not fit forward (a DataError) where the compiled one
+            # would show the compiler's traceback; a model's own error is raised again as it was.
+            _plain_step_loss(forward.model, loss, batch)
+            raise
+    return _plain_step_loss(forward, loss, batch)
+
+
+def _plain_step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
     output = call_model(forward, batch, loss.signature)
     try:
         return loss(output, batch)

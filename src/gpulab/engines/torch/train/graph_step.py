@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -45,7 +45,7 @@ class Trainer(Protocol):
     scheduler: Any
     forward: Callable[..., Any]
     loss: Callable[..., Any]
-    _extra_callbacks: Sequence[Any]
+    callbacks: Any  # the CallbackList the fit runs: the defaults and the user's
 
 
 WARMUP_STEPS = 3  # torch's docs warm up 3 iterations before capturing
@@ -76,7 +76,9 @@ def blocker(trainer: Trainer, backend: GraphBackend) -> str | None:
     why = optimizer_blocker(trainer.optimizer, fp16)
     if why:
         return why
-    for callback in trainer._extra_callbacks:
+    # Every callback the fit runs, the defaults (progress, trackers) as much as the user's: the CPU fake once
+    # ran with fewer callbacks than `gpulab train` builds, and the graph never engaged in a real run.
+    for callback in trainer.callbacks.callbacks:
         per_step = type(callback).on_step_end is not _base_on_step_end()
         if per_step and not getattr(callback, "graph_safe", False):
             return (
@@ -348,9 +350,12 @@ def make_graph_step(
     trainer: Trainer, backend: GraphBackend | None = None
 ) -> tuple[WholeStepGraph | None, str]:
     """The graph step ``trainer.settings.cuda_graph`` asks for and this fit allows, and one line saying
-    what was chosen (None with the cause when it cannot capture)."""
+    what was chosen (None with the cause when it cannot capture). ``auto`` (the default) on a device that
+    has no graphs is plain eager training: None and no line, nothing was asked for that it lacks."""
     setting = trainer.settings.cuda_graph
     backend = backend or CudaGraphs()
+    if setting == "auto" and backend.unsupported(trainer.runtime.device):
+        return None, ""
     why = blocker(trainer, backend)
     name = "auto" if setting == "auto" else "true"
     if why is not None:

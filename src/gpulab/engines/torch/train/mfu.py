@@ -70,6 +70,9 @@ class MfuCallback(Callback):
             self._first_step = FlopCounterMode(display=False)
             self._first_step.__enter__()
 
+    # The FLOP count ends at the first step, an eager warm-up step under cuda_graph; later steps read nothing.
+    graph_safe = True
+
     def on_step_end(self, trainer, state):
         if self._first_step is not None:
             flops = self._stop_counting()

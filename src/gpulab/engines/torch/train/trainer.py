@@ -36,7 +36,11 @@ from gpulab.engines.torch.distributed.process_group import launched_world_size
 from gpulab.engines.torch.measure.timers import DataWaitMeter
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.batch_search import search_batch_size
-from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing, compile_model
+from gpulab.engines.torch.runtime.compile import (
+    CompileFallback,
+    apply_activation_checkpointing,
+    compile_model,
+)
 from gpulab.engines.torch.runtime.compile_check import FirstStepCheck
 from gpulab.engines.torch.runtime.memory import (
     memory_limit_bytes,
@@ -177,6 +181,8 @@ class Trainer:
         # the loss is taken from the output (step_call.py).
         self.signature = Signature(model, s.model_inputs, s.model_output)
         self.loss = LossCall(loss_fn, self.signature)
+        if isinstance(self.forward, CompileFallback):  # forward and loss as one compiled region
+            self.forward.fuse_loss(self.loss)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
         # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
         several = s.accumulate > 1 or rt.world_size > 1
@@ -222,6 +228,8 @@ class Trainer:
         if self.settings.cuda_graph is False:
             return None
         graph, line = make_graph_step(self, self.graph_backend)
+        if not line:  # auto on a device without graphs (a CPU): eager, nothing to say
+            return None
         if graph is None:
             self.extras["cuda_graph"] = {"mode": "eager", "reason": line}
         if (graph is None or self.settings.cuda_graph is True) and self.settings.progress is not False:
@@ -263,13 +271,18 @@ class Trainer:
                 self._flush_log()  # before the epoch counter moves, so the record names its own epoch
             # Checkpoint first, then validate: a validation that fails (a user's metric, an eval path
             # that differs) never costs the epoch's training.
+            # Checkpoints and validation are not training: their time is left out of the clock, so
+            # samples/s, MFU and the diagnosis describe the steps (a compiled GPT-2-small run once read
+            # "host-bound" at 8 % MFU, its validations and checkpoint writes counted as idle steps).
             if epoch_complete:
-                with self._at_next_epoch():  # the checkpoint resumes at the next epoch's start
+                with self._at_next_epoch(), self._clock.excluding():  # resumes at the next epoch's start
                     self._save_checkpoint()
             elif finishing and self.checkpointer is not None and not self._saved_this_step():
-                self._save_checkpoint()
+                with self._clock.excluding():
+                    self._save_checkpoint()
             if (epoch_complete or finishing) and val is not None:
-                val_metrics = self._validate_after_save(val)
+                with self._clock.excluding():
+                    val_metrics = self._validate_after_save(val)
             if epoch_complete:
                 callbacks.on_epoch_end(self, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
@@ -278,6 +291,8 @@ class Trainer:
         if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
             self._save_checkpoint()
         result = self._result(val_metrics)
+        if self.settings.compile and self.settings.progress is not False:
+            self.runtime.print(self._recompiles.line())
         callbacks.on_fit_end(self, state, result)  # MFU and NVML callbacks add their reports to extras
         result.extras["diagnosis"] = self._diagnose(result).to_json()
         return result
@@ -462,7 +477,7 @@ class Trainer:
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
-            with rt.autocast(), self._recompiles.watch():
+            with rt.autocast(), self._recompiles.watch(validation=True):
                 out = call_model(self.forward, batch, self.signature)
                 loss.add(self.loss(out, batch), weight=samples_in(batch))
             counts = accuracy_counts(out, batch, shift=self._shift_labels, signature=self.signature)
@@ -743,6 +758,22 @@ class _Clock:
     def exclude(self, seconds: float) -> None:
         self.excluded += seconds
         self.interval_excluded += seconds
+
+    @contextlib.contextmanager
+    def excluding(self) -> Iterator[None]:
+        """Leave the block's wall time out of the rates (a checkpoint, a validation: once an epoch, so the
+        device is synchronised at its edges: the steps queued before it are training time)."""
+        if self.t0 is None:  # not timing yet (before the first step, or a resume at the end)
+            yield
+            return
+        synchronize(self.device)
+        start, before = time.perf_counter(), self.excluded
+        try:
+            yield
+        finally:
+            synchronize(self.device)
+            inside = self.excluded - before  # a validation's compilation, already left out
+            self.exclude(max(time.perf_counter() - start - inside, 0.0))
 
     def start(self, samples: int) -> None:
         synchronize(self.device)
