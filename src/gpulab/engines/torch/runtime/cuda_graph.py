@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -144,7 +145,11 @@ _HOST_READS = {
     torch.ops.aten.nonzero.default: "nonzero() (or a boolean-mask index)",
     torch.ops.aten.masked_select.default: "masked_select() (or a boolean-mask index)",
 }
-_OWN_CODE = (os.sep + "torch" + os.sep, os.sep + "gpulab" + os.sep, os.sep + "contextlib.py")
+# torch's and gpulab's installed packages, by their real directories: a user's own file whose path merely
+# holds a folder named torch or gpulab (tests/engines/torch/, ~/src/gpulab/) is still the user's
+_OWN_CODE = tuple(
+    os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (torch, sys.modules["gpulab"])
+) + (os.path.abspath(contextlib.__file__),)
 
 
 class HostReadProbe(TorchDispatchMode):
@@ -176,6 +181,6 @@ def _mask_index(func: Any, args: tuple) -> str | None:
 def _user_frame() -> str:
     """`` at FILE:LINE`` of the innermost caller outside torch and gpulab, or nothing."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if not any(part in frame.filename for part in _OWN_CODE):
+        if not os.path.abspath(frame.filename).startswith(_OWN_CODE):
             return f" at {os.path.basename(frame.filename)}:{frame.lineno}"
     return ""
