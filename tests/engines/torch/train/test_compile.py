@@ -128,8 +128,9 @@ def test_a_recompile_at_the_first_validation_is_counted_and_left_out_of_samples_
     assert report["recompile_seconds_excluded"] >= COMPILE_S * report["validation_compiles"]
     timed = 2 * len(x) - 32  # the first step (the first compile) is never timed
     working = result.train_seconds - report["recompile_seconds_excluded"]
-    # Only milliseconds of work in all: the clock's bookkeeping around them is a few percent of it.
-    assert result.samples_per_s == pytest.approx(timed / working, rel=0.15)
+    # At least the recompiles are left out (the validations' own time too, since checkpoints and
+    # validation are not training: test_validation_time_is_left_out_of_samples_per_s).
+    assert result.samples_per_s >= timed / working
     # Higher than with the recompile in (by the recompile's share of this run's own wall time; a fixed
     # factor failed where a loaded machine stretched the steps themselves beyond the compilation).
     assert result.samples_per_s > timed / result.train_seconds

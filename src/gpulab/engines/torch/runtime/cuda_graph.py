@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -145,11 +144,12 @@ _HOST_READS = {
     torch.ops.aten.nonzero.default: "nonzero() (or a boolean-mask index)",
     torch.ops.aten.masked_select.default: "masked_select() (or a boolean-mask index)",
 }
-# torch's and gpulab's installed packages, by their real directories: a user's own file whose path merely
-# holds a folder named torch or gpulab (tests/engines/torch/, ~/src/gpulab/) is still the user's
-_OWN_CODE = tuple(
-    os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (torch, sys.modules["gpulab"])
-) + (os.path.abspath(contextlib.__file__),)
+# The installed packages' own folders, by their roots: a user's file under a folder named torch/ is still
+# the user's (the project's own tests live in tests/engines/torch/).
+_OWN_ROOTS = (
+    os.path.dirname(torch.__file__) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))) + os.sep,  # gpulab/
+)
 
 
 class HostReadProbe(TorchDispatchMode):
@@ -181,6 +181,6 @@ def _mask_index(func: Any, args: tuple) -> str | None:
 def _user_frame() -> str:
     """`` at FILE:LINE`` of the innermost caller outside torch and gpulab, or nothing."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if not os.path.abspath(frame.filename).startswith(_OWN_CODE):
+        if not frame.filename.startswith(_OWN_ROOTS) and not frame.filename.endswith("contextlib.py"):
             return f" at {os.path.basename(frame.filename)}:{frame.lineno}"
     return ""
