@@ -22,6 +22,7 @@ def start(tmp_path, hand_over_s):
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=hand_over_s)
     logger.on_fit_start(trainer=None, state=SimpleNamespace(global_step=0))
     fake = FakeFileWriter()
+    assert logger._ready()  # the writer opens in a thread started at fit start
     logger._writer.close()
     logger._writer = fake
     return logger, fake
@@ -46,3 +47,30 @@ def test_a_zero_interval_hands_over_at_once(tmp_path):
     logger.on_log(None, SimpleNamespace(global_step=7), {"loss": 0.5})
     assert fake.events == [(7, {"loss": 0.5})]
     logger.on_fit_end(None, SimpleNamespace(global_step=7), result=None)
+
+
+def test_the_writer_opens_off_the_training_thread_and_the_first_hand_over_waits_for_it(tmp_path, monkeypatch):
+    import threading
+
+    from gpulab.core.callbacks import tensorboard
+
+    opened_in, release = [], threading.Event()
+    real = tensorboard._EventWriter
+
+    def slow_writer(log_dir):
+        opened_in.append(threading.current_thread().name)
+        release.wait()  # the import and the file take their time: the fit goes on meanwhile
+        return real(log_dir)
+
+    monkeypatch.setattr(tensorboard, "_EventWriter", slow_writer)
+    logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=3600)
+    logger.on_fit_start(trainer=None, state=SimpleNamespace(global_step=0))
+    logger.on_log(None, SimpleNamespace(global_step=5), {"loss": 0.5})  # returns: nothing waits yet
+    release.set()
+    logger.on_fit_end(None, SimpleNamespace(global_step=5), result=None)  # waits, then writes
+    assert opened_in == ["gpulab-tensorboard-open"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(5, 0.5)]

@@ -5,14 +5,21 @@ end of the fit): its writer thread then wakes once per batch rather than once pe
 taking the GIL from the training loop (measured ~10 us per step at log_every=50 on a 250 us CPU step).
 TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere.
 The writer is TensorBoard's own (what torch's SummaryWriter wraps), so no engine's framework is imported.
+
+TensorBoard's import (protobuf and its writer, about 0.3 s on the 2-core VM) runs in a thread started at
+fit start, off the training's critical path: the first hand-over waits for it, so no record is lost; a
+SIGTERM ends the fit through ``on_fit_end`` as before, and what a SIGKILL loses is what the writer had not
+flushed yet, as before (``metrics.jsonl`` holds every logged step).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 from gpulab.core.callbacks.base import Callback
 
@@ -24,6 +31,8 @@ class TensorBoardLogger(Callback):
         self._writer = None
         self._pending: list[tuple[int, dict]] = []
         self._last = 0.0
+        self._opening: threading.Thread | None = None
+        self._opened: dict[str, Any] = {}
 
     def on_fit_start(self, trainer, state):
         if "tensorflow" not in sys.modules:
@@ -31,12 +40,28 @@ class TensorBoardLogger(Callback):
             # gpulab[tensorflow]) only to write event files, which its stub writes alike: ask for the stub, as
             # TensorBoard's own no-TensorFlow build does. A process that already runs TensorFlow keeps it.
             sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-        # Imported late: it takes a second to load.
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        self._summary = Summary
-        self._writer = _EventWriter(self.log_dir)
+        self._opening = threading.Thread(target=self._open, name="gpulab-tensorboard-open", daemon=True)
+        self._opening.start()
         self._last = time.monotonic()
+
+    def _open(self) -> None:
+        """TensorBoard's import and the event file, in the opening thread; an error is kept for the fit."""
+        try:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            self._opened = {"summary": Summary, "writer": _EventWriter(self.log_dir)}
+        except BaseException as exc:  # raised in the training thread at the first hand-over
+            self._opened = {"error": exc}
+
+    def _ready(self) -> bool:
+        """Wait for the opening thread (once); False when the fit never started."""
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+            if "error" in self._opened:
+                raise self._opened["error"]
+            self._summary, self._writer = self._opened["summary"], self._opened["writer"]
+        return self._writer is not None
 
     def _record(self, step: int, metrics: dict) -> None:
         self._pending.append((step, dict(metrics)))
@@ -44,6 +69,8 @@ class TensorBoardLogger(Callback):
             self._hand_over()
 
     def _hand_over(self) -> None:
+        if not self._ready():
+            return
         # One event per step holding all its scalars: a third of the cost of an add_scalar per metric.
         for step, metrics in self._pending:
             values = [
@@ -63,7 +90,7 @@ class TensorBoardLogger(Callback):
         self._record(state.global_step, metrics)
 
     def on_fit_end(self, trainer, state, result):
-        if self._writer is not None:
+        if self._ready():
             self._hand_over()
             self._writer.close()
             self._writer = None
