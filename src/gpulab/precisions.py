@@ -1,9 +1,11 @@
 """The precisions and strategies, once, as data: no framework imported.
 
 Every reader takes its facts from here: config's choices, the CLI's help, the torch Precision classes
-(runtime/precision.py), the TensorFlow engine's Keras policies (engines/tensorflow/precision.py), FLOP
-peaks and MFU (measure/flops.py), the diagnosis and tune. Adding a precision is a row here plus, where an
-engine needs new code for it, that engine (docs/ARCHITECTURE.md, "How to add a precision").
+(engines/torch/runtime/precision.py), the TensorFlow engine's Keras policies
+(engines/tensorflow/precision.py), FLOP peaks and MFU (engines/torch/measure/flops.py), the diagnosis and
+tune; and ``precision: auto`` is one rule here (``auto``), fed by each engine's device facts. Adding a
+precision is a row here plus, where an engine needs new code for it, that engine (docs/ARCHITECTURE.md,
+"How to add a precision").
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 from gpulab.errors import ConfigError, choices
 
-AUTO = "auto"  # each engine picks: the fastest native precision of the device
+AUTO = "auto"  # the fastest native precision of the device: ``auto`` below, for every engine
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,36 @@ _ROWS = (
 PRECISIONS: dict[str, PrecisionSpec] = {row[0]: PrecisionSpec(*row) for row in _ROWS}
 NAMES = (AUTO, *PRECISIONS)  # what a user may ask for
 HELP = "|".join(NAMES)
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What ``auto`` needs of a device, as each engine reads it from its framework: its kind (``cuda`` for a
+    CUDA or ROCm GPU, ``cpu``, ``mps``, ...), its name for the reason, and a CUDA GPU's compute capability
+    (None where the framework does not say)."""
+
+    kind: str
+    name: str
+    capability: tuple[int, int] | None = None
+
+
+def auto(device: DeviceFacts) -> tuple[str, str]:
+    """``precision: auto`` on any engine: (precision, why), from what the part computes fast, not from what
+    a framework can run (torch "supports" bf16 on pre-Ampere GPUs by emulating it, and fp16 on Pascal
+    consumer parts at 1/64 of fp32), so one device gets one answer whichever engine trains on it."""
+    from gpulab.hardware.native_dtypes import native_on_cuda
+
+    if device.kind != "cuda":
+        return "fp32", f"{device.kind}: fp32, as mixed precision seldom speeds training up on this device"
+    if device.capability is None:
+        return "fp32", f"{device.name}: fp32, as its compute capability is unknown"
+    major, minor = device.capability
+    where = f"{device.name} (compute capability {major}.{minor})"
+    if native_on_cuda("bf16", (major, minor)):
+        return "bf16-mixed", f"{where} has native bfloat16: bf16-mixed, no loss scaler"
+    if native_on_cuda("fp16", (major, minor)):
+        return "fp16-mixed", f"{where} has no native bfloat16: fp16-mixed with a dynamic loss scaler"
+    return "fp32", f"{where} has no tensor cores: fp32, as fp16 and bf16 run slower than it there"
 
 
 def get(name: str) -> PrecisionSpec:

@@ -18,13 +18,23 @@ from gpulab.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpulab"
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
-# Files whose "torch" is something else than the engine setting.
-NOT_THE_ENGINE = {"checkpoint/dcp_safe.py"}  # the module a pickled class comes from
 
 
 def test_an_unknown_engine_is_one_line_naming_the_valid_ones():
     with pytest.raises(ConfigError, match=r"unknown engine 'jax'; valid: torch\|tensorflow"):
         engines.get("jax")
+
+
+def test_a_checkpoint_layout_names_the_engine_that_reads_it():
+    assert [engines.for_layout(x).name for x in ("full", "sharded", "tensorflow")] == [
+        "torch",
+        "torch",
+        "tensorflow",
+    ]
+    with pytest.raises(
+        ConfigError, match=r"checkpoint layout 'jax' is no engine's; valid: full\|sharded\|tensorflow"
+    ):
+        engines.for_layout("jax")
 
 
 @pytest.mark.parametrize("name", ENGINES)
@@ -43,7 +53,7 @@ def test_no_verb_compares_an_engine_name():
     found = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel.startswith("engines/") or rel == "config.py" or rel in NOT_THE_ENGINE:
+        if rel.startswith("engines/") or rel == "config.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare) and _names_an_engine(node):
@@ -131,6 +141,15 @@ def test_a_tensorflow_run_loads_neither_torch_nor_its_engine(tmp_path):
     loaded = _train_and_list_modules(tmp_path, "np_recipe:build", "--engine", "tensorflow")
     assert "tensorflow" in loaded
     assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_checkpoint_inspect_of_a_tensorflow_run_loads_no_framework(tmp_path):
+    """`gpulab checkpoint inspect` reads the storage and meta.json itself and asks the engine of the
+    MANIFEST's layout for the rest: a TensorFlow checkpoint needs neither torch nor TensorFlow."""
+    _train_and_list_modules(tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200")
+    loaded = _list_modules(tmp_path, ["gpulab", "checkpoint", "inspect", str(tmp_path / "run"), "--json"])
+    assert "torch" not in loaded and "tensorflow" not in loaded
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")

@@ -95,7 +95,7 @@ def test_a_checkpoint_directory_and_a_fixed_batch(digits_run, tmp_path):
 
 def test_a_checkpoints_folder_inside_a_run_exports_into_that_run(digits_run, capsys):
     # `gpulab export runs/x/checkpoints` wrote to ./export/ (the working directory), not runs/x/export/.
-    from gpulab.engines.torch.rebuild import checkpoint_root
+    from gpulab.artifact.run_record import checkpoint_root
 
     step = next((digits_run / "checkpoints").glob("step-*"))
     assert checkpoint_root(digits_run / "checkpoints") == (digits_run / "checkpoints", digits_run)

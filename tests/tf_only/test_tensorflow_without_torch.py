@@ -63,6 +63,16 @@ def test_checkpoints_and_resume(tmp_path):
     assert summary["steps"] == 6 and summary["resumed_from"].endswith("step-00000004")
 
 
+def test_checkpoint_inspect(run):
+    """The storage and meta.json are read without any framework; TensorFlow's files are verified by the
+    MANIFEST's checksums (torch's checkpoint code is never imported)."""
+    proc = gpulab("checkpoint", "inspect", str(run), "--json", cwd=run.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["valid"] and report["layout"] == "tensorflow" and report["step"] == 30
+    assert report["recipe"] == "digits" and {f["status"] for f in report["files"]} == {"ok"}
+
+
 @pytest.mark.parametrize("fmt", ["savedmodel", "tflite"])
 def test_export_checks_parity_without_torch(run, fmt):
     proc = gpulab("export", str(run), "--format", fmt, cwd=run.parent)

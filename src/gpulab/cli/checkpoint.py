@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from gpulab.checkpoint.io import TF_LAYOUT
 from gpulab.cli.console import make_console
 from gpulab.cli.export import recipe_option, trust_option
 from gpulab.cli.text import number
@@ -26,7 +25,7 @@ def _checkpoints(path: Path) -> tuple[Path, Path | None]:
     """(checkpoints, run directory or None). A run directory means its checkpoints, as for `gpulab export
     RUN`: inspecting runs/x itself said INVALID ("no complete checkpoint") about a run whose checkpoints
     are fine."""
-    from gpulab.engines.torch.rebuild import checkpoint_root
+    from gpulab.artifact.run_record import checkpoint_root
 
     return checkpoint_root(path) if path.is_dir() else (path, None)
 
@@ -43,13 +42,13 @@ def inspect(
     A checkpoint that names a module:function recipe names code that export would import: it is said,
     and exit 2, unless you repeat the recipe with --recipe or pass --trust-recipe.
     """
+    from gpulab import engines
+    from gpulab.checkpoint.inspect import inspect_checkpoint
     from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
-    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
 
     root, run_dir = _checkpoints(path)
-    report = inspect_checkpoint(root)
-    if report["valid"] and report.get("layout") == TF_LAYOUT:
-        _read_tensorflow_files(report)
+    # the storage is read here; the files of the engine that wrote it (its MANIFEST's layout), by that engine
+    report = inspect_checkpoint(root, lambda layout: engines.for_layout(layout).read_checkpoint)
     named = _named(report, run_dir)
     refused = refusal(*named, RecipeTrust(recipe, trust_recipe)) if named and report["valid"] else None
     if named:
@@ -66,26 +65,9 @@ def inspect(
         raise UntrustedRecipeError(refused)
 
 
-def _read_tensorflow_files(report: dict) -> None:
-    """A TensorFlow checkpoint's own files, read as its resume reads them (the MANIFEST vouches for bytes
-    only); without TensorFlow, a note that they were not read."""
-    from gpulab.errors import ConfigError
-
-    try:
-        from gpulab.engines.tensorflow.checkpoint_files import unreadable
-
-        why = unreadable(Path(report["path"]))
-    except ConfigError:  # TensorFlow is not installed
-        report["notes"].append("ckpt.index/ckpt.data not read: TensorFlow is not installed")
-        return
-    if why is not None:
-        report["problems"].append(why)
-        report["valid"] = False
-
-
 def _named(report: dict, run_dir: Path | None) -> tuple[str, str] | None:
     """(recipe, the file naming it): the checkpoint's own record, else the run's summary.json."""
-    from gpulab.engines.torch.rebuild import recorded_recipe
+    from gpulab.artifact.run_record import recorded_recipe
 
     trajectory = {"recipe": report["recipe"]} if report.get("recipe") else None
     found = recorded_recipe(trajectory, Path(report.get("recipe_file") or report["path"]), run_dir)

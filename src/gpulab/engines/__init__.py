@@ -48,6 +48,7 @@ class Engine(Protocol):
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
     compile_failure: str  # a tune trial whose compile failed, in the engine's words
     threads_hint: str  # the train report's hint when other processes competed for the CPU
+    checkpoint_layouts: tuple[str, ...]  # the MANIFEST layouts its checkpoints have (checkpoint/io.py)
 
     def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
         """The merged, validated settings and the recipe ``user`` names."""
@@ -83,6 +84,10 @@ class Engine(Protocol):
     def tuner(self) -> Any:
         """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
 
+    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        """``gpulab checkpoint inspect``: check what this engine's files in a verified checkpoint hold, as
+        its resume reads them; add problems and the recipe they name to ``report``."""
+
 
 def get(name: str | None) -> Engine:
     """The engine called ``name`` (None: the default), its module imported now."""
@@ -90,6 +95,19 @@ def get(name: str | None) -> Engine:
     if name not in _MODULES or name not in ENGINES:
         raise ConfigError(f"unknown engine {name!r}; valid: {choices(ENGINES)}")
     return importlib.import_module(_MODULES[name]).ENGINE
+
+
+def for_layout(layout: str) -> Engine:
+    """The engine whose checkpoints have the MANIFEST ``layout`` (engine modules load no framework)."""
+    for name in _MODULES:
+        engine = get(name)
+        if layout in engine.checkpoint_layouts:
+            return engine
+    raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(_all_layouts())}")
+
+
+def _all_layouts() -> list[str]:
+    return [layout for name in _MODULES for layout in get(name).checkpoint_layouts]
 
 
 def of(user: Mapping[str, Any]) -> Engine:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpulab.errors import DeviceError
+from gpulab.precisions import DeviceFacts
 
 
 def device_name(tf: Any, device: str) -> str:
@@ -28,6 +29,18 @@ def device_name(tf: Any, device: str) -> str:
             f"{', '.join(f'cuda:{i}' for i in range(len(gpus))) or 'none'} (gpulab doctor shows why)"
         )
     return f"/GPU:{n}"
+
+
+def device_facts(tf: Any, name: str) -> DeviceFacts:
+    """``/CPU:0`` or ``/GPU:N`` as ``precision: auto`` reads a device (precisions.auto): a GPU's compute
+    capability as TensorFlow reports it (None where it reports none)."""
+    if not name.startswith("/GPU"):
+        return DeviceFacts("cpu", name)
+    gpus = tf.config.list_physical_devices("GPU")
+    index = int(name.rpartition(":")[2])
+    details = tf.config.experimental.get_device_details(gpus[index]) if index < len(gpus) else {}
+    capability = details.get("compute_capability")
+    return DeviceFacts("cuda", name, tuple(capability) if capability else None)
 
 
 def configure_memory(tf: Any, name: str, memory_limit: int | float | None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class TensorFlowEngine:
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
     threads_hint = THREADS_HINT
+    checkpoint_layouts = ("tensorflow",)
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -88,6 +89,23 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.tune import TensorFlowTuner
 
         return TensorFlowTuner()
+
+    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        from gpulab.checkpoint.inspect import recipe_in_meta
+
+        recipe_in_meta(directory, meta, report)
+        # The MANIFEST vouched for the bytes; TensorFlow reads them as its resume does (sizes, crc32c).
+        # Without TensorFlow (inspecting on another machine) they are said to be unread.
+        from gpulab.engines.tensorflow.checkpoint_files import unreadable
+        from gpulab.errors import ConfigError
+
+        try:
+            why = unreadable(directory)
+        except ConfigError:  # TensorFlow is not installed
+            report["notes"].append("ckpt.index/ckpt.data not read: TensorFlow is not installed")
+            return
+        if why is not None:
+            report["problems"].append(why)
 
 
 ENGINE = TensorFlowEngine()

@@ -24,6 +24,7 @@ from gpulab.engines.tensorflow.data import as_arrays
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
 from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line
+from gpulab.precisions import DeviceFacts
 
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64"}
 SHORT |= {"int32": "i32", "bool": "bool", "uint8": "u8"}
@@ -46,7 +47,8 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     tf.get_logger().setLevel("ERROR")  # the v1 profiler's deprecation warnings are not the user's business
     keras.backend.clear_session()  # layer names as in a fresh process (dense, dense_1), whatever ran before
     keras.utils.set_random_seed(config.seed)
-    precision = resolve_precision(config.precision, "/CPU:0", config.init_scale, config.growth_interval)
+    cpu = DeviceFacts("cpu", "/CPU:0")
+    precision = resolve_precision(config.precision, cpu, config.init_scale, config.growth_interval)
     # NumPy arrays, tensors, a tf.data.Dataset or a generator of (x, y) batches: as model.fit takes them.
     x, y = (_take(part, config.batch_size) for part in as_arrays(recipe.train_data)[:2])
     with precision.applied(tf, keras):

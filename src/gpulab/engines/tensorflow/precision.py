@@ -5,7 +5,8 @@ TensorFloat-32 matmuls on (Ampere+ GPUs; no effect on a CPU). ``bf16-mixed``: Ke
 ``mixed_bfloat16``. ``fp16-mixed``: ``mixed_float16`` with a ``LossScaleOptimizer`` whose initial scale and
 growth interval are torch's GradScaler settings (``init_scale``, ``growth_interval``): a step with inf/NaN
 gradients is skipped and the scale halved. The recipes keep their output layer in float32 either way.
-``auto``: bf16-mixed on a GPU that has it, else fp32 (as torch's auto on a CPU).
+``auto``: ``precisions.auto`` on the device's facts, the rule torch's auto follows too (bf16-mixed where the
+GPU computes bfloat16 natively, fp16-mixed where only float16, else fp32).
 Keras's policy and TF32 are process-wide: ``applied`` sets them for the fit and restores them after.
 """
 
@@ -59,7 +60,9 @@ class TfPrecision:
             tf.config.experimental.enable_tensor_float_32_execution(before_tf32)
 
 
-def resolve_precision(name: str, device: str, init_scale: float, growth_interval: int) -> TfPrecision:
+def resolve_precision(
+    name: str, device: precisions.DeviceFacts, init_scale: float, growth_interval: int
+) -> TfPrecision:
     if name == precisions.AUTO:
-        name = "bf16-mixed" if device.startswith("/GPU") else "fp32"
+        name, _ = precisions.auto(device)
     return TfPrecision(name, init_scale, growth_interval)

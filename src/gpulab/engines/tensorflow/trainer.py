@@ -31,7 +31,7 @@ from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
-from gpulab.engines.tensorflow.devices import configure_memory, device_name
+from gpulab.engines.tensorflow.devices import configure_memory, device_facts, device_name
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.stop_flag import StopFlag
@@ -107,7 +107,8 @@ class TfTrainer:
         s = self.settings
         self.device = device_name(tf, s.device)
         self.memory = configure_memory(tf, self.device, s.memory_limit)
-        self.precision = resolve_precision(s.precision, self.device, s.init_scale, s.growth_interval)
+        facts = device_facts(tf, self.device)
+        self.precision = resolve_precision(s.precision, facts, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
         self.is_rank_zero = self.dist.is_rank_zero
         keras.utils.set_random_seed(s.seed)  # Python, NumPy and TensorFlow: the model's initial weights

@@ -43,6 +43,7 @@ class TorchEngine:
     cast_note = ("(autocast)", "autocast runs")
     compile_failure = "torch.compile fell back to eager"
     threads_hint = THREADS_HINT
+    checkpoint_layouts = ("full", "sharded")
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
@@ -96,6 +97,11 @@ class TorchEngine:
         from gpulab.engines.torch.tune import TorchTuner
 
         return TorchTuner()
+
+    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        from gpulab.engines.torch.checkpoint.api import read_torch_files
+
+        read_torch_files(directory, meta, report)
 
 
 ENGINE = TorchEngine()

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from gpulab.artifact.run_record import SUMMARY_FILE, run_engine, run_summary
+from gpulab.artifact.run_record import checkpoint_root, recorded_recipe, run_engine, run_summary
 from gpulab.checkpoint.io import STATE
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import CheckpointError, ConfigError, GpulabWarning
@@ -36,25 +36,6 @@ class Source:
     val_data: Any
     model_inputs: list[str] | None = None  # the run's settings of the same names (runtime/signature.py)
     model_output: str | None = None
-
-
-def checkpoint_root(path: Path) -> tuple[Path, Path | None]:
-    """(checkpoint directory or root, run directory or None) for what the user named."""
-    summary = run_summary(path)
-    if summary is None and not (path / "checkpoints").is_dir():
-        # A checkpoint directory or a checkpoints root: inside a run (runs/x/checkpoints[/step-N]), that run
-        # is the run (its export/ folder, its engine), not the working directory.
-        inside = [path.parent] if path.name == "checkpoints" else []
-        inside += [path.parent.parent] if path.parent.name == "checkpoints" else []
-        return path, next((run for run in inside if run_summary(run) is not None), None)
-    configured = (summary or {}).get("config", {}).get("checkpoint_dir")
-    root = Path(configured) if configured else path / "checkpoints"
-    if not root.is_dir() or not any(p.name.startswith("step-") for p in root.iterdir()):
-        raise CheckpointError(
-            f"{path}: run directory with no checkpoint under {root} (it was trained with checkpoints off?); "
-            "train with checkpoints on (the default) or name a checkpoint directory"
-        )
-    return root, path
 
 
 def verified_checkpoint(path: Path):
@@ -80,21 +61,6 @@ def verified_checkpoint(path: Path):
             "with one process (strategy single) and save, or export from a non-sharded run"
         )
     return ckpt
-
-
-def recorded_recipe(
-    trajectory: Any, where: Path, run_dir: Path | None
-) -> tuple[str, dict[str, Any], str] | None:
-    """(recipe, options, the file that names them): a checkpoint's ``trajectory`` (from its ``where`` file),
-    else the run's summary.json; None when neither records one. Data only: nothing is imported here."""
-    trajectory = trajectory if isinstance(trajectory, dict) else {}
-    if trajectory.get("recipe"):
-        return str(trajectory["recipe"]), dict(trajectory.get("options") or {}), str(where)
-    summary = run_summary(run_dir) if run_dir else None
-    if summary and summary.get("recipe"):
-        options = dict(summary.get("config", {}).get("options") or {})
-        return str(summary["recipe"]), options, str(run_dir / SUMMARY_FILE)
-    return None
 
 
 def recipe_of(ckpt, run_dir: Path | None, trust: RecipeTrust) -> tuple[str, dict[str, Any]]:

@@ -1,5 +1,5 @@
 """``cuda_graph`` through the path `gpulab train` builds: the CLI, its default callbacks (progress lines,
-StopOnSignal, the MFU count), TensorBoard and checkpoints on. The CPU fake of tests/train/test_cuda_graph.py
+StopOnSignal, the MFU count), TensorBoard and checkpoints on. The CPU fake of tests/engines/torch/train/test_cuda_graph.py
 once ran with fewer callbacks than the CLI adds, and the graph never engaged in a real run (H100,
 2026-11-26): here the fake backend stands in for torch.cuda's graphs and nothing else is changed.
 """

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpulab.engines.tensorflow.data import as_arrays
+from gpulab.engines.tensorflow.devices import device_facts
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.recipes import load_tf_recipe
 from gpulab.measure.bench_models import MODELS
@@ -83,7 +84,7 @@ def tf_stepper(
     tf = __import__("tensorflow")
     recipe_name, options, default_batch = MODELS[model]
     recipe = load_tf_recipe(recipe_name, dict(options))
-    policy = resolve_precision(precision, tf_device, 2.0**16, 2000)
+    policy = resolve_precision(precision, device_facts(tf, tf_device), 2.0**16, 2000)
     keras.utils.set_random_seed(0)
     with policy.applied(tf, keras), tf.device(tf_device):
         yield TfStepper(tf, keras, recipe, policy, batch_size or default_batch, **kw)

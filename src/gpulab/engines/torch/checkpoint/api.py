@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from gpulab.checkpoint.contents import weights_for_file
+from gpulab.checkpoint.inspect import inspect_checkpoint as storage_report
+from gpulab.checkpoint.inspect import named_recipe, recipe_in_meta
 from gpulab.checkpoint.io import (
     DCP_METADATA,
     LATEST,
@@ -34,23 +36,19 @@ from gpulab.checkpoint.io import (
     fsync_file,
     is_complete,
     manifest_layout,
-    read_manifest,
     remove_path,
     remove_stale_tmp,
     step_dir_name,
-    step_of,
     verify_manifest,
     write_bytes_durably,
 )
 from gpulab.checkpoint.read import (
     check_weights_header,
-    file_reports,
     load_meta,
     load_state,
     load_weights,
     locate,
     step_dirs,
-    step_mismatch,
 )
 from gpulab.checkpoint.rng import capture_rng, restore_rng
 from gpulab.checkpoint.save import (
@@ -76,9 +74,6 @@ __all__ = [
     "restore_rng",
     "save_checkpoint",
 ]
-
-# meta.json is for humans and may be edited by one: each field the report shows, with the type it must have.
-_META_FIELDS = {"step": int, "epoch": int, "metrics": dict, "created": str, "versions": dict}
 
 
 @dataclass(frozen=True)
@@ -206,64 +201,27 @@ def apply_model_state(
 
 
 def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """A report on one checkpoint for humans and the CLI; never raises for a corrupt checkpoint."""
-    report: dict[str, Any] = {"path": str(path), "valid": False, "step": None, "epoch": None}
-    report.update({"metrics": {}, "created": None, "versions": {}, "files": [], "problems": []})
-    report["notes"] = []  # what was passed over to get here (a `latest` not followed), one line each
-    refused: list[tuple[Path, str]] = []
-    try:
-        directory = locate(Path(path), verify_latest=False, refused=refused)[0]
-        report["path"], report["step"] = str(directory), step_of(directory)
-        manifest = read_manifest(directory)
-    except CheckpointError as exc:
-        report["problems"].append(str(exc))
-        report["notes"] = [f"{d.name} refused ({why})" for d, why in refused]
-        return report
-    if refused:
-        report["notes"] = [f"{d.name} refused ({why})" for d, why in refused]
-        report["notes"].append(f"inspected {directory.name}, the newest valid checkpoint")
-    report["files"] = file_reports(directory, manifest)
-    report["problems"] += [f"{f['name']}: {f['status']}" for f in report["files"] if f["status"] != "ok"]
-    if not report["problems"] and (mismatch := step_mismatch(directory)) is not None:
-        report["problems"].append(mismatch)
-    report.update({"recipe": None, "recipe_file": None})  # what it names (code, if module:function)
-    meta: dict[str, Any] = {}
-    try:  # JSON: safe to read even when other files are damaged, and it names step and epoch
-        meta = load_meta(directory / META)
-        for key, kind in _META_FIELDS.items():
-            value = meta.get(key, report[key])
-            if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
-                report[key] = value
-            else:
-                report["problems"].append(f"meta.json: {key!r} is {value!r:.40}, expected {kind.__name__}")
-    except CheckpointError as exc:
-        report["problems"].append(str(exc))
-    report["layout"] = manifest_layout(directory)
-    if not report["problems"] and report["layout"] == TF_LAYOUT:
-        # TensorFlow's own files: read only by TensorFlow (the CLI asks the TF engine), not here.
-        _named_recipe(report, meta.get("trajectory"), directory / META)
-    elif not report["problems"]:  # deserialise only what the manifest vouched for
-        checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
-        if manifest_layout(directory) != "full":  # sharded: everything resume reads, as resume reads it
-            from gpulab.engines.torch.checkpoint.dcp_safe import check_items
-
-            checks = ((check_items, DCP_METADATA), checks[1])
-        for check, name in checks:
-            try:
-                found = check(directory / name)
-            except CheckpointError as exc:
-                report["problems"].append(str(exc))
-                continue
-            if name == STATE:
-                _named_recipe(report, found.get("trajectory"), directory / STATE)
-    report["valid"] = not report["problems"]
-    return report
+    """A report on one checkpoint for humans and the CLI (``gpulab.checkpoint.inspect``), torch's files read
+    as resume reads them; never raises for a corrupt checkpoint."""
+    return storage_report(path, lambda layout: recipe_in_meta if layout == TF_LAYOUT else read_torch_files)
 
 
-def _named_recipe(report: dict[str, Any], trajectory: Any, where: Path) -> None:
-    """The recipe the checkpoint records (data: the CLI applies the trust rule to it)."""
-    if isinstance(trajectory, dict) and trajectory.get("recipe"):
-        report["recipe"], report["recipe_file"] = str(trajectory["recipe"]), str(where)
+def read_torch_files(directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+    """The checks of ``inspect_checkpoint`` on torch's files: the safetensors header and state.pt, or for a
+    sharded checkpoint everything resume reads (the DCP items), as resume reads it."""
+    checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
+    if manifest_layout(directory) != "full":
+        from gpulab.engines.torch.checkpoint.dcp_safe import check_items
+
+        checks = ((check_items, DCP_METADATA), checks[1])
+    for check, name in checks:
+        try:
+            found = check(directory / name)
+        except CheckpointError as exc:
+            report["problems"].append(str(exc))
+            continue
+        if name == STATE:
+            named_recipe(report, found.get("trajectory"), directory / STATE)
 
 
 def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:

@@ -191,24 +191,15 @@ PRECISIONS: dict[str, type[Precision]] = {cls.name: cls for cls in (FP32, TF32, 
 
 
 def _auto_cuda(device: torch.device) -> tuple[str, str]:
-    from gpulab.hardware.native_dtypes import native_on_cuda
-
-    # From what the part computes fast, not from what torch can run: torch "supports" bf16 on pre-Ampere
-    # GPUs by emulating it, and fp16 on Pascal consumer parts at 1/64 of fp32.
-    major, minor = torch.cuda.get_device_capability(device)
-    where = f"{device} (compute capability {major}.{minor})"
-    if native_on_cuda("bf16", (major, minor)):
-        return "bf16-mixed", f"{where} has native bfloat16: bf16-mixed, no loss scaler"
-    if native_on_cuda("fp16", (major, minor)):
-        return "fp16-mixed", f"{where} has no native bfloat16: fp16-mixed with a dynamic loss scaler"
-    return "fp32", f"{where} has no tensor cores: fp32, as fp16 and bf16 run slower than it there"
+    capability = tuple(torch.cuda.get_device_capability(device))
+    return precisions.auto(precisions.DeviceFacts("cuda", str(device), capability))
 
 
 def _auto_fp32(device: torch.device) -> tuple[str, str]:
-    return "fp32", f"{device.type}: fp32, as mixed precision seldom speeds training up on this device"
+    return precisions.auto(precisions.DeviceFacts(device.type, str(device)))
 
 
-# Device types with a better default than fp32; every other type falls back to _auto_fp32.
+# Device types whose facts say more than their type; every other type is told by its type alone.
 _AUTO: dict[str, Callable[[torch.device], tuple[str, str]]] = {"cuda": _auto_cuda}
 
 
