@@ -9,8 +9,9 @@ At the end of a fit the last checkpoint becomes an artifact (``checkpoints/step-
 ``mlflow.checkpoint_max_mb``; ``gpulab train`` attaches summary.json and metrics.jsonl once written.
 
 Resume: the run id goes to ``OUT/trackers.json``; a resumed fit reopens that run in the same store, so
-the MLflow run goes on where the preempted one stopped (a hard kill between checkpoints leaves the steps
-after the checkpoint logged twice, with the same values for an exact resume).
+the MLflow run goes on where the stopped one left off: the values ``metrics.jsonl`` holds and the run lacks
+(a batch not yet written when SIGKILL came) are sent first, and those it holds are not sent again
+(``tracker_replay.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
-from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, flat_settings, numeric
+from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
+from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.errors import GpulabError, GpulabWarning
 
 DEFAULT_EXPERIMENT = "gpulab"
@@ -41,6 +43,7 @@ class MlflowLogger(Callback):
         self.run_id: str | None = None
         self._pending: list[Any] = []
         self._queued: list[Any] = []  # MLflow's RunOperations of batches still being written
+        self._acked = Acked()
         self._last = 0.0
 
     # -- the run --------------------------------------------------------------------------------------
@@ -55,6 +58,8 @@ class MlflowLogger(Callback):
             if self.run_id is None:
                 self.run_id = self._create(trainer)
             self._log_params(flat_settings(trainer.context.settings, trainer.context.trajectory))
+            if trainer.context.resumed_from is not None:
+                self._catch_up(state.global_step)
         except GpulabError:
             raise
         except Exception as exc:  # a server that does not answer, a store it cannot open
@@ -126,11 +131,21 @@ class MlflowLogger(Callback):
             )
 
     # -- metrics --------------------------------------------------------------------------------------
+    def _catch_up(self, step: int) -> None:
+        """A resumed run: what metrics.jsonl holds up to the checkpoint and this run lacks, sent now."""
+        held = self.client.get_run(self.run_id).data.metrics
+        history = self.client.get_metric_history
+        self._acked = Acked({(key, m.step) for key in held for m in history(self.run_id, key)})
+        for logged_step, metrics in recorded(self.out_dir, step):
+            self._record(logged_step, metrics)
+        self._hand_over()
+
     def _record(self, step: int, metrics: dict) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._pending += [Metric(k, v, now, step) for k, v in numeric(metrics).items()]
+        values = self._acked.missing(step, numeric(metrics))
+        self._pending += [Metric(k, v, now, step) for k, v in values.items()]
         if time.monotonic() - self._last >= self.hand_over_s:
             self._hand_over()
 
@@ -158,27 +173,29 @@ class MlflowLogger(Callback):
 
     # -- the end --------------------------------------------------------------------------------------
     def on_fit_end(self, trainer, state, result):
-        if self.client is None:
+        if self.client is None or self.run_id is None:
             return
-        self._flush()
         preempted = state.stop_signal is not None
+        closing("mlflow", self._flush)
         checkpoint = getattr(trainer, "last_checkpoint", None)
         if checkpoint is not None and not preempted:  # a preempted job has seconds left: no upload
-            self._log_checkpoint(Path(checkpoint))
-        # What "auto" resolved to (the parameters hold the settings as given).
+            closing("mlflow", lambda: self._log_checkpoint(Path(checkpoint)))
+        closing("mlflow", lambda: self._tag_resolved(result))
+        status = "KILLED" if preempted else "FINISHED"
+        closing("mlflow", lambda: self.client.set_terminated(self.run_id, status))
+
+    def _tag_resolved(self, result) -> None:
+        """What "auto" resolved to (the parameters hold the settings as given)."""
         for key in ("device", "precision", "strategy"):
             if getattr(result, key, None) is not None:
                 self.client.set_tag(self.run_id, f"gpulab.{key}", str(getattr(result, key)))
-        self.client.set_terminated(self.run_id, "KILLED" if preempted else "FINISHED")
 
     def on_exception(self, trainer, state, error):
         if self.client is None or self.run_id is None:
             return
-        try:
-            self._flush()
-        finally:
-            failed = not isinstance(error, KeyboardInterrupt)
-            self.client.set_terminated(self.run_id, "FAILED" if failed else "KILLED")
+        closing("mlflow", self._flush)
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        closing("mlflow", lambda: self.client.set_terminated(self.run_id, status))
 
     def _log_checkpoint(self, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0

@@ -10,6 +10,11 @@ TensorBoard's import (protobuf and its writer, about 0.3 s on the 2-core VM) run
 fit start, off the training's critical path: the first hand-over waits for it, so no record is lost; a
 SIGTERM ends the fit through ``on_fit_end`` as before, and what a SIGKILL loses is what the writer had not
 flushed yet, as before (``metrics.jsonl`` holds every logged step).
+
+Resume: the event files already in the directory say which ``(tag, step)`` values TensorBoard holds (read in
+the opening thread); the values ``metrics.jsonl`` holds up to the checkpoint and they lack are handed over
+first, and the resumed run's values they hold already are not written again (``tracker_replay.py``), so
+TensorBoard shows each step once after any stop, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.tracker_replay import Acked, recorded
 
 
 class TensorBoardLogger(Callback):
-    def __init__(self, log_dir: str | Path, hand_over_s: float = 5.0) -> None:
+    def __init__(
+        self, log_dir: str | Path, hand_over_s: float = 5.0, out_dir: str | Path | None = None
+    ) -> None:
         self.log_dir = Path(log_dir)
+        self.out_dir = out_dir  # where metrics.jsonl is, for a resume's catching up
+        self._acked = Acked()
         self.hand_over_s = hand_over_s
         self._writer = None
         self._pending: list[tuple[int, dict]] = []
@@ -40,16 +50,22 @@ class TensorBoardLogger(Callback):
             # gpulab[tensorflow]) only to write event files, which its stub writes alike: ask for the stub, as
             # TensorBoard's own no-TensorFlow build does. A process that already runs TensorFlow keeps it.
             sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-        self._opening = threading.Thread(target=self._open, name="gpulab-tensorboard-open", daemon=True)
+        resumed = trainer.context.resumed_from is not None
+        self._opening = threading.Thread(
+            target=self._open, args=(resumed,), name="gpulab-tensorboard-open", daemon=True
+        )
         self._opening.start()
         self._last = time.monotonic()
+        if resumed:  # filtered against what the event files hold at the first hand-over
+            self._pending.extend(recorded(self.out_dir, state.global_step))
 
-    def _open(self) -> None:
+    def _open(self, resumed: bool) -> None:
         """TensorBoard's import and the event file, in the opening thread; an error is kept for the fit."""
         try:
             from tensorboard.compat.proto.summary_pb2 import Summary
 
-            self._opened = {"summary": Summary, "writer": _EventWriter(self.log_dir)}
+            held = held_events(self.log_dir) if resumed else set()
+            self._opened = {"summary": Summary, "writer": _EventWriter(self.log_dir), "held": held}
         except BaseException as exc:  # raised in the training thread at the first hand-over
             self._opened = {"error": exc}
 
@@ -61,6 +77,7 @@ class TensorBoardLogger(Callback):
             if "error" in self._opened:
                 raise self._opened["error"]
             self._summary, self._writer = self._opened["summary"], self._opened["writer"]
+            self._acked = Acked(self._opened["held"])
         return self._writer is not None
 
     def _record(self, step: int, metrics: dict) -> None:
@@ -73,10 +90,12 @@ class TensorBoardLogger(Callback):
             return
         # One event per step holding all its scalars: a third of the cost of an add_scalar per metric.
         for step, metrics in self._pending:
+            numbers = {
+                k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             values = [
                 self._summary.Value(tag=key, simple_value=float(value))
-                for key, value in metrics.items()
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                for key, value in self._acked.missing(step, numbers).items()
             ]
             if values:
                 self._writer.add_summary(self._summary(value=values), step)
@@ -113,3 +132,14 @@ class _EventWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def held_events(log_dir: Path) -> set[tuple[str, int]]:
+    """The ``(tag, step)`` scalars the event files under ``log_dir`` hold (a record cut short is skipped)."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    held: set[tuple[str, int]] = set()
+    for path in sorted(log_dir.glob("events.out.tfevents.*")):
+        for event in LegacyEventFileLoader(str(path)).Load():
+            held.update((value.tag, event.step) for value in event.summary.value)
+    return held

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import ConfigError
+from gpulab.errors import ConfigError, GpulabWarning
 
 TRACKERS_FILE = "trackers.json"
 # What a tracker's run id may look like (MLflow: 32 hex digits; W&B: 8 lower-case letters and digits).
@@ -80,3 +82,18 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
     return {
         k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
     }
+
+
+def closing(tracker: str, close: Callable[[], None]) -> None:
+    """Close a tracker's run; a failure is one warning, so that the trackers after it still close and the
+    run ends with its own line (metrics.jsonl has the records; a resume sends the tracker what it lacks)."""
+    try:
+        close()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        warnings.warn(
+            f"{tracker}: could not close its run ({type(exc).__name__}: {first}); "
+            "it may lack the last records",
+            GpulabWarning,
+            stacklevel=2,
+        )

@@ -35,7 +35,7 @@ def tracker_callbacks(settings: Any) -> list[Callback]:
         if name == "tensorboard" and settings.out_dir and settings.tensorboard:
             from gpulab.core.callbacks.tensorboard import TensorBoardLogger
 
-            out.append(TensorBoardLogger(f"{settings.out_dir}/tensorboard"))
+            out.append(TensorBoardLogger(f"{settings.out_dir}/tensorboard", out_dir=settings.out_dir))
         elif name == "mlflow":
             need("mlflow", "mlflow")
             from gpulab.core.callbacks.mlflow_tracker import MlflowLogger
