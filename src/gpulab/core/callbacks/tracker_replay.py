@@ -40,13 +40,20 @@ def recorded(out_dir: str | Path | None, through_step: int) -> Iterator[tuple[in
 
 
 class Acked:
-    """The ``(metric, step)`` pairs a tracker holds: ``missing`` keeps only the values it lacks."""
+    """What a tracker holds: ``(metric, step)`` pairs, whole steps (rows), or every step up to one;
+    ``missing`` keeps only the values it lacks."""
 
-    def __init__(self, pairs: set[tuple[str, int]] | None = None, through_step: int = -1) -> None:
+    def __init__(
+        self,
+        pairs: set[tuple[str, int]] | None = None,
+        steps: set[int] | None = None,
+        through_step: int = -1,
+    ) -> None:
         self.pairs = pairs or set()
-        self.through_step = through_step  # a tracker that knows only its last step: all up to it held
+        self.steps = steps or set()
+        self.through_step = through_step
 
     def missing(self, step: int, metrics: dict[str, float]) -> dict[str, float]:
-        if step <= self.through_step:
+        if step <= self.through_step or step in self.steps:
             return {}
         return {k: v for k, v in metrics.items() if (k, step) not in self.pairs}

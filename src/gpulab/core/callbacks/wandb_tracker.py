@@ -6,10 +6,11 @@ recipe, flattened; metrics are what the JSONL logger writes, handed over in batc
 ``hand_over_s`` seconds (W&B's own process then sends them); the FitResult's figures become the run's
 summary. A run of its own (``reinit="create_new"``): a user's run in the same process is left alone.
 
-Resume: the run id goes to ``OUT/trackers.json``, with the last step handed to W&B (``through``, rewritten
-at each hand-over); a resumed fit opens the same W&B run id again (``resume="allow"``), first sends the rows
-``metrics.jsonl`` holds after that step (those a SIGKILL kept from W&B), and skips the rows W&B has already,
-so its history goes on from the checkpoint's step with no hole and no duplicate (``tracker_replay.py``).
+Resume: the run id goes to ``OUT/trackers.json``; a resumed fit opens the same W&B run id again
+(``resume="allow"``), first sends the rows ``metrics.jsonl`` holds and W&B lacks (the steps in the run's
+own files under ``OUT/wandb/``, ``wandb_history.py``, or online below its starting step: a SIGKILL keeps
+the last rows from it), and skips the rows W&B has already, so its history goes on from the checkpoint's
+step with no hole and no duplicate (``tracker_replay.py``).
 
 W&B's helper process is started outside the run's process tree (``wandb_service.py``): a signal meant for
 the run (scancel, ``kill -TERM`` of the run and its children) does not reach it, so it takes every row
@@ -26,6 +27,7 @@ from typing import Any
 from gpulab.core.callbacks.base import Callback
 from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
+from gpulab.core.callbacks.wandb_history import held_steps
 from gpulab.core.callbacks.wandb_service import start_outside_the_run
 
 DEFAULT_PROJECT = "gpulab"
@@ -40,7 +42,6 @@ class WandbLogger(Callback):
         self.run = None
         self._pending: list[tuple[int, dict[str, float]]] = []
         self._acked = Acked()
-        self._through = -1  # the last step handed to W&B
         self._last = 0.0
 
     def on_fit_start(self, trainer, state):
@@ -56,25 +57,18 @@ class WandbLogger(Callback):
             mode = self.settings.mode or os.environ.get("WANDB_MODE") or "online"
             fix = "run `wandb login`, or set WANDB_MODE=offline (wandb.mode: offline)"
             raise cannot_start("wandb", f"mode {mode}", exc, fix) from exc
-        if trainer.context.resumed_from is not None:
-            self._catch_up(entry, state.global_step)
-        self._write_ids()
+        self.ids.write("wandb", run_id=self.run.id, project=self.run.project or "")
         self._last = time.monotonic()
+        if trainer.context.resumed_from is not None:
+            self._catch_up(state.global_step)
 
-    def _catch_up(self, entry: dict[str, str] | None, step: int) -> None:
-        """A resumed run: the rows metrics.jsonl holds up to the checkpoint and W&B lacks, sent now. W&B
-        holds the steps up to the one recorded at the last hand-over (or, online, below its starting step)."""
-        through = entry.get("through", "") if entry and entry["run_id"] == self.run.id else ""
-        online = (getattr(self.run, "starting_step", 0) or 0) - 1
-        held = max(int(through) if through.isdigit() else -1, online)
-        self._acked = Acked(through_step=held)
+    def _catch_up(self, step: int) -> None:
+        """A resumed run: the rows metrics.jsonl holds up to the checkpoint and W&B lacks, sent now."""
+        online = (getattr(self.run, "starting_step", 0) or 0) - 1  # the server's last step, resumed online
+        self._acked = Acked(steps=held_steps(self.out_dir, self.run.id), through_step=online)
         for logged_step, metrics in recorded(self.out_dir, step):
             self._record(logged_step, metrics)
         self._hand_over()
-
-    def _write_ids(self) -> None:
-        through = {"through": str(self._through)} if self._through >= 0 else {}
-        self.ids.write("wandb", run_id=self.run.id, project=self.run.project or "", **through)
 
     def _init(self, wandb: Any, trainer: Any, entry: dict[str, str] | None) -> Any:
         return wandb.init(
@@ -106,9 +100,6 @@ class WandbLogger(Callback):
         for step, values in pending:
             self.run.log(values, step=step)
         self._last = time.monotonic()
-        if pending:  # what a resume need not send again (after the rows left: a kill between sends twice)
-            self._through = pending[-1][0]
-            self._write_ids()
 
     def on_log(self, trainer, state, metrics):
         self._record(state.global_step, metrics)

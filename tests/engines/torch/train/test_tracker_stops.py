@@ -1,0 +1,167 @@
+"""Trackers after a stop, with a real ``gpulab train`` process stopped as schedulers stop it.
+
+- SIGTERM to the run and to every child it has (what SLURM's scancel does under proctrack/linuxproc): W&B's
+  helper is not among them, so the run ends with gpulab's stop line, MLflow says KILLED and W&B has every
+  row up to the checkpoint.
+- SIGKILL between checkpoints: the trackers lack what they had not yet written; the resume sends them that
+  once, so that MLflow's, TensorBoard's and W&B's histories each equal metrics.jsonl: no hole, no duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("wandb")
+pytest.importorskip("tensorboard")
+
+from wandb_log import read_run  # noqa: E402  (tests/train is on the path)
+
+CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: a pause in each step
+ALL = "trackers=[wandb,mlflow,tensorboard]"
+
+
+def env(uri: str) -> dict[str, str]:
+    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLI_TESTS), e.get("PYTHONPATH")) if p)
+    e = {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_", "MLFLOW_", "WANDB_"))}
+    return e | {"MLFLOW_TRACKING_URI": uri, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
+def command(max_steps: int, *more: str) -> list[str]:
+    return [sys.executable, "-m", "gpulab", "train", "preempt_recipe:build", "--out", "run",
+            "--max-steps", str(max_steps), "--set", "mfu=false", "--set", ALL, "--set", "tensorboard=true",
+            *more]  # fmt: skip
+
+
+def start(args: list[str], cwd: Path, uri: str) -> subprocess.Popen:
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    return subprocess.Popen(args, cwd=cwd, env=env(uri), start_new_session=True, **pipes)
+
+
+def wait_until(proc: subprocess.Popen, ready, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before {what}: {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no {what} in {timeout} s")
+        time.sleep(0.02)
+
+
+def steps_logged(out: Path) -> list[int]:
+    path = out / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(line)["step"] for line in text.splitlines() if line.endswith("}")]
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (``pgrep -P``), from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def jsonl(out: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+
+
+def histories(out: Path, uri: str) -> dict[str, list[tuple[int, float]]]:
+    """Each tracker's loss history, read back from its own store, in the order it was written."""
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+
+    runs = [read_run(f) for f in sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))]
+    events = [
+        e
+        for f in sorted((out / "tensorboard").glob("events.*"))
+        for e in LegacyEventFileLoader(str(f)).Load()
+    ]
+    run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
+    history = mlflow.MlflowClient(uri).get_metric_history(run_id, "loss")
+    return {
+        "wandb": [(row["_step"], row["loss"]) for r in runs for row in r["history"] if "loss" in row],
+        "tensorboard": [(e.step, v.simple_value) for e in events for v in e.summary.value if v.tag == "loss"],
+        "mlflow": sorted((m.step, m.value) for m in history),  # MLflow keeps no order of writing
+    }
+
+
+def assert_equal_to_jsonl(out: Path, uri: str) -> None:
+    expected = jsonl(out)
+    for tracker, history in histories(out, uri).items():
+        assert [s for s, _ in history] == [s for s, _ in expected], tracker  # each step once, in order
+        assert [v for _, v in history] == pytest.approx([v for _, v in expected], rel=1e-6), tracker
+
+
+def mlflow_status(out: Path, uri: str) -> str:
+    run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
+    return mlflow.MlflowClient(uri).get_run(run_id).info.status
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_run_and_its_children_ends_with_the_stop_line_and_every_tracker_closed(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = command(200, "--set", "options.pause=0.02")
+    proc = start(args, tmp_path, uri)
+    wait_until(proc, lambda: len(steps_logged(tmp_path / "run")) >= 2, "logged step")
+    for pid in [proc.pid, *children(proc.pid)]:  # kill -TERM $P $(pgrep -P $P)
+        os.kill(pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=180)
+
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    assert " SIGTERM at step " in stderr.strip().splitlines()[-1]
+    assert mlflow_status(tmp_path / "run", uri) == "KILLED"
+    wandb_rows = histories(tmp_path / "run", uri)["wandb"]
+    assert wandb_rows and wandb_rows == jsonl(tmp_path / "run")  # every row up to the stop
+
+    resumed = subprocess.run([*args, "--resume", "latest"], cwd=tmp_path, env=env(uri), capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert mlflow_status(tmp_path / "run", uri) == "FINISHED"
+    assert jsonl(tmp_path / "run")[-1][0] == 200
+    assert_equal_to_jsonl(tmp_path / "run", uri)
+
+
+@pytest.mark.slow
+def test_after_sigkill_and_resume_every_tracker_history_equals_metrics_jsonl(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    out = tmp_path / "run"
+    args = command(150, "--set", "checkpoint_every=20", "--set", "options.pause=0.01")
+    proc = start(args, tmp_path, uri)
+
+    def past_a_checkpoint() -> bool:  # a checkpoint, and steps logged after it
+        saved = [int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*")]
+        return bool(saved) and max(steps_logged(out), default=0) > max(saved)
+
+    wait_until(proc, past_a_checkpoint, "checkpoint followed by a logged step")
+    proc.kill()
+    proc.communicate()
+    latest = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
+    before = histories(out, uri)
+    kept = [s for s, _ in jsonl(out) if s <= latest]
+    # The hole a kill leaves: TensorBoard flushes every two minutes, the others every few seconds.
+    assert any(set(kept) - {s for s, _ in h} for h in before.values()), before
+
+    resumed = subprocess.run([*args, "--resume", "latest"], cwd=tmp_path, env=env(uri), capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert jsonl(out)[-1][0] == 150 and mlflow_status(out, uri) == "FINISHED"
+    assert_equal_to_jsonl(out, uri)
