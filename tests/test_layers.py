@@ -28,7 +28,7 @@ LAYERS = [
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
     ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
-    ("hardware", "errors"),
+    ("hardware", "errors", "redaction"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported

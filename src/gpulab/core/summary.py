@@ -12,6 +12,7 @@ import gpulab
 from gpulab.config import RunConfig
 from gpulab.core.state import FitResult
 from gpulab.hardware.devices import cpu_model
+from gpulab.redaction import redacted
 
 SUMMARY_FILE = "summary.json"
 
@@ -47,6 +48,6 @@ def write_summary(
     out.mkdir(parents=True, exist_ok=True)
     path = out / SUMMARY_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.write_text(json.dumps(redacted(summary), indent=2) + "\n")  # no credential from a URI
     tmp.replace(path)  # a reader never sees half a summary
     return path

@@ -26,6 +26,7 @@ from gpulab.core.callbacks.base import Callback
 from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.errors import GpulabError, GpulabWarning
+from gpulab.redaction import redact
 
 DEFAULT_EXPERIMENT = "gpulab"
 _BATCH_METRICS = 1000  # MLflow's limits per log_batch call
@@ -64,8 +65,8 @@ class MlflowLogger(Callback):
             raise
         except Exception as exc:  # a server that does not answer, a store it cannot open
             fix = "check mlflow.tracking_uri / MLFLOW_TRACKING_URI"
-            raise cannot_start("mlflow", self.uri, exc, fix) from exc
-        self.ids.write("mlflow", run_id=self.run_id, tracking_uri=self.uri)
+            raise cannot_start("mlflow", self.uri, exc, fix) from exc  # redacted there
+        self.ids.write("mlflow", run_id=self.run_id, tracking_uri=redact(self.uri))  # no credential
         self._last = time.monotonic()
 
     def _create(self, trainer) -> str:
@@ -92,9 +93,10 @@ class MlflowLogger(Callback):
         entry = self.ids.read("mlflow")
         if entry is None:
             return None
-        if entry.get("tracking_uri") != self.uri:
+        if entry.get("tracking_uri") != redact(self.uri):  # recorded without its credentials
             warnings.warn(
-                f"MLflow: the resumed run logged to {entry.get('tracking_uri')!r}, this one to {self.uri!r}: "
+                f"MLflow: the resumed run logged to {entry.get('tracking_uri')!r}, this one to "
+                f"{redact(self.uri)!r}: "
                 "a new MLflow run starts",
                 GpulabWarning,
                 stacklevel=2,
@@ -104,7 +106,8 @@ class MlflowLogger(Callback):
             self.client.get_run(entry["run_id"])
         except Exception as exc:
             warnings.warn(
-                f"MLflow: run {entry['run_id']} to resume is not in {self.uri} ({type(exc).__name__}): "
+                f"MLflow: run {entry['run_id']} to resume is not in {redact(self.uri)} "
+                f"({type(exc).__name__}): "
                 "a new MLflow run starts",
                 GpulabWarning,
                 stacklevel=2,

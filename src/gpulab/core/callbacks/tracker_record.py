@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import ConfigError, GpulabWarning
+from gpulab.redaction import redact, redacted
 
 TRACKERS_FILE = "trackers.json"
 # What a tracker's run id may look like (MLflow: 32 hex digits; W&B: 8 lower-case letters and digits).
@@ -24,8 +25,10 @@ def cannot_start(tracker: str, where: str, exc: BaseException, fix: str) -> Conf
     """A tracker that cannot open its run (a server that does not answer, no W&B login): one line."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return ConfigError(
-        f"{tracker} at {where} could not start the run ({type(exc).__name__}: {first}); fix: {fix}, "
-        f"or remove {tracker} from trackers"
+        redact(
+            f"{tracker} at {where} could not start the run ({type(exc).__name__}: {first}); fix: {fix}, "
+            f"or remove {tracker} from trackers"
+        )
     )
 
 
@@ -63,8 +66,9 @@ class TrackerIds:
 
 
 def flat_settings(settings: Any, trajectory: dict[str, Any]) -> dict[str, Any]:
-    """The resolved settings and the recipe with its options, as ``{"a.b": value}`` (tracker parameters)."""
-    return _flatten({**settings.model_dump(), **trajectory})
+    """The resolved settings and the recipe with its options, as ``{"a.b": value}`` (tracker parameters),
+    with no credential from a URI (``redaction.py``)."""
+    return _flatten(redacted({**settings.model_dump(), **trajectory}))
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -90,7 +94,7 @@ def closing(tracker: str, close: Callable[[], None]) -> None:
     try:
         close()
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        first = redact((str(exc).strip().splitlines() or [""])[0][:300])
         warnings.warn(
             f"{tracker}: could not close its run ({type(exc).__name__}: {first}); "
             "it may lack the last records",

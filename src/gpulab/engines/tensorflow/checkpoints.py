@@ -38,6 +38,7 @@ from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.save import commit_checkpoint, disk_full_as_error, meta_bytes
 from gpulab.engines.tensorflow.checkpoint_files import unreadable
 from gpulab.errors import CheckpointError
+from gpulab.redaction import redacted
 
 LAYOUT = TF_LAYOUT
 # As torch's TRAJECTORY_SETTINGS (micro_batch does not exist here): a resume that changes one is refused.
@@ -94,7 +95,7 @@ class TfCheckpointer:
             "epoch": state.epoch,
             "metrics": metrics,
             "progress": progress,
-            "config": trainer.settings.model_dump(mode="json"),
+            "config": redacted(trainer.settings.model_dump(mode="json")),  # no credential from a URI
             "trajectory": trainer.trajectory,
             "resolved": {"precision": trainer.precision.name},
             "train_loss": trainer.loss_window,

@@ -4,13 +4,17 @@ run sent to a real ``mlflow server`` on loopback, read back through its REST API
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -189,13 +193,64 @@ def mlflow_server(tmp_path):
         log.close()
 
 
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Forwards each request to the server behind it, keeping the Authorization header it came with."""
+
+    upstream = ""
+    auth: list[str | None] = []
+
+    def _forward(self) -> None:
+        type(self).auth.append(self.headers.get("Authorization"))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "authorization")}
+        request = urllib.request.Request(self.upstream + self.path, body, headers, method=self.command)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, data, kind = response.status, response.read(), response.headers.get("Content-Type")
+        except urllib.error.HTTPError as error:
+            status, data, kind = error.code, error.read(), error.headers.get("Content-Type")
+        self.send_response(status)
+        self.send_header("Content-Type", kind or "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+@pytest.fixture
+def recording_proxy(mlflow_server):
+    """``mlflow_server`` behind a loopback proxy that records each request's Authorization header."""
+    _Recorder.upstream, _Recorder.auth = mlflow_server, []
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    yield proxy.server_address[1], _Recorder.auth
+    proxy.shutdown()
+    thread.join()
+
+
 @pytest.mark.slow
-def test_a_run_reaches_a_real_mlflow_server_on_loopback(tmp_path, mlflow_server, monkeypatch):
+def test_a_run_reaches_a_real_mlflow_server_on_loopback(
+    tmp_path, mlflow_server, recording_proxy, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
+    port, auth = recording_proxy
+    # Credentials in the URI: the live connection sends them, no file anyone writes holds them.
+    uri = f"http://u:s3cr3t-pw@127.0.0.1:{port}"
     user = {**QUIET, "recipe": "mlp", "out_dir": str(out), "max_steps": 10, "trackers": ["mlflow"],
-            "mlflow": {"tracking_uri": mlflow_server, "experiment": "served"}, "options": {"samples": 256}}  # fmt: skip
+            "mlflow": {"tracking_uri": uri, "experiment": "served"}, "options": {"samples": 256}}  # fmt: skip
     run(user)
+    assert auth and set(auth) == {"Basic " + base64.b64encode(b"u:s3cr3t-pw").decode()}
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and b"s3cr3t-pw" in p.read_bytes()]
+    assert not written  # run dir (summary.json, trackers.json, meta.json, state.pt), the server's store
+    assert json.loads((out / "trackers.json").read_text())["mlflow"]["tracking_uri"] == uri.replace(
+        "s3cr3t-pw", "***"
+    )
 
     # Read back through the server's REST API, as any MLflow client would.
     request = urllib.request.Request(
@@ -210,7 +265,8 @@ def test_a_run_reaches_a_real_mlflow_server_on_loopback(tmp_path, mlflow_server,
         (found,) = json.loads(response.read())["runs"]
     run_id = found["info"]["run_id"]
     assert found["info"]["status"] == "FINISHED"
-    assert {p["key"]: p["value"] for p in found["data"]["params"]}["max_steps"] == "10"
+    params = {p["key"]: p["value"] for p in found["data"]["params"]}
+    assert params["max_steps"] == "10" and params["mlflow.tracking_uri"] == f"http://u:***@127.0.0.1:{port}"
     history = json.loads(
         _get(f"{mlflow_server}/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss")[1]
     )

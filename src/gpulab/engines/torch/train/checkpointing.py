@@ -36,6 +36,7 @@ from gpulab.engines.torch.checkpoint.api import (
     save_checkpoint,
 )
 from gpulab.errors import CheckpointError
+from gpulab.redaction import redacted
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
 Trainer = Any
@@ -74,7 +75,7 @@ class Checkpointer:
             "micro_batch": trainer.micro_batch_state(),
             "data": trainer.train_source.state_dict(),
             **_rng_payload(trainer),
-            "config": trainer.settings.model_dump(),
+            "config": redacted(trainer.settings.model_dump()),  # no credential from a URI
             "trajectory": trainer.trajectory,
             "resolved": {"precision": trainer.runtime.precision.name},
             "environment": {
@@ -160,7 +161,7 @@ def _settings_record(trainer: Trainer) -> dict[str, Any]:
     """The run's settings in meta.json (as the TensorFlow engine's), so a resume can take the ones the
     user does not repeat (``core/recorded.py``) without unpickling state.pt; a trajectory JSON cannot
     hold (a library caller's own objects) stays in state.pt only."""
-    record: dict[str, Any] = {"config": trainer.settings.model_dump(mode="json")}
+    record: dict[str, Any] = {"config": redacted(trainer.settings.model_dump(mode="json"))}
     try:
         json.dumps(trainer.trajectory)
     except (TypeError, ValueError):
