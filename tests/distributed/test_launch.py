@@ -293,6 +293,22 @@ def test_print_slurm_is_an_sbatch_script_for_the_same_command(capsys):
     assert inner[inner.index("--") + 1 :] == ["gpulab", "train", "mlp", "--set", "lr=0.1 x"]
 
 
+def test_print_slurm_asks_for_the_requeue_warning_unless_told_not_to(capsys):
+    assert main(["launch", "--print", "slurm", "--requeue-grace", "120", "--", "gpulab", "train", "mlp"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line in ["#SBATCH --signal=USR1@120", "#SBATCH --requeue", "#SBATCH --open-mode=append"]:
+        assert line in lines
+    assert lines.index("#SBATCH --open-mode=append") < lines.index("set -euo pipefail")  # read by sbatch
+    assert any(line.startswith('echo "gpulab: job $SLURM_JOB_ID, attempt ') for line in lines)
+
+    assert main(["launch", "--print", "slurm", "--no-requeue", "--", "gpulab", "train", "mlp"]) == 0
+    text = capsys.readouterr().out
+    assert "#SBATCH --no-requeue" in text.splitlines() and "--signal" not in text and "append" not in text
+
+    assert main(["launch", "--print", "slurm", "--requeue-grace", "0", "--", "gpulab", "train", "mlp"]) == 2
+    assert "--requeue-grace must be at least 1 second, got 0" in capsys.readouterr().err
+
+
 def test_print_k8s_is_a_pytorchjob_for_the_same_command():
     spec = L.LaunchSpec(command=["train.py", "--lr", "0.1"], nnodes="3", rdzv_endpoint="x:29511")
     manifest = yaml.safe_load(render("k8s", spec, 4, job_name="exp2", image="reg/gpulab:1"))

@@ -47,6 +47,14 @@ def launch(
         help="GPUs a --print template asks per node (default: one per process; 0: none)",
     ),
     job_name: str = typer.Option("gpulab", "--job-name", help="Job name in a --print template"),
+    requeue: bool = typer.Option(
+        True,
+        "--requeue/--no-requeue",
+        help="slurm template: SIGUSR1 before the time limit, checkpoint, requeue",
+    ),
+    requeue_grace: int = typer.Option(
+        90, "--requeue-grace", help="slurm template: seconds before the time limit that SIGUSR1 comes"
+    ),
     image: str = typer.Option("", "--image", help="Container image in the k8s template"),
     engine: str = typer.Option(
         "torch", "--engine", help="torch (torchrun) or tensorflow (TF_CONFIG workers)"
@@ -90,7 +98,7 @@ def launch(
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
         chosen = engines.get(engine)
         text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
-                      chosen.launch_by_torchrun, chosen.launch_templates)  # fmt: skip
+                      chosen.launch_by_torchrun, chosen.launch_templates, requeue, requeue_grace)  # fmt: skip
         typer.echo(text, nl=False)
         return
     # Told nothing of where this node stands: inside a SLURM step, SLURM says.

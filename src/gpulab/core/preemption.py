@@ -20,6 +20,10 @@ once: the second would be lost. The C-level handler writes each signal's number 
 (``signal.set_wakeup_fd``); the watch's thread reads them, records the first (and writes one line) and ends
 the process on the second. Nothing is saved from there: the loop's state may be half-way through a step.
 
+SIGUSR1 is SLURM's warning before a time limit (``#SBATCH --signal=USR1@90`` in gpulab's template, as
+Lightning's SLURMEnvironment expects): the same request (checkpoint at the next step), after which rank 0
+requeues the job (``requeue.py``) and the next attempt resumes from that checkpoint.
+
 Engine-neutral (no framework import): the TensorFlow engine uses the same watch, callback and message.
 """
 
@@ -32,9 +36,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpulab.core.requeue import REQUEUE_SIGNAL, requeue
 from gpulab.errors import Preempted
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL)
 SLURM_REPEAT_WINDOW_S = (
     5.0  # well inside SLURM's KillWait (30 s by default), after which SIGKILL comes anyway
 )
@@ -101,7 +106,10 @@ class SignalWatch:
         if self.signum is None:
             self.signum, self._first_at = signum, time.monotonic()
             again = f"again after {self.window_s:g} s" if self.window_s else "again"
-            _say(f"gpulab: {name}: finishing this step, then saving a checkpoint; {again} to stop at once")
+            job = os.environ.get("SLURM_JOB_ID") if signum == REQUEUE_SIGNAL else None
+            then = f", then requeueing SLURM job {job}" if job else ""
+            now = f"{again} to stop at once"
+            _say(f"gpulab: {name}: finishing this step, then saving a checkpoint{then}; {now}")
         elif time.monotonic() - self._first_at < self.window_s:
             return  # the same request, delivered again (SLURM signals every process of the step)
         else:
@@ -126,14 +134,24 @@ def preemption_report(signum: int, step: int, checkpoint: Any | None) -> dict[st
     }
 
 
-def preempted_error(report: dict[str, Any], rank_zero: bool) -> Preempted:
-    """The line a preempted run ends with (from the trainer's ``extras["preempted"]``); silent off rank 0."""
+def preempted_error(
+    report: dict[str, Any], rank_zero: bool, environ: Mapping[str, str] | None = None
+) -> Preempted:
+    """The line a preempted run ends with (from the trainer's ``extras["preempted"]``); silent off rank 0.
+    After SIGUSR1 inside a SLURM job rank 0 prints it first, then requeues the job."""
+    environ = os.environ if environ is None else environ
     signum = int(signal.Signals[report["signal"]])
     if not rank_zero:
         return Preempted("", signum)
-    where = (
-        f"checkpoint {report['checkpoint']}; continue with --resume latest"
-        if report["checkpoint"]
-        else "no checkpoint (checkpoints are off)"
-    )
-    return Preempted(f"{report['signal']} at step {report['step']}: saved {where}", signum)
+    if not report["checkpoint"]:
+        return Preempted(
+            f"{report['signal']} at step {report['step']}: saved no checkpoint (checkpoints are off)", signum
+        )
+    saved = f"{report['signal']} at step {report['step']}: saved checkpoint {report['checkpoint']}"
+    job = environ.get("SLURM_JOB_ID") if signum == REQUEUE_SIGNAL else None
+    if not job:
+        return Preempted(f"{saved}; continue with --resume latest", signum)
+    # Said before the requeue: SLURM ends this attempt's processes as soon as the job is requeued.
+    _say(f"gpulab: stopped: {saved}; requeueing SLURM job {job}: its next attempt resumes from it")
+    failed = requeue(job)
+    return Preempted(f"{failed}; resubmit the job, with --resume latest" if failed else "", signum)

@@ -14,6 +14,12 @@ GPUs requested per node = processes per node, unless ``gpus_per_node`` says othe
 specification"). The variables stay shell expansions (quoted), the user's command is quoted word by
 word, so what runs is exactly the command given.
 
+Slurm requeue, as Lightning's SLURMEnvironment users expect: ``--signal=USR1@GRACE`` (SLURM's warning
+GRACE seconds before the time limit; gpulab checkpoints at the next step and requeues the job itself,
+``core/requeue.py``), ``--requeue`` and ``--open-mode=append`` (each attempt's lines are appended to the
+same log, after a line naming the attempt); the next attempt's ``gpulab launch`` resumes with
+``--resume auto``. ``requeue=False`` (``--no-requeue``) asks for none of it.
+
 ``engine="tensorflow"`` (Slurm only): each node's task runs ``gpulab launch --engine tensorflow``, which
 reads the step's nodes and its own rank from SLURM's variables (``distributed/slurm.py``) and builds every
 worker's TF_CONFIG from them; TensorFlow has no rendezvous, so there is no host to export.
@@ -31,6 +37,7 @@ from gpulab.errors import LaunchError, choices
 
 K8S_PORT_NAME = "pytorchjob-port"  # the port name the training operator reads MASTER_PORT from
 K8S_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1035 label
+REQUEUE_GRACE_S = 90  # Lightning's default: a checkpoint of a large model and the requeue fit in it
 
 
 def _launcher_line(spec: LaunchSpec, nproc: int, *, nnodes: str, node_rank: str, endpoint: str, run_id: str):
@@ -75,6 +82,8 @@ def render_slurm(
     engine: str = "torch",
     base_port: int | None = None,
     torchrun: bool = True,
+    requeue: bool = True,
+    requeue_grace: int = REQUEUE_GRACE_S,
 ) -> str:
     """``torchrun``: the engine's workers meet through torchrun's rendezvous on the first host; otherwise each
     node runs ``gpulab launch --engine ENGINE``, which reads the step's nodes and its rank from SLURM."""
@@ -88,9 +97,15 @@ def render_slurm(
         "#SBATCH --ntasks-per-node=1",
         *([f"#SBATCH --gpus-per-node={gpus}"] if gpus else []),
         "#SBATCH --output=%x-%j.out",
+        *_requeue_lines(requeue, requeue_grace),
         "set -euo pipefail",
         "",
     ]
+    if requeue:
+        header += [
+            'echo "gpulab: job $SLURM_JOB_ID, attempt $((${SLURM_RESTART_COUNT:-0} + 1)), on $(hostname)"',
+            "",
+        ]
     if not torchrun:
         inner = _engine_launcher_line(spec, nproc, engine, base_port)
         body = ["# One task per node; each reads the step's nodes and its rank from SLURM's variables."]
@@ -111,6 +126,18 @@ def render_slurm(
             "# One task per node; single quotes so each node expands its own $SLURM_NODEID.",
         ]
     return "\n".join([*header, *body, f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}", ""])
+
+
+def _requeue_lines(requeue: bool, grace: int) -> list[str]:
+    if not requeue:
+        return ["#SBATCH --no-requeue"]
+    return [
+        f"# SIGUSR1 {grace} s before the time limit: gpulab checkpoints, then requeues this job; the next",
+        "# attempt resumes from that checkpoint and appends to the same log.",
+        f"#SBATCH --signal=USR1@{grace}",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+    ]
 
 
 def _k8s_replica(command: str, image: str, gpus: int, port: int, replicas: int) -> dict:
@@ -185,6 +212,8 @@ def render(
     base_port: int | None = None,
     torchrun: bool = True,
     kinds: tuple[str, ...] = TEMPLATES,
+    requeue: bool = True,
+    requeue_grace: int = REQUEUE_GRACE_S,
 ) -> str:
     """The sbatch script (``slurm``) or PyTorchJob manifest (``k8s``) for ``spec``; ``kinds``: those the
     engine renders, ``torchrun``: whether its workers meet through torchrun's rendezvous."""
@@ -198,6 +227,10 @@ def render(
         raise LaunchError(
             f"--print {kind} has no template for the {engine} engine; valid for it: {choices(kinds)}"
         )
+    if requeue_grace < 1:
+        raise LaunchError(f"--requeue-grace must be at least 1 second, got {requeue_grace}")
     if kind == "k8s":
         return render_k8s(spec, nproc, job_name, image, gpus_per_node)
-    return render_slurm(spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun)
+    return render_slurm(
+        spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun, requeue, requeue_grace
+    )

@@ -32,6 +32,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -429,10 +430,26 @@ def launch(spec: LaunchSpec) -> None:
     _quiet_launcher_cpp_warnings()
     plan = plan_launch(spec)
     check_rendezvous(plan, spec)
-    with _rendezvous_store(plan):
+    with _rendezvous_store(plan), _outlive_requeue_warning():
         print(describe_plan(plan), file=sys.stderr, flush=True)
         with _environ(plan.env):
             _run_torchrun(plan, spec)
+
+
+@contextmanager
+def _outlive_requeue_warning() -> Iterator[None]:
+    """SIGUSR1 (SLURM's ``--signal=USR1@90``, sent to every process of the step) is for the workers: they
+    checkpoint and requeue the job (``core/requeue.py``). Its default action would end the launcher and,
+    with it, the workers before they saved; a handler of ours (not SIG_IGN, which the workers would
+    inherit) lets it pass."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 @contextmanager

@@ -63,10 +63,12 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
 
 
 def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``) unless the user chose:
-    a restarted attempt then continues from the failed one's last checkpoint instead of starting over."""
+    """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``), or a SLURM job's
+    requeued attempt (``SLURM_RESTART_COUNT``), unless the user chose: a restarted attempt then continues
+    from the last one's last checkpoint instead of starting over."""
     environ = os.environ if environ is None else environ
-    if user.get("resume") is None and "TORCHELASTIC_RUN_ID" in environ:
+    requeued = environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+    if user.get("resume") is None and ("TORCHELASTIC_RUN_ID" in environ or requeued):
         return {**user, "resume": "auto"}
     return user
 
