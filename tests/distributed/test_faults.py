@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 
 import ddp_job
@@ -18,7 +19,14 @@ import torch.distributed as dist
 from torch import nn
 
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.engines.torch.distributed.watchdog import ABORT, EXIT_CODE, PREFIX, CollectiveError, Watchdog
+from gpulab.engines.torch.distributed.watchdog import (
+    ABORT,
+    EXIT_CODE,
+    HOST,
+    PREFIX,
+    CollectiveError,
+    Watchdog,
+)
 from gpulab.engines.torch.train.trainer import Trainer
 
 TIMEOUT_S = ddp_job.STALL_TIMEOUT_S  # the stall scenario's limit once every rank is past start-up
@@ -36,7 +44,7 @@ def test_a_stalled_rank_stops_every_rank_naming_it_and_the_collective(tmp_path, 
     assert ended - stalled_at < TIMEOUT_S + 10, text
     waiter = 1 - stall_rank
     assert codes[stall_rank] == EXIT_CODE and codes[waiter] == EXIT_CODE
-    expected = f"rank {stall_rank} did not reach 'backward (gradient sync)'"
+    expected = f"rank {stall_rank} on {HOST} did not reach 'backward (gradient sync)'"
     waiter_log = (tmp_path / f"rank{waiter}.log").read_text()
     assert f"[gpulab rank {waiter}] stalled rank(s) {stall_rank}" in waiter_log and expected in waiter_log
     stuck_log = (tmp_path / f"rank{stall_rank}.log").read_text()
@@ -58,7 +66,7 @@ def test_a_stalled_rank_is_named_when_collectives_return_at_once_as_on_nccl(tmp_
     assert ended - stalled_at < ddp_job.ASYNC_TIMEOUT_S + 10, text
     for rank in range(3):
         log = (tmp_path / f"rank{rank}.log").read_text()
-        assert "rank 1 did not reach 'all_reduce (async)' (it has 2 steps done" in log, text
+        assert f"rank 1 on {HOST} did not reach 'all_reduce (async)' (it has 2 steps done" in log, text
 
 
 def _watchdogs(store, world=3, **kwargs):
@@ -80,7 +88,10 @@ def test_diagnosis_names_the_ranks_that_did_not_reach_the_collective():
     _publish(dogs)
     message = dogs[0].diagnose(dogs[0].heartbeat.state)
     assert "collective 'all_reduce(mean)' failed on rank 0 during step 8" in message
-    assert "rank 2 did not reach 'all_reduce(mean)'" in message and "outside any collective" in message
+    assert (
+        f"rank 2 on {HOST} did not reach 'all_reduce(mean)'" in message
+        and "outside any collective" in message
+    )
     assert "rank 1" not in message
 
 
@@ -90,10 +101,13 @@ def test_a_failed_collective_raises_and_tells_the_other_ranks():
     dogs[0].heartbeat.step = 3
     _publish(dogs)
     failing = dogs[0].collective("barrier")
-    with pytest.raises(CollectiveError, match="rank 1 did not reach 'barrier'"), failing:
+    with (
+        pytest.raises(CollectiveError, match=f"rank 1 on {re.escape(HOST)} did not reach 'barrier'"),
+        failing,
+    ):
         raise RuntimeError("Timed out waiting 5000ms for recv operation to complete")
     report = json.loads(dist.PrefixStore(PREFIX, store).get(ABORT))
-    assert report["rank"] == 0 and "rank 1 did not reach 'barrier'" in report["message"]
+    assert report["rank"] == 0 and f"rank 1 on {HOST} did not reach 'barrier'" in report["message"]
     exits = []
     dogs[1]._exit_fn = exits.append
     assert dogs[1]._check_abort() and exits == [EXIT_CODE]
@@ -153,7 +167,10 @@ def test_a_rank_frozen_whole_is_reported_with_its_real_step():
     dogs[0]._watch_progress()
     _age(dogs[0], 1, 6.0)
     assert dogs[0]._watch_progress()
-    assert "rank 1 did not reach 'all_reduce (async)' (it has 48 steps done" in dogs[0]._out.getvalue()
+    assert (
+        f"rank 1 on {HOST} did not reach 'all_reduce (async)' (it has 48 steps done"
+        in dogs[0]._out.getvalue()
+    )
 
 
 def _progressed(dogs, steps):
@@ -184,7 +201,7 @@ def test_progress_names_the_rank_that_stopped_while_the_others_moved_on():
     assert dogs[0]._watch_progress() and exits == [EXIT_CODE]
     said = dogs[0]._out.getvalue()
     assert "stalled rank(s) 1, found by rank 0's watchdog" in said
-    assert "rank 1 did not reach 'all_reduce (async)' (it has 2 steps done" in said
+    assert f"rank 1 on {HOST} did not reach 'all_reduce (async)' (it has 2 steps done" in said
     assert "rank 2 did not" not in said
     assert json.loads(dogs[0].store.get(ABORT))["rank"] == 0
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -113,7 +114,22 @@ class Heartbeat:
             "step": self.step,  # live: a step without a collective is progress too
             "since": since,
             "pid": os.getpid(),
+            "host": HOST,
         }
+
+
+def _host() -> str:
+    """This rank's node as its scheduler names it (SLURM's node name, as in "Node failure on n2"), else the
+    hostname: a line about a dead peer names the machine to look at, not only a rank and an address."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+HOST = _host()
+
+
+def _who(rank: int, beat: dict[str, Any]) -> str:
+    """``rank 1 on n2`` (a heartbeat of an older gpulab has no host: ``rank 1``)."""
+    return f"rank {rank} on {beat['host']}" if beat.get("host") else f"rank {rank}"
 
 
 def progress(beat: dict[str, Any]) -> tuple[int, int]:
@@ -238,8 +254,9 @@ class Watchdog:
                 silent.append(f"rank {rank} never sent a heartbeat")
             elif beat["seq"] < seq:
                 where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
+                who = _who(rank, beat)
                 behind.append(
-                    f"rank {rank} did not reach {name!r} (it has {beat['step']} steps done and has been "
+                    f"{who} did not reach {name!r} (it has {beat['step']} steps done and has been "
                     f"{where} for {now - beat['since']:.1f}s)"
                 )
         if behind or silent:
@@ -329,8 +346,9 @@ class Watchdog:
         for rank in stalled:
             beat = beats[rank]
             where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
+            who = _who(rank, beat)
             parts.append(
-                f"rank {rank} did not reach {name!r} (it has {beat['step']} steps done and has made no "
+                f"{who} did not reach {name!r} (it has {beat['step']} steps done and has made no "
                 f"progress for {now - self._behind[rank][1]:.1f}s, {where})"
             )
         return (
