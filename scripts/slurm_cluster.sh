@@ -25,9 +25,14 @@ conf=$dir/slurm.conf
 
 unable() { echo "slurm_cluster: $*" >&2; exit 3; }
 die() { echo "slurm_cluster: $*" >&2; exit 1; }
-# The namespace names carry a tag kept in DIR, so several clusters (test sessions) never share one: the pid of
-# the process that ran `up` (the test session), so that a later `up` can remove a cluster whose owner was
-# killed before it could run `down`. Every daemon of the cluster, munged too, runs inside its namespaces.
+# The namespace names carry a tag kept in DIR (x and 7 hex digits: random, never a pid), so several clusters
+# (test sessions) never share one. Who owns a cluster is a file `up` writes, $REGISTRY/TAG: its DIR, and the
+# owner process named by GPULAB_SLURM_OWNER (the test session passes its own pid) with that process's start
+# time, so a reused pid is not taken for it. A later `up` removes a cluster whose owner is gone, or whose DIR
+# no longer holds its tag; a cluster with no owner process is DIR's until `down`. Never the parent's pid: a
+# cluster started from a short-lived shell is not an orphan when that shell exits.
+# Every daemon of the cluster, munged too, runs inside its namespaces.
+REGISTRY=/run/gpulab-slurm
 tag() { cat "$dir/tag"; }
 ns() { echo "gsl$(tag)-$1"; }
 # Run in host $1's network namespace, with its hostname (a UTS namespace of its own) and the cluster's
@@ -124,10 +129,15 @@ up() {
         command -v "$tool" >/dev/null || unable "$tool is not installed (scripts/setup_slurm.sh installs slurm-wlm and munge)"
     done
     [ -e "$dir/tag" ] && die "$dir already holds a cluster: run down first"
+    local owner=${GPULAB_SLURM_OWNER:-} start=
+    if [ -n "$owner" ]; then
+        start=$(started "$owner") || die "GPULAB_SLURM_OWNER=$owner is not a running process"
+    fi
     remove_orphans
-    mkdir -p "$dir/munge" "$dir/ctl/state"
+    mkdir -p "$dir/munge" "$dir/ctl/state" "$REGISTRY"
     chmod 700 "$dir/munge"
-    echo "$PPID" >"$dir/tag"
+    printf 'x%07x\n' $((RANDOM << 15 | RANDOM)) >"$dir/tag"
+    printf '%s\n%s %s\n' "$dir" "$owner" "$start" >"$REGISTRY/$(tag)"
     network
     write_conf
     for n in "${NODES[@]}"; do mkdir -p "$dir/$n/spool"; done
@@ -146,15 +156,36 @@ up() {
     wait_idle "${GPULAB_SLURM_UP_TIMEOUT:-60}" "${NODES[@]}"
 }
 
+started() {  # started PID: the process's start time (field 22 of /proc/PID/stat), or fail if it is gone
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }  # after the command name, which may hold spaces and parentheses
+    set -- $stat
+    echo "${20}"
+}
+
+owned() {  # owned TAG: whether cluster TAG still has its owner
+    local file=$REGISTRY/$1 home owner start
+    if [[ $1 =~ ^[0-9]+$ ]]; then  # an older script's cluster: its tag is its owner's pid
+        kill -0 "$1" 2>/dev/null
+        return
+    fi
+    [ -r "$file" ] || return 1
+    { read -r home && read -r owner start; } <"$file" || return 1
+    [ "$(cat "$home/tag" 2>/dev/null)" = "$1" ] || return 1  # DIR deleted, or `down` half done
+    [ -z "$owner" ] || [ "$(started "$owner")" = "$start" ]
+}
+
 remove_orphans() {  # clusters whose owner is gone (killed before `down`): their processes, their namespaces
-    local name owner
-    for name in $(ip netns list | grep -oE '^gsl[0-9]+-(ctl|n1|n2)'); do
-        owner=${name#gsl}
-        owner=${owner%%-*}
-        kill -0 "$owner" 2>/dev/null && continue
+    local name tag
+    for name in $(ip netns list | grep -oE '^gsl[0-9a-fx]+-(ctl|n1|n2)'); do
+        tag=${name#gsl}
+        tag=${tag%%-*}
+        owned "$tag" && continue
         pids=$(ip netns pids "$name" 2>/dev/null || true)
         [ -n "$pids" ] && kill -9 $pids 2>/dev/null
         ip netns del "$name" 2>/dev/null || true
+        rm -f "$REGISTRY/$tag"
     done
 }
 
@@ -172,7 +203,7 @@ down() {
     for host in ctl "${NODES[@]}"; do
         ip netns del "$(ns "$host")" 2>/dev/null  # the veth pairs and the bridge go with them
     done
-    rm -f "$dir/tag"
+    rm -f "$REGISTRY/$(tag)" "$dir/tag"
 }
 
 case $cmd in

@@ -96,7 +96,9 @@ def user_env() -> dict[str, str]:
 def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("slurm")
     try:
-        up = subprocess.run([str(CLUSTER), "up", str(root)], capture_output=True, text=True, timeout=120)
+        # Owned by this test session: a later session removes the cluster only once this one is gone.
+        owner = {**os.environ, "GPULAB_SLURM_OWNER": str(os.getpid())}
+        up = subprocess.run([str(CLUSTER), "up", str(root)], capture_output=True, text=True, timeout=120, env=owner)
         if up.returncode == 3:  # this machine cannot: no root, no packages or no namespaces
             pytest.skip(up.stderr.strip().splitlines()[-1])
         assert up.returncode == 0, up.stderr
