@@ -98,7 +98,9 @@ def cluster(tmp_path_factory):
     try:
         # Owned by this test session: a later session removes the cluster only once this one is gone.
         owner = {**os.environ, "GPULAB_SLURM_OWNER": str(os.getpid())}
-        up = subprocess.run([str(CLUSTER), "up", str(root)], capture_output=True, text=True, timeout=120, env=owner)
+        up = subprocess.run(
+            [str(CLUSTER), "up", str(root)], capture_output=True, text=True, timeout=120, env=owner
+        )
         if up.returncode == 3:  # this machine cannot: no root, no packages or no namespaces
             pytest.skip(up.stderr.strip().splitlines()[-1])
         assert up.returncode == 0, up.stderr
@@ -211,6 +213,53 @@ def test_scancel_mid_run_leaves_a_checkpoint_and_a_resubmitted_launch_resumes_it
     assert all(got[k].equal(want[k]) for k in got)
 
 
+def steps_logged(out: Path) -> list[int]:
+    path = out / "metrics.jsonl"
+    text = path.read_text() if path.is_file() else ""
+    return [json.loads(line)["step"] for line in text.splitlines() if line.endswith("}")]
+
+
+def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exactly(cluster, tmp_path):
+    """What ``#SBATCH --signal=USR1@90`` does before a time limit, sent at once (``scancel --signal=USR1``
+    signals every process of the job's steps, as SLURM's timer does): each attempt checkpoints, requeues
+    its own job, and the next attempt resumes; the appended log keeps every attempt's lines."""
+    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]
+    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
+    out, stopped_at = tmp_path / "run", 0
+    for attempt in (1, 2):
+        deadline = time.monotonic() + 120
+        while max(steps_logged(out), default=0) <= stopped_at:  # training in this attempt
+            assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[
+                -3000:
+            ]
+            time.sleep(0.1)
+        r = cluster.login("scancel", "--signal=USR1", job)
+        assert r.returncode == 0, r.stderr
+        deadline = time.monotonic() + 120
+        while not re.search(
+            rf"JobState=PENDING .*Restarts={attempt}\b",
+            cluster.login("scontrol", "show", "job", "-o", job).stdout,
+        ):
+            assert time.monotonic() < deadline, output(tmp_path, job)[-3000:]
+            time.sleep(0.2)
+        stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
+        # SLURM holds a requeued job for about two minutes; the test, SLURM's admin here, lets it start now.
+        cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
+    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
+
+    lines = output(tmp_path, job).splitlines()
+    assert [line for line in lines if line.startswith(f"gpulab: job {job}, attempt ")] == [
+        f"gpulab: job {job}, attempt {n}, on n1" for n in (1, 2, 3)
+    ]
+    stops = [line for line in lines if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
+    assert len(stops) == 2 and all(f"requeueing SLURM job {job}: its next attempt" in s for s in stops), lines
+    assert json.loads((out / "summary.json").read_text())["steps"] == 200
+    got, want = final_weights(out), final_weights(tmp_path / "ref")
+    assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in got)
+
+
 def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_path):
     run = ["train", *PREEMPT, "--max-steps", "100000", "--out", "run"]
     # --no-requeue: by default SLURM requeues a job whose node failed, and it would wait for the node.
@@ -225,4 +274,8 @@ def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_pa
     log = output(tmp_path, job)
     assert state == "NODE_FAIL", log[-3000:]
     assert "srun: error: Node failure on n2" in log.splitlines(), log[-3000:]
+    # gpulab's own line names the node too, not only a rank and an address
+    assert any(
+        line.startswith("gpulab: error: collective ") and "rank 1 on n2" in line for line in log.splitlines()
+    )
     assert back.returncode == 0, back.stderr

@@ -261,9 +261,10 @@ class Watchdog:
                 )
         if behind or silent:
             return f"{head}: {'; '.join(behind + silent)}"
+        peers = ", ".join(_who(rank, beat) for rank, beat in sorted(others.items()) if rank != self.rank)
         return (
             f"{head}: every rank reached it, so the collective itself failed "
-            "(a rank died inside it, or the network between ranks failed)"
+            f"(a rank died inside it, or the network between ranks failed; the others: {peers})"
         )
 
     # -- watchdog thread ------------------------------------------------------------------------------
