@@ -47,12 +47,16 @@ def test_each_rendered_manifest_is_a_valid_pytorchjob(name):
 def test_the_cli_output_is_a_valid_pytorchjob():
     out = io.StringIO()
     argv = ["launch", "--print", "k8s", "--nnodes", "2", "--nproc-per-node", "2", "--job-name", "mnist",
-            "--", "gpulab", "train", "digits"]  # fmt: skip
+            "--image", "reg.example/gpulab:1", "--memory-per-node", "48Gi", "--", "gpulab", "train", "digits"]  # fmt: skip
     with contextlib.redirect_stdout(out):
         assert main(argv) == 0
     manifest = yaml.safe_load(out.getvalue())
     assert errors(manifest) == []
     assert manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+
+
+def _pod(manifest: dict) -> dict:
+    return manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
 
 
 @pytest.mark.parametrize(
@@ -79,6 +83,10 @@ def test_the_cli_output_is_a_valid_pytorchjob():
         ),
         (lambda m: m["metadata"].update(name="My_Job"), "does not match"),
         (lambda m: m["spec"]["pytorchReplicaSpecs"].pop("Worker"), "'Worker' is a required property"),
+        (lambda m: _pod(m)["containers"][0]["volumeMounts"][0].update(mountPath="runs"), "does not match"),
+        (lambda m: _pod(m)["volumes"][0].update(emptyDir={}), "has too many properties"),
+        (lambda m: _pod(m)["volumes"][1]["emptyDir"].update(medium="Disk"), "is not one of"),
+        (lambda m: _pod(m)["containers"][0]["resources"]["requests"].update(memory="lots"), "does not match"),
     ],
 )
 def test_the_schema_refuses_what_the_cluster_would(change, complaint):

@@ -321,6 +321,13 @@ def test_print_k8s_is_a_pytorchjob_for_the_same_command():
         (container,) = replicas[role]["template"]["spec"]["containers"]
         assert container["name"] == "pytorch" and container["image"] == "reg/gpulab:1"
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert container["resources"]["requests"] == {"cpu": "16", "memory": "64Gi"}  # 4 CPUs, 16Gi a process
+        assert container["workingDir"] == "/runs"  # a relative --out lands on the claim
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts == {"runs": "/runs", "dshm": "/dev/shm"}
+        volumes = {v["name"]: v for v in replicas[role]["template"]["spec"]["volumes"]}
+        assert volumes["runs"]["persistentVolumeClaim"] == {"claimName": "exp2-runs"}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
         assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 29511}]
         assert container["command"][:2] == ["sh", "-c"]
         words = shlex.split(container["command"][2])
@@ -331,11 +338,47 @@ def test_print_k8s_is_a_pytorchjob_for_the_same_command():
     assert "elasticPolicy" not in manifest["spec"]
 
 
+def test_print_k8s_takes_the_pods_claim_and_requests_and_refuses_what_would_lose_work(capsys):
+    args = ["launch", "--print", "k8s", "--image", "reg/g:1", "--volume-claim", "team-runs", "--mount-path", "/w",
+            "--cpus-per-node", "6", "--memory-per-node", "40Gi", "--", "gpulab", "train", "mlp", "--out", "/w/a"]  # fmt: skip
+    assert main(args) == 0
+    pod = yaml.safe_load(capsys.readouterr().out)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (
+        container["resources"]["requests"] == {"cpu": "6", "memory": "40Gi"}
+        and container["workingDir"] == "/w"
+    )
+    assert pod["volumes"][0] == {"name": "runs", "persistentVolumeClaim": {"claimName": "team-runs"}}
+
+    refused = {
+        "--print k8s needs --image: an image with gpulab and your code in it": ["--image", ""],
+        "--out /tmp/x is outside the volume mounted at /runs": [
+            "--",
+            "gpulab",
+            "train",
+            "mlp",
+            "--out",
+            "/tmp/x",
+        ],
+        "--memory-per-node 'lots' is not a Kubernetes quantity; e.g. 64Gi or 500M": [
+            "--memory-per-node",
+            "lots",
+        ],
+        "--mount-path must be an absolute path in the container, got 'runs'": ["--mount-path", "runs"],
+    }
+    for line, change in refused.items():
+        argv = ["launch", "--print", "k8s", "--image", "reg/g:1"]
+        argv = [*argv, *change] if change[0] == "--" else [*argv, *change, "--", "gpulab", "train", "mlp"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert line in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_print_k8s_elastic_and_single_node():
-    elastic = yaml.safe_load(render("k8s", L.LaunchSpec(command=["t.py"], nnodes="2:4"), 1))
+    elastic = yaml.safe_load(render("k8s", L.LaunchSpec(command=["t.py"], nnodes="2:4"), 1, image="i"))
     assert elastic["spec"]["elasticPolicy"]["minReplicas"] == 2
     assert elastic["spec"]["elasticPolicy"]["maxReplicas"] == 4
-    single = yaml.safe_load(render("k8s", L.LaunchSpec(command=["t.py"]), 1))
+    single = yaml.safe_load(render("k8s", L.LaunchSpec(command=["t.py"]), 1, image="i"))
     assert list(single["spec"]["pytorchReplicaSpecs"]) == ["Master"]
 
 

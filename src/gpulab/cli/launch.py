@@ -55,7 +55,19 @@ def launch(
     requeue_grace: int = typer.Option(
         90, "--requeue-grace", help="slurm template: seconds before the time limit that SIGUSR1 comes"
     ),
-    image: str = typer.Option("", "--image", help="Container image in the k8s template"),
+    image: str = typer.Option("", "--image", help="Container image in the k8s template (required there)"),
+    volume_claim: str = typer.Option(
+        None, "--volume-claim", help="k8s: PersistentVolumeClaim holding the work (default: JOB-NAME-runs)"
+    ),
+    mount_path: str = typer.Option(
+        "/runs", "--mount-path", help="k8s: where the claim is mounted (the working directory)"
+    ),
+    cpus_per_node: int = typer.Option(
+        None, "--cpus-per-node", help="k8s: CPUs a pod requests (default: 4 a process)"
+    ),
+    memory_per_node: str = typer.Option(
+        None, "--memory-per-node", help="k8s: memory a pod requests, e.g. 64Gi (default: 16Gi a process)"
+    ),
     engine: str = typer.Option(
         "torch", "--engine", help="torch (torchrun) or tensorflow (TF_CONFIG workers)"
     ),
@@ -92,13 +104,15 @@ def launch(
         log_dir=log_dir,
     )
     if print_ is not None:
-        from gpulab.distributed.cluster_templates import render
+        from gpulab.distributed.cluster_templates import K8sPod, render
 
         # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
         chosen = engines.get(engine)
+        pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node)
         text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
-                      chosen.launch_by_torchrun, chosen.launch_templates, requeue, requeue_grace)  # fmt: skip
+                      chosen.launch_by_torchrun, chosen.launch_templates, requeue, requeue_grace,
+                      pod)  # fmt: skip
         typer.echo(text, nl=False)
         return
     # Told nothing of where this node stands: inside a SLURM step, SLURM says.

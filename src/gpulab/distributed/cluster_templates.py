@@ -7,7 +7,12 @@ rendezvous on the first node:
   ``scontrol show hostnames``, the node rank is ``$SLURM_NODEID`` and the run id ``$SLURM_JOB_ID``.
 - Kubernetes: a Kubeflow ``PyTorchJob`` (kubeflow.org/v1) with a Master and ``nnodes - 1`` Workers;
   the training operator injects the master's address and each pod's rank (``PET_*`` in recent
-  operators, ``MASTER_ADDR``/``RANK`` in older ones), read by a shell at start-up.
+  operators, ``MASTER_ADDR``/``RANK`` in older ones), read by a shell at start-up. Each pod keeps its work:
+  a PersistentVolumeClaim (``--volume-claim``, default JOB-runs, made by the user: ReadWriteMany for
+  several nodes) mounted at ``--mount-path`` (default /runs) and the container's working directory, so a
+  relative ``--out`` and its checkpoints outlive a restarted container; ``/dev/shm`` a memory-backed
+  emptyDir (a container's default 64 MiB stops DataLoader workers); CPU and memory requests per pod
+  (``--cpus-per-node``, ``--memory-per-node``); ``--image`` is required.
 
 GPUs requested per node = processes per node, unless ``gpus_per_node`` says otherwise; 0 asks for none
 (a CPU cluster: SLURM refuses a GPU request where no node has GPUs, "Invalid generic resource (gres)
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
 
 import yaml
 
@@ -38,6 +45,10 @@ from gpulab.errors import LaunchError, choices
 K8S_PORT_NAME = "pytorchjob-port"  # the port name the training operator reads MASTER_PORT from
 K8S_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1035 label
 REQUEUE_GRACE_S = 90  # Lightning's default: a checkpoint of a large model and the requeue fit in it
+K8S_MOUNT = "/runs"
+K8S_CPUS_PER_PROCESS = 4  # default requests: what a training process and its data workers typically use
+K8S_MEMORY_GI_PER_PROCESS = 16
+K8S_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?")  # 32Gi, 64G, 500M
 
 
 def _launcher_line(spec: LaunchSpec, nproc: int, *, nnodes: str, node_rank: str, endpoint: str, run_id: str):
@@ -140,30 +151,99 @@ def _requeue_lines(requeue: bool, grace: int) -> list[str]:
     ]
 
 
-def _k8s_replica(command: str, image: str, gpus: int, port: int, replicas: int) -> dict:
+@dataclass(frozen=True)
+class K8sPod:
+    """What each pod asks for besides the command: its image, the claim holding the work, requests."""
+
+    image: str = ""
+    volume_claim: str | None = None  # default: JOB-runs
+    mount_path: str = K8S_MOUNT
+    cpus: int | None = None  # default: K8S_CPUS_PER_PROCESS per process
+    memory: str | None = None  # default: K8S_MEMORY_GI_PER_PROCESS Gi per process
+
+
+def _k8s_replica(command: str, pod: K8sPod, claim: str, gpus: int, port: int, replicas: int) -> dict:
     container = {
         "name": "pytorch",  # the container name the training operator looks for
-        "image": image,
+        "image": pod.image,
         "command": ["sh", "-c", command],
+        "workingDir": pod.mount_path,  # a relative --out lands on the volume
         "ports": [{"name": K8S_PORT_NAME, "containerPort": port}],
+        "resources": {"requests": {"cpu": str(pod.cpus), "memory": pod.memory}},
+        "volumeMounts": [
+            {"name": "runs", "mountPath": pod.mount_path},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
     }
     if gpus:
-        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+        container["resources"]["limits"] = {"nvidia.com/gpu": gpus}
+    volumes = [
+        {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},  # shared memory for DataLoader workers and NCCL
+    ]
     return {
         "replicas": replicas,
         "restartPolicy": "OnFailure",
-        "template": {"spec": {"containers": [container]}},
+        "template": {"spec": {"containers": [container], "volumes": volumes}},
     }
 
 
+def _check_k8s_pod(spec: LaunchSpec, pod: K8sPod) -> None:
+    """The options a manifest needs, each wrong one told in one line."""
+    if not pod.image:
+        raise LaunchError(
+            "--print k8s needs --image: an image with gpulab and your code in it "
+            "(e.g. --image registry.example.com/team/gpulab:1.0)"
+        )
+    if not PurePosixPath(pod.mount_path).is_absolute():
+        raise LaunchError(f"--mount-path must be an absolute path in the container, got {pod.mount_path!r}")
+    if pod.cpus is not None and pod.cpus < 1:
+        raise LaunchError(f"--cpus-per-node must be at least 1, got {pod.cpus}")
+    if pod.memory is not None and not K8S_QUANTITY.fullmatch(pod.memory):
+        raise LaunchError(f"--memory-per-node {pod.memory!r} is not a Kubernetes quantity; e.g. 64Gi or 500M")
+    out = _out_dir(spec.command)
+    if (
+        out is not None
+        and PurePosixPath(out).is_absolute()
+        and not PurePosixPath(out).is_relative_to(pod.mount_path)
+    ):
+        raise LaunchError(
+            f"--out {out} is outside the volume mounted at {pod.mount_path}: a restarted container would "
+            f"lose it; give a relative --out, or --mount-path {out}"
+        )
+
+
+def _out_dir(command: list[str]) -> str | None:
+    """The ``--out`` a ``gpulab train`` command names, if any."""
+    for i, word in enumerate(command):
+        if word == "--out" and i + 1 < len(command):
+            return command[i + 1]
+        if word.startswith("--out="):
+            return word.split("=", 1)[1]
+    return None
+
+
 def render_k8s(
-    spec: LaunchSpec, nproc: int, job_name: str = "gpulab", image: str = "", gpus_per_node: int | None = None
+    spec: LaunchSpec,
+    nproc: int,
+    job_name: str = "gpulab",
+    image: str = "",
+    gpus_per_node: int | None = None,
+    pod: K8sPod | None = None,
 ) -> str:
     if not K8S_NAME.fullmatch(job_name):  # the PyTorchJob webhook refuses any other name
         raise LaunchError(
             f"--job-name {job_name!r} is not a Kubernetes job name: 1-63 lower-case letters, digits and '-', "
             "starting with a letter and ending with a letter or digit (e.g. mnist-run-2)"
         )
+    pod = replace(pod or K8sPod(), image=image or (pod.image if pod else ""))
+    _check_k8s_pod(spec, pod)
+    pod = replace(
+        pod,
+        cpus=pod.cpus or K8S_CPUS_PER_PROCESS * nproc,
+        memory=pod.memory or f"{K8S_MEMORY_GI_PER_PROCESS * nproc}Gi",
+    )
+    claim = pod.volume_claim or f"{job_name}-runs"
     lo, hi = parse_nnodes(spec.nnodes)
     gpus = nproc if gpus_per_node is None else gpus_per_node
     port = _port(spec)
@@ -175,10 +255,9 @@ def render_k8s(
         endpoint='"${PET_MASTER_ADDR:-$MASTER_ADDR}:${PET_MASTER_PORT:-$MASTER_PORT}"',
         run_id=shlex.quote(job_name),
     )
-    image = image or "REPLACE-WITH-AN-IMAGE-THAT-HAS-GPULAB:latest"
-    replicas = {"Master": _k8s_replica(command, image, gpus, port, 1)}
+    replicas = {"Master": _k8s_replica(command, pod, claim, gpus, port, 1)}
     if hi > 1:
-        replicas["Worker"] = _k8s_replica(command, image, gpus, port, hi - 1)
+        replicas["Worker"] = _k8s_replica(command, pod, claim, gpus, port, hi - 1)
     job_spec: dict = {"nprocPerNode": str(nproc)}
     if lo != hi:
         job_spec["elasticPolicy"] = {
@@ -194,7 +273,12 @@ def render_k8s(
         "metadata": {"name": job_name},
         "spec": job_spec,
     }
-    header = f"# Generated by `gpulab launch --print k8s`: one launcher per pod, {nproc} process(es) each.\n"
+    access = "ReadWriteMany: every pod mounts it" if hi > 1 else "ReadWriteOnce is enough for one pod"
+    header = (
+        f"# Generated by `gpulab launch --print k8s`: one launcher per pod, {nproc} process(es) each.\n"
+        f"# The work (--out, checkpoints) lives on PersistentVolumeClaim {claim!r}, mounted at\n"
+        f"# {pod.mount_path}; create it first ({access}).\n"
+    )
     return header + yaml.safe_dump(manifest, sort_keys=False, width=1_000_000)
 
 
@@ -214,6 +298,7 @@ def render(
     kinds: tuple[str, ...] = TEMPLATES,
     requeue: bool = True,
     requeue_grace: int = REQUEUE_GRACE_S,
+    pod: K8sPod | None = None,
 ) -> str:
     """The sbatch script (``slurm``) or PyTorchJob manifest (``k8s``) for ``spec``; ``kinds``: those the
     engine renders, ``torchrun``: whether its workers meet through torchrun's rendezvous."""
@@ -230,7 +315,7 @@ def render(
     if requeue_grace < 1:
         raise LaunchError(f"--requeue-grace must be at least 1 second, got {requeue_grace}")
     if kind == "k8s":
-        return render_k8s(spec, nproc, job_name, image, gpus_per_node)
+        return render_k8s(spec, nproc, job_name, image, gpus_per_node, pod)
     return render_slurm(
         spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun, requeue, requeue_grace
     )
