@@ -260,6 +260,47 @@ def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exac
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in got)
 
 
+def test_trackers_after_scancel_and_sigkill_each_equal_metrics_jsonl(cluster, tmp_path):
+    """scancel (SIGTERM to every process of the step, W&B's helper not among them): gpulab's stop line and
+    MLflow KILLED; then SIGKILL to every process of the resumed job's step; the job after that finishes,
+    and MLflow's, W&B's and TensorBoard's loss histories each equal metrics.jsonl, step for step."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    sys.path.insert(0, str(ROOT / "tests" / "engines" / "torch" / "train"))
+    from tracker_history import assert_equal_to_jsonl, mlflow_status
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run", "--set", "checkpoint_every=20",
+           "--set", "trackers=[mlflow,wandb,tensorboard]", "--set", "tensorboard=true",
+           "--set", f"mlflow.tracking_uri={uri}", "--set", "wandb.mode=offline"]  # fmt: skip
+    script, out = rendered("--", "gpulab", *run), tmp_path / "run"
+    job = cluster.sbatch(script, tmp_path)
+    wait_for_training(cluster, job, out)
+    assert cluster.login("scancel", job).returncode == 0
+    assert cluster.wait(job) == "CANCELLED"
+    log = output(tmp_path, job)
+    assert "Traceback" not in log, log[-3000:]
+    stopped = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGTERM at step ")]
+    assert len(stopped) == 1 and mlflow_status(out, uri) == "KILLED", log[-3000:]
+    step = int(stopped[0].split(" at step ")[1].split(":")[0])
+
+    job = cluster.sbatch(script, tmp_path)  # resumes (--resume auto under gpulab launch)
+    deadline = time.monotonic() + 120
+    while max(steps_logged(out), default=0) <= step + 20:  # past a checkpoint of its own
+        assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[-3000:]
+        time.sleep(0.1)
+    assert (
+        cluster.login("scancel", "--signal=KILL", job).returncode == 0
+    )  # kill -9, every process of the step
+    cluster.wait(job)
+
+    job = cluster.sbatch(script, tmp_path)
+    assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 200
+    assert mlflow_status(out, uri) == "FINISHED"
+    assert_equal_to_jsonl(out, uri)
+
+
 def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_path):
     run = ["train", *PREEMPT, "--max-steps", "100000", "--out", "run"]
     # --no-requeue: by default SLURM requeues a job whose node failed, and it would wait for the node.

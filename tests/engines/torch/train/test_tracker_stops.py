@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
 
-from wandb_log import read_run  # noqa: E402  (tests/train is on the path)
+from tracker_history import assert_equal_to_jsonl, histories, jsonl, mlflow_status  # noqa: E402
 
 CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: a pause in each step
 ALL = "trackers=[wandb,mlflow,tensorboard]"
@@ -76,43 +75,6 @@ def children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
-
-
-def jsonl(out: Path) -> list[tuple[int, float]]:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], r["loss"]) for r in records if "loss" in r]
-
-
-def histories(out: Path, uri: str) -> dict[str, list[tuple[int, float]]]:
-    """Each tracker's loss history, read back from its own store, in the order it was written."""
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
-
-    runs = [read_run(f) for f in sorted((out / "wandb").glob("offline-run-*/run-*.wandb"))]
-    events = [
-        e
-        for f in sorted((out / "tensorboard").glob("events.*"))
-        for e in LegacyEventFileLoader(str(f)).Load()
-    ]
-    run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
-    history = mlflow.MlflowClient(uri).get_metric_history(run_id, "loss")
-    return {
-        "wandb": [(row["_step"], row["loss"]) for r in runs for row in r["history"] if "loss" in row],
-        "tensorboard": [(e.step, v.simple_value) for e in events for v in e.summary.value if v.tag == "loss"],
-        "mlflow": sorted((m.step, m.value) for m in history),  # MLflow keeps no order of writing
-    }
-
-
-def assert_equal_to_jsonl(out: Path, uri: str) -> None:
-    expected = jsonl(out)
-    for tracker, history in histories(out, uri).items():
-        assert [s for s, _ in history] == [s for s, _ in expected], tracker  # each step once, in order
-        assert [v for _, v in history] == pytest.approx([v for _, v in expected], rel=1e-6), tracker
-
-
-def mlflow_status(out: Path, uri: str) -> str:
-    run_id = json.loads((out / "trackers.json").read_text())["mlflow"]["run_id"]
-    return mlflow.MlflowClient(uri).get_run(run_id).info.status
 
 
 @pytest.mark.slow
