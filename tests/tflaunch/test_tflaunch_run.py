@@ -112,3 +112,20 @@ def test_a_stopped_launcher_stops_its_workers(tmp_path):
     for pid in pids:  # reaped by the launcher: no such process any more
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_sigusr1_to_the_launcher_is_passed_on_to_its_workers(tmp_path):
+    """SLURM's requeue warning: the launcher outlives it and hands it to the workers (gpulab's workers
+    checkpoint and requeue; these test workers take the signal's default action, so the job names them)."""
+    cmd = [sys.executable, "-m", "gpulab", "launch", "--engine", "tensorflow", "--nproc-per-node", "2", "--"]
+    proc = subprocess.Popen(
+        [*cmd, EXIT_JOB, str(tmp_path), "9", "0"], env=_env(), stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("worker*.json"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err  # the job failed (its workers died), the launcher was not killed
+    assert "was killed by SIGUSR1" in err and "the launcher was stopped" not in err, err

@@ -191,14 +191,23 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
     """Start the workers and wait: all exit 0 -> return; one fails -> stop the rest, WorkersFailedError."""
 
     stopping: list[int] = []
+    procs: list[subprocess.Popen] = []
 
     def on_signal(signum, frame):
         if not stopping:  # a second Ctrl-C while the workers are being stopped changes nothing
             stopping.append(signum)
             raise _Stopped(signum)
 
+    def on_requeue_warning(signum, frame):
+        # SIGUSR1 (SLURM's warning before a time limit): the workers checkpoint and requeue the job. Its
+        # default action would end the launcher; passed on, the workers' watch takes SLURM's own copy
+        # within its repeat window as the same request.
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    procs: list[subprocess.Popen] = []
+    old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_requeue_warning)
     logs = []
     try:
         for local, env in enumerate(plan.env):
