@@ -20,7 +20,8 @@ class FakeFileWriter:
 
 def start(tmp_path, hand_over_s):
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=hand_over_s)
-    logger.on_fit_start(trainer=None, state=SimpleNamespace(global_step=0))
+    fresh = SimpleNamespace(context=SimpleNamespace(resumed_from=None))  # not a resume: nothing to catch up
+    logger.on_fit_start(trainer=fresh, state=SimpleNamespace(global_step=0))
     fake = FakeFileWriter()
     assert logger._ready()  # the writer opens in a thread started at fit start
     logger._writer.close()
