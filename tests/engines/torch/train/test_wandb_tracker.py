@@ -14,7 +14,7 @@ from wandb_log import read_run  # noqa: E402  (tests/engines/torch/train is on t
 
 from gpulab.engines.torch.train.run import run  # noqa: E402
 
-CLI_TESTS = Path(__file__).resolve().parents[1] / "cli"  # preempt_recipe.py: no LR schedule
+CLI_TESTS = Path(__file__).resolve().parents[3] / "cli"  # preempt_recipe.py: no LR schedule
 
 
 def offline_runs(out: Path) -> list[dict]:
