@@ -94,10 +94,10 @@ def test_print_slurm_asks_for_no_gpus_with_gpus_per_node_0(capsys):
     assert main(["launch", "--print", "slurm", "--nnodes", "2", "--nproc-per-node", "1", "--gpus-per-node", "0",
                  "--", "gpulab", "train", "mlp"]) == 0  # fmt: skip
     assert "gpus-per-node" not in capsys.readouterr().out
-    k8s = yaml.safe_load(render("k8s", L.LaunchSpec(command=["t.py"], nnodes="2"), 2, gpus_per_node=0))
-    assert (
-        "resources" not in k8s["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    )
+    spec = L.LaunchSpec(command=["t.py"], nnodes="2")
+    k8s = yaml.safe_load(render("k8s", spec, 2, image="reg/g:1", gpus_per_node=0))
+    resources = k8s["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]
+    assert "limits" not in resources and set(resources["requests"]) == {"cpu", "memory"}  # no GPU asked
 
 
 def test_print_slurm_for_tensorflow_runs_the_tensorflow_launcher_on_each_node(capsys):
