@@ -6,6 +6,8 @@ import pytest
 
 from gpulab.core.callbacks import TensorBoardLogger
 
+FRESH = SimpleNamespace(context=SimpleNamespace(resumed_from=None))  # a trainer's fit that is no resume
+
 
 class FakeFileWriter:
     def __init__(self):
@@ -20,8 +22,7 @@ class FakeFileWriter:
 
 def start(tmp_path, hand_over_s):
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=hand_over_s)
-    fresh = SimpleNamespace(context=SimpleNamespace(resumed_from=None))  # not a resume: nothing to catch up
-    logger.on_fit_start(trainer=fresh, state=SimpleNamespace(global_step=0))
+    logger.on_fit_start(trainer=FRESH, state=SimpleNamespace(global_step=0))
     fake = FakeFileWriter()
     assert logger._ready()  # the writer opens in a thread started at fit start
     logger._writer.close()
@@ -65,7 +66,7 @@ def test_the_writer_opens_off_the_training_thread_and_the_first_hand_over_waits_
 
     monkeypatch.setattr(tensorboard, "_EventWriter", slow_writer)
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=3600)
-    logger.on_fit_start(trainer=None, state=SimpleNamespace(global_step=0))
+    logger.on_fit_start(trainer=FRESH, state=SimpleNamespace(global_step=0))
     logger.on_log(None, SimpleNamespace(global_step=5), {"loss": 0.5})  # returns: nothing waits yet
     release.set()
     logger.on_fit_end(None, SimpleNamespace(global_step=5), result=None)  # waits, then writes
