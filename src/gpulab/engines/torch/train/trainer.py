@@ -650,6 +650,8 @@ class Trainer:
                 **self.extras,
                 "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
                 "data_wait_s": self._data_wait.seconds,
+                # left out of samples_per_s and MFU: checkpoints, validation, recompiles after step 1
+                "untimed_s": self._clock.excluded,
                 "memory": memory_stats(rt.device).to_json(),
                 "machine_load": load_during(
                     self._others, on_cpu=rt.device.type == "cpu", threads_hint=THREADS_HINT
