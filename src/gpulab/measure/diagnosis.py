@@ -230,7 +230,8 @@ def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] |
     reports in ``extras`` (absent ones are None)."""
     extras = result.extras
     return diagnose_run(
-        train_seconds=result.train_seconds,
+        # the steps' own time: checkpoints, validation and recompiles are not (torch's ``untimed_s``)
+        train_seconds=result.train_seconds - (extras.get("untimed_s") or 0.0),
         data_wait_seconds=extras["data_wait_s"],
         device_type=device_type,
         gpu_utilization_pct=_utilization(extras.get("nvml") or {}),
