@@ -181,7 +181,10 @@ class Trainer:
         # the loss is taken from the output (step_call.py).
         self.signature = Signature(model, s.model_inputs, s.model_output)
         self.loss = LossCall(loss_fn, self.signature)
-        if isinstance(self.forward, CompileFallback):  # forward and loss as one compiled region
+        # Forward and loss as one compiled region, where the model is the user's own module: a DDP or
+        # DataParallel wrapper is compiled as torch documents it (the wrapper itself), not inside another
+        # function, whose trace would break at the wrapper's forward.
+        if isinstance(self.forward, CompileFallback) and self.model is model:
             self.forward.fuse_loss(self.loss)
         self._shift_labels = shifts_labels(model)  # a causal LM's accuracy: logits at t vs label t+1
         # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
