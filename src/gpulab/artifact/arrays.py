@@ -4,7 +4,7 @@ wraps the same arrays as tensors for the torch side."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,23 +67,48 @@ def as_arrays(data: Any) -> Any:
         data = data.as_numpy_iterator()
     elif not hasattr(data, "__next__"):  # not a generator: tensors, a dict, a Dataset (the callers' cases)
         return data
-    batches = [tuple(np.asarray(t) for t in batch) for batch in data]
+    batches = [tuple(batch) for batch in data]
     if not batches or any(len(b) != len(batches[0]) for b in batches):
         return ()  # nothing to concatenate: the callers' "no validation tensors" line
-    return tuple(np.concatenate(parts) for parts in zip(*batches, strict=True))
+    return tuple(concatenate(list(parts)) for parts in zip(*batches, strict=True))
 
 
-def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, np.ndarray]:
-    """A recipe's ``val_data`` (see ``as_arrays``) as (inputs, target)."""
-    val_data = as_arrays(val_data)
-    if (
-        isinstance(val_data, tuple)
-        and len(val_data) >= 2
-        and all(isinstance(a, np.ndarray) for a in val_data)
-    ):
-        return one_input(val_data[:-1], f"recipe {recipe!r}"), val_data[-1]
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """``fn`` on every array of a nesting of dicts, tuples and lists (a model's several inputs)."""
+    if isinstance(tree, Mapping):
+        return {k: tree_map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (tuple, list)):
+        return tuple(tree_map(fn, v) for v in tree)
+    return fn(tree)
+
+
+def leaves(tree: Any) -> list[Any]:
+    found: list[Any] = []
+    tree_map(found.append, tree)
+    return found
+
+
+def concatenate(parts: list[Any]) -> Any:
+    """One nesting of arrays from a list of equally nested batches (``(dict of inputs, y)`` included)."""
+    first = parts[0]
+    if isinstance(first, Mapping):
+        return {k: concatenate([p[k] for p in parts]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return tuple(concatenate(list(group)) for group in zip(*parts, strict=True))
+    return np.concatenate([np.asarray(p) for p in parts])
+
+
+def by_names(val_data: Any, names: list[str], recipe: str) -> tuple[Inputs, np.ndarray]:
+    """A recipe's ``(x, y)`` validation arrays as the inputs an artifact names: ``x`` a dict by those
+    names, or a tuple in their order (a Keras model of several inputs)."""
+    data = as_arrays(val_data)
+    x = data[0] if isinstance(data, tuple) and len(data) == 2 else None
+    if isinstance(x, Mapping) and all(n in x for n in names):
+        return tuple(np.ascontiguousarray(np.asarray(x[n])) for n in names), np.asarray(data[-1])
+    if isinstance(x, (tuple, list)) and len(x) == len(names):
+        return tuple(np.ascontiguousarray(np.asarray(a)) for a in x), np.asarray(data[-1])
     raise DataError(
-        f"recipe {recipe!r} has no validation tensors (inputs..., target) to check the export on; "
+        f"recipe {recipe!r}'s validation data does not hold the inputs {', '.join(names)}; "
         "give --input FILE.npz"
     )
 

@@ -61,14 +61,20 @@ def is_classifier(output: Any, target: Any | None) -> bool:
     )
 
 
-def accuracy(output: Any, target: Any) -> float:
-    target = _array(target)
+def accuracy(output: Any, target: Any, shift: bool = False) -> float:
+    """The share of right top-1 predictions (labels -100 not counted); ``shift``: a causal LM's logits at
+    t against the label at t+1, as its training reads them (a sequence output only)."""
+    output, target = _float64(output), _array(target)
+    if shift and output.ndim >= 3:
+        output, target = output[..., :-1, :], target[..., 1:]
     keep = target != -100  # the ignore index of cross-entropy, as the Trainer's accuracy
-    return float((_float64(output).argmax(-1)[keep] == target[keep]).mean())
+    return float((output.argmax(-1)[keep] == target[keep]).mean())
 
 
-def compare(eager: Any, got: Any, target: Any | None, precision: str) -> dict:
-    """``eager`` and ``got``: torch tensors or NumPy arrays of the same shape."""
+def compare(eager: Any, got: Any, target: Any | None, precision: str, *, shift: bool = False) -> dict:
+    """``eager`` and ``got``: torch tensors or NumPy arrays of the same shape. ``shift``: the accuracy of
+    a causal LM, whose logits at position t predict the label at t+1 (as its training loss and the
+    Trainer's accuracy read them); the outputs themselves are compared whole."""
     tol = TOLERANCES[precision]
     if tuple(eager.shape) != tuple(got.shape):
         return {"passed": False, "problem": f"output shape {tuple(got.shape)} != eager {tuple(eager.shape)}"}
@@ -89,10 +95,12 @@ def compare(eager: Any, got: Any, target: Any | None, precision: str) -> dict:
     if classifier:
         agree = float((eager.argmax(-1) == got.argmax(-1)).mean())
         report |= {
-            "accuracy_eager": accuracy(eager, target),
-            "accuracy_export": accuracy(got, target),
+            "accuracy_eager": accuracy(eager, target, shift),
+            "accuracy_export": accuracy(got, target, shift),
             "top1_agreement": agree,
         }
+        if shift and eager.ndim >= 3:
+            report["accuracy_shifted"] = True  # logits at t against the label at t+1
         # Outputs within tolerance can still flip a near-tie's top-1: what a deployment would notice.
         passed = passed and agree >= tol.min_top1_agreement
     report["passed"] = passed

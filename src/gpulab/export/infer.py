@@ -13,6 +13,7 @@ import numpy as np
 from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
+from gpulab.artifact.arrays import by_names
 from gpulab.artifact.atomic import write_atomically
 from gpulab.artifact.input_check import check_inputs
 from gpulab.artifact.loader_choice import choose_format
@@ -76,7 +77,8 @@ def infer(
         arrays["top1"] = output.argmax(-1).numpy()
     out = Path(out) if out else artifact.with_name(artifact.name + ".predictions.npz")
     write_atomically(out, lambda tmp: np.savez(tmp, **arrays))
-    acc = parity.accuracy(output, target) if parity.is_classifier(output, target) else None
+    shift = sidecar.get("labels_shifted") is True  # a causal LM (export.json): accuracy as training reads it
+    acc = parity.accuracy(output, target, shift) if parity.is_classifier(output, target) else None
     return InferResult(out, len(output), seconds, module.RUNTIME, acc)
 
 
@@ -131,4 +133,9 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, na
 
         data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
         return data.inputs, data.target
+    if names and None not in names:  # (inputs, target) arrays whose inputs the artifact names (Keras's)
+        import torch
+
+        inputs, target = by_names(recipe.val_data, names, name)
+        return tuple(map(torch.from_numpy, inputs)), torch.from_numpy(target)
     return export_data.from_recipe(recipe.val_data, name)

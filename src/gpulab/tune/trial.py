@@ -224,15 +224,18 @@ def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str
             from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
             from gpulab.engines.torch.runtime.memory import memory_limit_bytes
             from gpulab.engines.torch.runtime.memory_estimate import num_rows
+            from gpulab.engines.torch.runtime.step_call import loss_step
             from gpulab.engines.torch.train.run import resolve_config
 
             config, recipe = resolve_config(merge(user, knobs))
             apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
             with Runtime.from_settings(config) as rt:
                 model, optimizer = rt.setup(recipe.model, recipe.optimizer)
+                # The Trainer's call of the model (a dict batch's keys by forward's signature).
+                call = loss_step(recipe.model, recipe.loss_fn, config.model_inputs, config.model_output)
                 step = TrialStep(
                     model, optimizer, recipe.loss_fn, recipe.train_data, device=rt.device,
-                    autocast=rt.autocast, backward=rt.backward,
+                    autocast=rt.autocast, backward=rt.backward, step=call,
                 )  # fmt: skip
                 limit = config.memory_limit if isinstance(config.memory_limit, int) else None
                 limit = limit or memory_limit_bytes(rt.device)

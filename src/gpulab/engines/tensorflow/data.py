@@ -14,20 +14,42 @@ from typing import Any
 
 import numpy as np
 
+from gpulab.artifact.arrays import concatenate, leaves, tree_map
+
 CACHE_LIMIT_BYTES = 1 << 30  # cache a source that fits comfortably in host memory
 
 
-def as_arrays(data: Any) -> tuple[np.ndarray, ...]:
-    """The recipe's ``(x, y)`` (torch tensors or NumPy arrays; or a finite ``tf.data.Dataset`` or
-    generator of ``(x, y)`` batches, as ``model.fit`` takes them: read once, batches concatenated) as
-    NumPy arrays."""
+def as_arrays(data: Any) -> tuple[Any, ...]:
+    """The recipe's ``(x, y)`` as NumPy, in any form ``model.fit`` takes: arrays or tensors, ``x`` a dict
+    of them (a model's named inputs) or a tuple of them (several inputs); or a finite ``tf.data.Dataset``
+    or generator of such ``(x, y)`` batches (read once, batches concatenated). Each part keeps its
+    nesting (``tree_map``)."""
+    return read(data)[0]
+
+
+def read(data: Any) -> tuple[tuple[Any, ...], int | None]:
+    """``as_arrays``, and the size of the first batch where the data came in batches (else None)."""
     if hasattr(data, "as_numpy_iterator") or hasattr(data, "__next__"):
-        batches = [
-            tuple(np.asarray(t) for t in batch)
-            for batch in getattr(data, "as_numpy_iterator", lambda: data)()
-        ]
-        return tuple(np.concatenate(parts) for parts in zip(*batches, strict=True))
-    return tuple(d.numpy() if hasattr(d, "numpy") else np.asarray(d) for d in data)
+        batches = [tuple(batch) for batch in getattr(data, "as_numpy_iterator", lambda: data)()]
+        if not batches:
+            return (), None
+        arrays = tuple(concatenate(list(parts)) for parts in zip(*batches, strict=True))
+        return arrays, len(leaves(batches[0])[0])
+    return tuple(tree_map(_numpy, part) for part in data), None
+
+
+def num_samples(arrays: tuple[Any, ...]) -> int:
+    """The samples of ``(x, y)``: every array's first dimension, which must agree."""
+    lengths = {len(a) for a in leaves(arrays)}
+    if len(lengths) != 1:
+        from gpulab.errors import DataError
+
+        raise DataError(f"the training arrays differ in length ({sorted(lengths)}): give one row per sample")
+    return lengths.pop()
+
+
+def _numpy(a: Any) -> np.ndarray:
+    return a.numpy() if hasattr(a, "numpy") else np.asarray(a)
 
 
 def make_dataset(
@@ -43,13 +65,13 @@ def make_dataset(
     """Validation's pipeline (and any pass in a fixed order); training takes ``epoch_dataset``."""
     return finish(
         tf, source(tf, arrays, cache), global_batch,
-        shuffle=shuffle, seed=seed, samples=len(arrays[0]), prefetch=prefetch,
+        shuffle=shuffle, seed=seed, samples=num_samples(arrays), prefetch=prefetch,
     )  # fmt: skip
 
 
 def caches(arrays: tuple[np.ndarray, ...], cache: bool | str) -> bool:
     """Whether the source is cached: ``cache`` itself, or for ``auto`` whether the arrays are small."""
-    return sum(a.nbytes for a in arrays) <= CACHE_LIMIT_BYTES if cache == "auto" else bool(cache)
+    return sum(a.nbytes for a in leaves(arrays)) <= CACHE_LIMIT_BYTES if cache == "auto" else bool(cache)
 
 
 def source(tf: Any, arrays: tuple[np.ndarray, ...], cache: bool | str = "auto") -> Any:

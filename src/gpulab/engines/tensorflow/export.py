@@ -21,7 +21,9 @@ from gpulab.artifact.atomic import write_atomically, write_text
 from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
-from gpulab.errors import CheckpointError, ConfigError
+from gpulab.engines.tensorflow.data import as_arrays
+from gpulab.engines.tensorflow.formats.serving import Serving, from_arrays
+from gpulab.errors import CheckpointError, ConfigError, DataError
 
 # As engines/tensorflow/run.py writes them (not imported: keeps this module light).
 WEIGHTS_FILE = "model.weights.h5"
@@ -30,7 +32,7 @@ WEIGHTS_MANIFEST = "model.weights.manifest.json"
 
 @dataclass
 class KerasSource:
-    model: Any
+    model: Any  # a formats.serving.Serving: the Keras model, its inputs' names and structure
     recipe: str
     options: dict[str, Any]
     weights: Path
@@ -70,22 +72,50 @@ def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
     options = dict(summary.get("config", {}).get("options") or {})
     recipe = keras_recipe(name, options)
     model = recipe.model()
-    val_data = arrays.as_arrays(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
-    inputs, _ = arrays.from_recipe(val_data, name)
-    model(inputs[0][:1], training=False)  # creates the variables (a subclassed model has none yet)
+    val_data = as_arrays(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
+    served, inputs, _ = keras_inputs(model, val_data, name)
+    served(*(x[:1] for x in inputs))  # creates the variables (a subclassed model has none yet)
     try:
         model.load_weights(str(weights))
     except Exception as exc:  # a truncated file, or weights of other options than summary.json records
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise CheckpointError(f"{weights}: cannot load into the {name} model ({first})") from None
-    return KerasSource(model, name, options, weights, summary.get("steps"), path, val_data)
+    return KerasSource(served, name, options, weights, summary.get("steps"), path, val_data)
 
 
-def eager_runner(model: Any):
+def keras_inputs(model: Any, val_data: Any, recipe: str) -> tuple[Serving, tuple[np.ndarray, ...], Any]:
+    """(how the model is served, its inputs in that order, the target) from validation data as
+    ``model.fit`` takes it: ``(x, y)`` with ``x`` one array, a dict by input name or a tuple."""
+    if not (isinstance(val_data, tuple) and len(val_data) >= 2):
+        raise DataError(
+            f"recipe {recipe!r} has no validation data (inputs, target) to check the export on; "
+            "give --input FILE.npz"
+        )
+    x = val_data[0] if len(val_data) == 2 else val_data[:-1]
+    served, inputs = from_arrays(model, x)
+    return served, tuple(np.ascontiguousarray(a) for a in inputs), val_data[-1]
+
+
+def npz_inputs(path: Path, served: Serving) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+    """An ``.npz``'s arrays as the model's inputs: by the inputs' names where it holds them all, else in
+    file order; ``target`` (or ``labels``) is the target."""
+    found = arrays.read_npz(path)
+    target = found.pop("target", found.pop("labels", None))
+    if all(name in found for name in served.names):
+        return tuple(found[name] for name in served.names), target
+    if len(found) != len(served.names):
+        raise DataError(
+            f"{path}: {len(found)} input arrays ({', '.join(found)}) for a model of {len(served.names)} "
+            f"inputs ({', '.join(served.names)}): name them so, or give them in that order"
+        )
+    return tuple(found.values()), target
+
+
+def eager_runner(model: Serving):
     """The Keras model called eagerly (inference mode: dropout off): the reference of the parity check."""
 
-    def run(x: np.ndarray) -> np.ndarray:
-        return model(x, training=False).numpy()
+    def run(*xs: np.ndarray) -> np.ndarray:
+        return model(*xs, training=False).numpy()
 
     return run
 
@@ -97,9 +127,9 @@ def export_tf(
 
     source = rebuild_keras(path, trust)
     if input_file:
-        inputs, target = arrays.from_npz(input_file)
+        inputs, target = npz_inputs(Path(input_file), source.model)
     else:
-        inputs, target = arrays.from_recipe(source.val_data, source.recipe)
+        _, inputs, target = keras_inputs(source.model.model, source.val_data, source.recipe)
     artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
     example = arrays.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
@@ -119,6 +149,10 @@ def export_tf(
     return ExportResult(artifact, report, parity.write(report, artifact), info)
 
 
+def _names(served: Serving) -> list[dict[str, str]]:
+    return [{}] if served.form == "one" else [{"name": name} for name in served.names]
+
+
 def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
     """``PATH.export.json``, as the torch formats write it; ``engine`` tells infer to use the TF recipe."""
     return {
@@ -131,7 +165,11 @@ def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: fl
         "step": source.step,
         "precision": "fp32",
         "batch_dim": "dynamic" if fixed is None else fixed,
-        "inputs": [{"dtype": str(x.dtype), "shape": ["batch", *x.shape[1:]]} for x in inputs],
+        "inputs": [
+            {**named, "dtype": str(x.dtype), "shape": ["batch", *x.shape[1:]]}
+            # one input stays unnamed (infer feeds an .npz's arrays in file order); several by name
+            for named, x in zip(_names(source.model), inputs, strict=True)
+        ],
         "export_seconds": round(seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

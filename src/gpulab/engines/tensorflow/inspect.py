@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from gpulab.engines.tensorflow.data import as_arrays
+from gpulab.engines.tensorflow.data import as_arrays, tree_map
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
 from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line
@@ -49,8 +49,9 @@ def inspect_tf(user: dict[str, Any]) -> Any:
     keras.utils.set_random_seed(config.seed)
     cpu = DeviceFacts("cpu", "/CPU:0")
     precision = resolve_precision(config.precision, cpu, config.init_scale, config.growth_interval)
-    # NumPy arrays, tensors, a tf.data.Dataset or a generator of (x, y) batches: as model.fit takes them.
-    x, y = (_take(part, config.batch_size) for part in as_arrays(recipe.train_data)[:2])
+    # NumPy arrays, tensors, a tf.data.Dataset or a generator of (x, y) batches: as model.fit takes them;
+    # x may be a dict or a tuple of arrays (several inputs).
+    x, y = (tree_map(lambda a: a[: config.batch_size], part) for part in as_arrays(recipe.train_data)[:2])
     with precision.applied(tf, keras):
         run_dtype = SHORT.get(keras.mixed_precision.global_policy().compute_dtype, "?")
         rec = _Recorder(run_dtype)
@@ -236,13 +237,6 @@ def _graph_flops(tf: Any, fn: Any, args: tuple) -> int | None:
     except Exception:  # the table stands without it: the row says n/a
         return None
     return int(total) if total else None
-
-
-def _take(data: Any, n: int) -> Any:
-    import numpy as np
-
-    part = data[:n]
-    return part.numpy() if hasattr(part, "numpy") else np.asarray(part)
 
 
 def _is_tensor(t: Any) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.stop_flag import StopFlag
 from gpulab.engines.tensorflow.strategy import make_strategy
-from gpulab.errors import ConfigError
+from gpulab.errors import ConfigError, GpulabWarning
 
 # The busy-machine note's hint for a run on this engine (hardware.load.load_during).
 THREADS_HINT = " (TensorFlow's CPU threads competed with those processes)"
@@ -123,8 +124,17 @@ class TfTrainer:
                 "'tensorflow' (the loss scaler unscales after the all-reduce); use bf16-mixed or one replica"
             )
         self.global_batch = s.batch_size * dist.replicas
-        self.train_arrays = tfdata.as_arrays(recipe.train_data)
-        self.n_train = len(self.train_arrays[0])
+        self.train_arrays, came_in = tfdata.read(recipe.train_data)
+        if came_in is not None and came_in != self.global_batch and self.is_rank_zero:
+            warnings.warn(
+                f"the recipe's training data comes in batches of {came_in}: the TensorFlow engine reads its "
+                f"samples and batches them itself, {self.global_batch} a step (batch_size "
+                f"{s.batch_size}), shuffled per epoch; set --batch-size {came_in // dist.replicas or 1} to "
+                "train on batches of its size",
+                GpulabWarning,
+                stacklevel=3,
+            )
+        self.n_train = tfdata.num_samples(self.train_arrays)
         self.per_epoch = tfdata.batches_per_epoch(self.n_train, self.global_batch)
         self.state = self._plan(self.per_epoch)
         with dist.strategy.scope():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches
+from gpulab.artifact.arrays import leaves
+from gpulab.engines.tensorflow.data import CACHE_LIMIT_BYTES, as_arrays, caches, num_samples
 from gpulab.measure.knobs import Candidate, DeviceName, Group, batch_group, precision_group
 
 KNOBS = ("precision", "batch_size", "data_cache", "prefetch_factor", "compile")
@@ -36,7 +37,7 @@ def torch_device(tf_device: str) -> DeviceName:
 def groups(config: Any, recipe: Any, device: DeviceName, resolved_precision: str) -> list[Group]:
     """Every TensorFlow knob's group, in the order the search walks them."""
     arrays = as_arrays(recipe.train_data)
-    rows = len(arrays[0])
+    rows = num_samples(arrays)
     return [
         precision_group(device, resolved_precision),
         *[Group(knob, reason=why) for knob, why in NOT_ON_TENSORFLOW.items()],
@@ -51,7 +52,7 @@ def cache_group(arrays: tuple, setting: bool | str) -> Group:
     """The source cached or not: the other of what the setting does now (not a cache over the limit,
     which could exhaust host memory)."""
     group = Group("data_cache")
-    size = sum(a.nbytes for a in arrays)
+    size = sum(a.nbytes for a in leaves(arrays))
     if caches(arrays, setting):
         group.candidates.append(Candidate("data_cache=false", {"data_cache": False}))
     elif size > CACHE_LIMIT_BYTES:

@@ -21,6 +21,7 @@ from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.engines.torch.formats.base import Deployable, Served
 from gpulab.engines.torch.rebuild import rebuild
 from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.runtime.step_call import shifts_labels
 
 
 def export_torch(
@@ -54,12 +55,23 @@ def export_torch(
         )
     info = describe(module, source, precision, fixed, data, time.perf_counter() - started) | facts
     info["output"] = model.output_name
+    if shifts_labels(source.model):  # a causal LM's logits at t predict the label at t+1 (infer reads it)
+        info["labels_shifted"] = True
     if facts.get("sequence_dim") == "dynamic":  # as base.batch_dims marks them
         for entry, x in zip(info["inputs"], data.inputs, strict=True):
             if x.dim() >= 2 and not x.is_floating_point():
                 entry["shape"][1] = "sequence"
     write_text(artifact.with_name(artifact.name + SIDECAR), json.dumps(info, indent=2) + "\n")
-    report = check_parity(module, artifact, model, data.inputs, data.target, precision, fixed)
+    report = check_parity(
+        module,
+        artifact,
+        model,
+        data.inputs,
+        data.target,
+        precision,
+        fixed,
+        shift=info.get("labels_shifted", False),
+    )
     report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": precision, **report}
     report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
     parity_path = parity.write(report, artifact)
@@ -100,10 +112,13 @@ def describe(module, source, precision: str, fixed: int | None, data, seconds: f
     }
 
 
-def check_parity(module, artifact, model, inputs, target, precision: str, fixed: int | None) -> dict:
-    """The artifact loaded back in its own runtime against the eager model, batch for batch."""
+def check_parity(
+    module, artifact, model, inputs, target, precision: str, fixed: int | None, *, shift: bool = False
+) -> dict:
+    """The artifact loaded back in its own runtime against the eager model, batch for batch; ``shift``:
+    accuracy of the logits at t against the label at t+1 (a causal LM, ``step_call.shifts_labels``)."""
     size = fixed or PARITY_BATCH
     eager = export_data.run_batched(model, inputs, size, fixed is not None)
     runner = module.load(artifact)
     got = export_data.run_batched(runner, inputs, size, fixed is not None)
-    return parity.compare(eager, got, target, precision)
+    return parity.compare(eager, got, target, precision, shift=shift)

@@ -41,10 +41,14 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
             "inspect takes its example batch from a map-style Dataset, a tuple or a dict of tensors; this "
             f"recipe's training data is {what}"
         )
+    from gpulab.engines.torch.runtime.signature import Signature
+    from gpulab.engines.torch.runtime.step_call import loss_step
+
     model = recipe.model
     inspection = inspect_model(
-        model, batch, recipe.loss_fn, autocast=traced.autocast, compute_dtype=precision.compute_dtype
-    )
+        model, batch, recipe.loss_fn, autocast=traced.autocast, compute_dtype=precision.compute_dtype,
+        signature=Signature(model, config.model_inputs, config.model_output),
+    )  # fmt: skip
     params = list(model.parameters())
     report = InspectReport(
         recipe=config.recipe,
@@ -69,7 +73,7 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
             traced,
             batch,
             batch_size=config.batch_size,
-            step=training_step(model, recipe.loss_fn, config.model_inputs, config.model_output),
+            step=loss_step(model, recipe.loss_fn, config.model_inputs, config.model_output),
         )
     except ConfigError as exc:
         report.memory_note = str(exc)
@@ -77,15 +81,6 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
         report.memory_note = f"the memory estimate failed: {first_line(exc)}"
     report.limit_bytes, report.limit_source = _limit(device, config.memory_limit)
     return report
-
-
-def training_step(model, loss_fn, inputs=None, output=None):
-    """The Trainer's rule for one step's loss (train/step_call.py), for the memory estimate to trace."""
-    from gpulab.engines.torch.runtime.signature import Signature
-    from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
-
-    loss = LossCall(loss_fn, Signature(model, inputs, output))
-    return lambda forward, batch: step_loss(forward, loss, batch)
 
 
 def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:

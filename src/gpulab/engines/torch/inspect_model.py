@@ -29,6 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
+from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 from gpulab.measure.inspection import Inspection, LayerFailure, LayerRow, TensorInfo, first_line
 
@@ -96,20 +97,24 @@ def inspect_model(
     *,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
     compute_dtype: torch.dtype | None = None,
+    signature: Signature | None = None,
 ) -> Inspection:
     """Trace one training step of ``model`` on ``batch`` (called as the Trainer calls it) into rows.
 
     ``compute_dtype`` is the run's (bfloat16 under bf16-mixed; None: the parameters' dtype). Nothing of
     the model changes: parameters are swapped for fake copies (``functional_call``), hooks are removed.
+    ``signature``: which of a dict batch's keys go to ``forward`` (the ``model_inputs`` setting); None:
+    those the model's own ``forward`` names, as training passes them -- never the tracing wrapper's.
     """
     plain = unwrap_module(model)
     run_dtype = compute_dtype or next((p.dtype for p in plain.parameters()), torch.float32)
     first = next(iter_tensors(batch), None)
     rows = int(first.shape[0]) if first is not None and first.dim() else 0
+    loss = LossCall(loss_fn, signature or Signature(plain))
     try:
-        return _trace(plain, batch, LossCall(loss_fn), autocast, run_dtype, rows, fake=True)
+        return _trace(plain, batch, loss, autocast, run_dtype, rows, fake=True)
     except _FAKE_LIMITS:  # an op fake tensors cannot run: trace a real step on a copy, as flops.py does
-        return _trace(copy.deepcopy(plain), batch, LossCall(loss_fn), autocast, run_dtype, rows, fake=False)
+        return _trace(copy.deepcopy(plain), batch, loss, autocast, run_dtype, rows, fake=False)
 
 
 def _fake_limits() -> tuple[type[BaseException], ...]:

@@ -151,7 +151,10 @@ def test_user_dataloader_resumes_by_skipping_and_sets_sampler_epoch():
     run = build()
     iterator = iter(run)
     head = [next(iterator)[1].tolist() for _ in range(2)]
-    assert run.state_dict() == {"epoch": 0, "batches_consumed": 2}
+    assert {k: run.state_dict()[k] for k in ("epoch", "batches_consumed")} == {
+        "epoch": 0,
+        "batches_consumed": 2,
+    }
     fresh = build()
     fresh.load_state_dict(run.state_dict())
     assert head + [b[1].tolist() for b in fresh] == full

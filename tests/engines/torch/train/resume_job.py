@@ -1,6 +1,7 @@
 """A training job for the exact-resume tests, run as a real process (not collected by pytest).
 
     python resume_job.py OUT RESULT [--resume] [--kill-at K] [--pause-save-at K] [--dataset] [--dict]
+                         [--loader own-generator|global-rng|workers|persistent-workers]
 
 Trains a small MLP with dropout, shuffling, a cosine LR schedule and accumulation 2 for STEPS optimizer
 steps, logging the loss every step, and writes per-step losses, final parameters and optimizer state to
@@ -8,6 +9,8 @@ RESULT. --kill-at K SIGKILLs the process right after step K's checkpoint is writ
 sets the checkpoint test hook so the save of step K stops before its rename (the test kills it there).
 --dict: dict batches (a dict of tensors, or with --dataset a Dataset of dicts) for a model called with
 keyword arguments that computes its own loss (no loss_fn), the way Hugging Face models are trained.
+--loader: the user's own shuffling DataLoader over the Dataset (batch 16): with its own seeded generator,
+drawing from torch's global RNG (no generator), or with 2 workers (and a generator), persistent or not.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import signal
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from gpulab.core.callbacks import Callback
 from gpulab.engines.torch.train.trainer import Trainer
@@ -67,6 +70,15 @@ class Interrupt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def users_loader(data: Dataset, kind: str) -> DataLoader:
+    """A shuffling DataLoader as a user writes one; its generator is seeded afresh in every process."""
+    generator = None if kind == "global-rng" else torch.Generator().manual_seed(11)
+    workers = (
+        {"num_workers": 2, "persistent_workers": kind == "persistent-workers"} if "workers" in kind else {}
+    )
+    return DataLoader(data, batch_size=16, shuffle=True, generator=generator, **workers)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -76,14 +88,20 @@ def main() -> None:
     ap.add_argument("--pause-save-at", type=int)
     ap.add_argument("--dataset", action="store_true")
     ap.add_argument("--dict", action="store_true")
+    ap.add_argument("--loader", choices=["own-generator", "global-rng", "workers", "persistent-workers"])
+    ap.add_argument("--threads", type=int, help="torch's intra-op threads")
     args = ap.parse_args()
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(200, 8, generator=g), torch.randint(0, 3, (200,), generator=g)
     if args.dict:
         data = DictPairs(x, y) if args.dataset else {"features": x, "labels": y}
     else:
         data = Pairs(x, y) if args.dataset else (x, y)
+    if args.loader:
+        data = users_loader(Pairs(x, y), args.loader)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, 3))
     if args.dict:

@@ -47,9 +47,15 @@ def settings(**overrides):
 
 
 def _fit(model, loss_fn=token_cross_entropy, train=None, **overrides) -> dict[str, torch.Tensor]:
+    return _fitted(model, loss_fn, train, **overrides)[0]
+
+
+def _fitted(model, loss_fn=token_cross_entropy, train=None, **overrides):
+    """(the weights, the loss logged at each step)."""
     trainer = Trainer(**settings(**overrides))
     trainer.fit(model, train if train is not None else data(), loss_fn=loss_fn, optimizer=sgd)
-    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    logged = {h["step"]: h["loss"] for h in trainer.history if "loss" in h}
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}, logged
 
 
 def _close(got: dict, want: dict, atol: float = 1e-6) -> None:
@@ -58,8 +64,13 @@ def _close(got: dict, want: dict, atol: float = 1e-6) -> None:
 
 
 def test_accumulating_4_micro_batches_of_padded_tokens_equals_one_batch_of_16():
-    whole = _fit(Tagger(), batch_size=16)
-    _close(_fit(Tagger(), batch_size=4, accumulate=4), whole)
+    whole, whole_logged = _fitted(Tagger(), batch_size=16)
+    accumulated, logged = _fitted(Tagger(), batch_size=4, accumulate=4)
+    _close(accumulated, whole)
+    # The logged loss is the large batch's too: the micro-batches' means weighed by their tokens.
+    assert logged.keys() == whole_logged.keys() == {1, 2, 3}
+    for step, loss in whole_logged.items():
+        assert abs(logged[step] - loss) < 1e-6, (step, logged[step], loss)
 
 
 def test_a_hugging_face_models_own_loss_is_weighed_by_its_tokens_under_accumulation():
@@ -75,8 +86,10 @@ def test_a_hugging_face_models_own_loss_is_weighed_by_its_tokens_under_accumulat
         return transformers.GPT2LMHeadModel(config)
 
     batches = {"input_ids": ids, "labels": labels}
-    whole = _fit(model(), loss_fn=None, train=batches, batch_size=16)
-    _close(_fit(model(), loss_fn=None, train=batches, batch_size=4, accumulate=4), whole)
+    whole, whole_logged = _fitted(model(), loss_fn=None, train=batches, batch_size=16)
+    accumulated, logged = _fitted(model(), loss_fn=None, train=batches, batch_size=4, accumulate=4)
+    _close(accumulated, whole)
+    assert all(abs(logged[step] - loss) < 1e-6 for step, loss in whole_logged.items())
 
 
 def test_two_gloo_ranks_accumulating_2_equal_one_batch_of_16(tmp_path):

@@ -16,12 +16,17 @@ from gpulab.engines.torch.checkpoint.api import list_checkpoints, resolve_checkp
 
 JOB = Path(__file__).with_name("resume_job.py")
 # The tensor fast path and the DataLoader path, each with tuple batches and with dict batches (a model
-# called with keyword arguments that computes its own loss).
+# called with keyword arguments that computes its own loss); and the user's own shuffling DataLoader, with
+# its own generator, drawing from the global RNG, and with 2 workers (persistent or not).
 FLAVOURS = {
     "tensors": (),
     "dataset": ("--dataset",),
     "dict": ("--dict",),
     "dict-dataset": ("--dict", "--dataset"),
+    "own-loader": ("--loader", "own-generator"),
+    "own-loader-global-rng": ("--loader", "global-rng"),
+    "own-loader-workers": ("--loader", "workers"),
+    "own-loader-persistent-workers": ("--loader", "persistent-workers"),
 }
 
 
@@ -37,7 +42,12 @@ def job(out: Path, result: Path, *extra: str) -> subprocess.Popen:
 def finish(proc: subprocess.Popen) -> int:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode in (0, -signal.SIGKILL), err
+    proc.stderr_text = err
     return proc.returncode
+
+
+def warned(proc: subprocess.Popen, words: str) -> list[str]:
+    return [line for line in proc.stderr_text.splitlines() if words in line]
 
 
 def assert_same_run(full: dict, resumed: dict, from_step: int) -> None:
@@ -71,8 +81,22 @@ def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, uninterrupted,
         finish(job(tmp_path / "run", tmp_path / "ignored.pt", "--kill-at", "10", *extra)) == -signal.SIGKILL
     )
     assert resolve_checkpoint(tmp_path / "run" / "checkpoints").name == "step-00000010"
-    assert finish(job(tmp_path / "run", tmp_path / "resumed.pt", "--resume", *extra)) == 0
+    resumed = job(tmp_path / "run", tmp_path / "resumed.pt", "--resume", *extra)
+    assert finish(resumed) == 0
     assert_same_run(uninterrupted[flavour], torch.load(tmp_path / "resumed.pt"), from_step=10)
+    # Persistent workers keep their random streams across epochs: the order is exact, the line says what
+    # is not (this dataset draws nothing in its workers, so the run is bit-identical all the same).
+    assert len(warned(resumed, "persistent_workers=True")) == (flavour == "own-loader-persistent-workers")
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_thread_count_says_so_in_one_line(tmp_path):
+    assert finish(job(tmp_path / "run", tmp_path / "x.pt", "--threads", "2", "--kill-at", "10")) == -9
+    resumed = job(tmp_path / "run", tmp_path / "resumed.pt", "--resume", "--threads", "1")
+    assert finish(resumed) == 0
+    (line,) = warned(resumed, "intra-op threads")
+    assert "resuming with 1 intra-op threads a run checkpointed with 2" in line
+    assert "OMP_NUM_THREADS=2" in line
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """``savedmodel``: a TensorFlow-engine run's Keras model as a SavedModel directory with a
-``serving_default`` signature (one input ``input``, one output ``output``; batch dimension None unless
-``--batch-dim N``), as TF Serving loads it; run back through ``tf.saved_model.load`` and that signature.
+``serving_default`` signature (one input ``input``, or a model's several inputs by their names; one output
+``output``; batch dimension None unless ``--batch-dim N``), as TF Serving loads it; run back through
+``tf.saved_model.load`` and that signature.
 
 TensorFlow is imported here only inside the functions (``available`` only looks for it); inputs and
 outputs are NumPy arrays (a torch tensor on the CPU is read as one): no torch."""
@@ -14,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from gpulab.engines.tensorflow.formats.serving import check_count, input_order, serving
 from gpulab.errors import MissingPackageError
 
 Runner = Callable[..., np.ndarray]  # engines.torch.formats.base.Runner's NumPy twin (that imports torch)
 
 NAME, SUFFIX, RUNTIME = "savedmodel", ".savedmodel", "TensorFlow SavedModel"
 PIP_TENSORFLOW = "pip install 'gpulab[tensorflow]'"
-SIGNATURE, INPUT, OUTPUT = "serving_default", "input", "output"
+SIGNATURE, OUTPUT = "serving_default", "output"
 
 
 def available(fmt: str = NAME) -> None:
@@ -38,22 +40,32 @@ def tensorflow() -> Any:
     return require_tensorflow()
 
 
-def spec(example: tuple[np.ndarray, ...], dynamic: bool) -> Any:
+def specs(example: tuple[np.ndarray, ...], dynamic: bool, names: list[str]) -> list[Any]:
     tf = tensorflow()
-    x = example[0]
-    batch = None if dynamic else x.shape[0]
-    return tf.TensorSpec([batch, *x.shape[1:]], tf.as_dtype(str(x.dtype).removeprefix("torch.")), name=INPUT)
+    return [
+        tf.TensorSpec(
+            [None if dynamic else x.shape[0], *x.shape[1:]],
+            tf.as_dtype(str(x.dtype).removeprefix("torch.")),
+            name=name,
+        )
+        for name, x in zip(names, example, strict=True)
+    ]
 
 
 def save(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) -> None:
     """The SavedModel directory at ``out`` (the export writes it under a temporary name and renames it
-    into place: ``artifact.atomic``)."""
+    into place: ``artifact.atomic``). ``model``: a Keras model of one input, or a ``serving.Serving``
+    naming several."""
     import keras
 
+    served = serving(model)
     archive = keras.export.ExportArchive()
-    archive.track(model)
-    # A dict output names the signature's output tensor (`output`, not Keras's `output_0`).
-    archive.add_endpoint("serve", lambda x: {OUTPUT: model(x, training=False)}, [spec(example, dynamic)])
+    archive.track(served.model)
+    # A dict output names the signature's output tensor (`output`, not Keras's `output_0`); the inputs
+    # take the specs' names.
+    archive.add_endpoint(
+        "serve", lambda *xs: {OUTPUT: served(*xs, training=False)}, specs(example, dynamic, served.names)
+    )
     archive.write_out(str(out), verbose=False)
 
 
@@ -65,8 +77,11 @@ def write(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path)
 def load(path: Path) -> Runner:
     tf = tensorflow()
     serve = tf.saved_model.load(str(path)).signatures[SIGNATURE]
+    names = input_order(path, list(serve.structured_input_signature[1]))
 
-    def run(x: Any) -> np.ndarray:
-        return serve(**{INPUT: tf.constant(np.asarray(x))})[OUTPUT].numpy()
+    def run(*xs: Any) -> np.ndarray:
+        check_count(names, xs)
+        feed = {name: tf.constant(np.asarray(x)) for name, x in zip(names, xs, strict=True)}
+        return serve(**feed)[OUTPUT].numpy()
 
     return run

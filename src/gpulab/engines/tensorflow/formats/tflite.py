@@ -14,6 +14,7 @@ import numpy as np
 
 from gpulab.engines.tensorflow.formats import savedmodel
 from gpulab.engines.tensorflow.formats.savedmodel import Runner
+from gpulab.engines.tensorflow.formats.serving import check_count, input_order
 from gpulab.errors import ConfigError
 
 NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
@@ -52,6 +53,8 @@ def interpreter(path: Path) -> Any:
 
 def load(path: Path) -> Runner:
     interp = interpreter(path)
+    if len(interp.get_input_details()) > 1:
+        return _by_name(interp, path)
     interp.allocate_tensors()
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
     shape = [None]  # the input shape allocated last: resize only when a batch differs
@@ -65,5 +68,22 @@ def load(path: Path) -> Runner:
         interp.set_tensor(inp["index"], x.astype(inp["dtype"], copy=False))
         interp.invoke()
         return interp.get_tensor(out["index"]).copy()
+
+    return run
+
+
+def _by_name(interp: Any, path: Path) -> Runner:
+    """Several inputs: fed by name through the signature (the interpreter's tensor order is its own);
+    the signature runner resizes to each batch."""
+    runner = interp.get_signature_runner(savedmodel.SIGNATURE)
+    details = runner.get_input_details()
+    names = input_order(path, list(details))
+
+    def run(*xs: Any) -> np.ndarray:
+        check_count(names, xs)
+        feed = {
+            n: np.asarray(x).astype(details[n]["dtype"], copy=False) for n, x in zip(names, xs, strict=True)
+        }
+        return runner(**feed)[savedmodel.OUTPUT].copy()
 
     return run

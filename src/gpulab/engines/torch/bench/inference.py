@@ -72,10 +72,11 @@ def run(ctx: BenchContext) -> SuiteResult:
 
 def _model_rows(ctx: BenchContext, name: str, cfg: dict, work_dir: Path, notes: list[str]) -> list[Row]:
     work = load_workload(name, seed=0)
-    model = Deployable(work.model).to(ctx.device).eval()
-    inputs = work.inputs[: max(cfg["batches"])].to(ctx.device)
+    inputs = work.inputs[: max(cfg["batches"])]
     if len(inputs) < max(cfg["batches"]):  # fewer samples than the largest batch: repeat them
         inputs = inputs[torch.arange(max(cfg["batches"])) % len(inputs)]
+    model = served(work.model, inputs).to(ctx.device).eval()
+    inputs = inputs.to(ctx.device)
     with torch.no_grad():
         reference = model(inputs[:1]).float().cpu()
     rows = []
@@ -106,6 +107,17 @@ def _model_rows(ctx: BenchContext, name: str, cfg: dict, work_dir: Path, notes: 
             info = {"setup_s": round(setup, 3), "max_abs_diff_vs_eager": error}
             rows.append(Row({"model": name, "runtime": runtime, "batch": batch}, figures, info))
     return rows
+
+
+def served(model: torch.nn.Module, inputs: torch.Tensor) -> Deployable:
+    """The model as ``gpulab export`` serves it (``engines/torch/export.deployable``): its signature
+    (``runtime/signature.py``) decides how it is called and which part of its output is the prediction."""
+    from gpulab.artifact.data import Named
+    from gpulab.engines.torch.export import deployable
+    from gpulab.engines.torch.runtime.signature import Signature
+
+    data = Named(names=["input"], inputs=(inputs,), target=None, keyword=False)
+    return deployable(model, "fp32", data, Signature(model), (inputs[:2],))
 
 
 class _Skip(Exception):

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
-from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 import psutil
@@ -41,6 +40,8 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from gpulab.engines.torch.data import loader_rng
+from gpulab.engines.torch.data.collate import collate
 from gpulab.engines.torch.data.prefetch import DevicePrefetcher
 from gpulab.engines.torch.data.streams import shards_by_worker
 from gpulab.engines.torch.data.tensor_batches import (
@@ -69,7 +70,8 @@ class BatchSource(Protocol):
     - ``len(source)``: batches in a full epoch.
     - ``set_epoch(epoch)``: go to the start of ``epoch`` (kept in place if already inside it, so a loop
       calling it every epoch resumes mid-epoch after ``load_state_dict``).
-    - ``state_dict()`` -> ``{"epoch": int, "batches_consumed": int}``: the next batch to produce; a batch
+    - ``state_dict()`` -> ``{"epoch": int, "batches_consumed": int, ...}``: the next batch to produce (a
+      user's ``DataLoader`` adds the random state its epoch was drawn from, ``loader_rng``); a batch
       counts as consumed once yielded. ``load_state_dict(state)`` goes back there, also on a fresh object.
     """
 
@@ -264,6 +266,7 @@ class DatasetBatches(CursorSource):
             sampler=self.sampler,
             drop_last=drop_last,
             generator=torch.Generator().manual_seed(seed),
+            collate_fn=collate,  # dataclass samples too
             **policy.dataloader_kwargs(),
         )
         self._cursor = EpochCursor()
@@ -281,28 +284,48 @@ class DatasetBatches(CursorSource):
 class LoaderBatches(CursorSource):
     """A user's own ``DataLoader``, used as given; batches are moved to the device.
 
-    Resuming skips the already-consumed batches by *iterating* them (they are loaded and thrown away),
-    since an arbitrary sampler cannot be told where to start; and it lands on the same batches only if
-    the loader's order is reproducible (a seeded ``generator``, or a sampler with ``set_epoch``).
-    ``len()`` raises ``TypeError`` when the loader has no length (an ``IterableDataset`` without one).
+    Resumes exactly (``loader_rng``): the state of every generator the loader draws from is kept as each
+    epoch's iterator is made and saved with the cursor; a resume puts it back and takes the consumed
+    batches again (an arbitrary sampler cannot be told where to start), so a shuffling loader -- with
+    or without its own ``generator``, with workers -- lands on the same batches. A sampler or dataset
+    with ``set_epoch`` (``DistributedSampler``) is told the epoch; a dataset with a generator of its own
+    that nothing reseeds is one warning line at the first checkpoint. ``len()`` raises ``TypeError`` when the
+    loader has no length (an ``IterableDataset`` without one).
     """
 
     def __init__(self, loader: DataLoader, device: DeviceLike) -> None:
         self.loader = loader
         self.device = resolve_device(device)
         self._cursor = EpochCursor()
+        self._epoch_rng: dict[str, Any] | None = None  # as this epoch's iterator was made
+        self._resume_rng: dict[str, Any] | None = None  # from a checkpoint, for the next iterator
+        self._warned = False
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         epoch, start = self._cursor.epoch, self._cursor.consumed
-        for part in (self.loader.sampler, self.loader.batch_sampler):
-            if hasattr(part, "set_epoch"):  # e.g. DistributedSampler reshuffles per epoch
-                part.set_epoch(epoch)
-        raw: Iterable[Any] = islice(self.loader, start, None)
+        loader_rng.set_epoch(self.loader, epoch)  # e.g. DistributedSampler reshuffles per epoch
+        saved, self._resume_rng = self._resume_rng, None
+        self._epoch_rng = saved if saved is not None else loader_rng.capture(self.loader)
+        raw = loader_rng.replay(self.loader, start, saved, epoch)
         batches = DevicePrefetcher(raw, self.device)
         return self._cursor.track(batches, epoch, start, len_or_none(self))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor, and the random state its epoch began from (for the next epoch: the state now)."""
+        state: dict[str, Any] = self._cursor.state_dict()
+        if not self._warned:  # the first checkpoint says what it cannot hold
+            self._warned = True
+            loader_rng.warn_opaque(self.loader)
+        mid_epoch = state["batches_consumed"] > 0 and self._epoch_rng is not None
+        return {**state, "rng": self._epoch_rng if mid_epoch else loader_rng.capture(self.loader)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._cursor.load_state_dict(state, len_or_none(self))
+        rng = state.get("rng")  # absent in a checkpoint from before it was kept
+        self._resume_rng = loader_rng.check(self.loader, rng) if rng is not None else None
 
 
 def make_loader(

@@ -29,8 +29,16 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # onnxscript's own deprecations, not the user's
         warnings.filterwarnings("ignore", message="# The axis name")  # ids and mask share one length
+        warnings.filterwarnings("ignore", message="The tensor attributes")  # an RNN's flat weights: torch's
         try:
             sequence = _export(model, example, dynamic, out)
+        except Exception as exc:  # the dynamo exporter is torch.export inside: data-dependent control flow
+            raise ConfigError(
+                f"format onnx: the ONNX exporter (torch.export inside) cannot capture this model "
+                f"({_cause(exc)}); data-dependent control flow (pack_padded_sequence with a lengths tensor, "
+                "a branch on a tensor's value) is served by --format torchscript, which traces the example "
+                "(its parity report says whether it holds)"
+            ) from exc
         finally:
             quiet.setLevel(level)
     try:
@@ -45,6 +53,14 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
     if sequence == "dynamic" and not _named_dim1(onnx.load(str(out))):
         sequence = "fixed (the model specialises on the example's length)"
     return {"opset": OPSET, "sequence_dim": sequence}
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost error's type and first line: the exporter wraps torch.export's in pages of advice."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {first}"
 
 
 def _named_dim1(graph_model) -> bool:

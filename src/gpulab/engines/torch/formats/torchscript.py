@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.engines.torch.formats.base import Runner, output_path
+from gpulab.engines.torch.formats.base import Runner, has_sequence, output_path
 from gpulab.errors import ConfigError, GpulabWarning
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"
@@ -35,7 +35,36 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
         except Exception:  # scripting rejects much ordinary Python; tracing records one run instead
             scripted, how = _trace(model, example), "trace"
         scripted.save(str(output_path(out)))
-    return {"method": how}
+        facts = {"method": how}
+        if dynamic and has_sequence(example):
+            facts |= _sequence(scripted, model, example)
+    return facts
+
+
+def _sequence(scripted, model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> dict:
+    """Whether the artifact takes another sequence length, as tested, never assumed: the example's token
+    inputs padded with zeros to 1.5x its length, run through it and the eager model. ``sequence_dim``
+    ``dynamic`` (with the lengths checked) only where both agree."""
+    length = next(x.shape[1] for x in example if x.dim() >= 2 and not x.is_floating_point())
+    longer = length + max(1, length // 2)
+    padded = tuple(_padded(x, longer) for x in example)
+    try:
+        with torch.no_grad():
+            want, got = model(*padded), scripted(*padded)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        return {"sequence_dim": f"fixed (length {longer} fails: {type(exc).__name__}: {first})"}
+    if want.shape != got.shape or not torch.allclose(got.float(), want.float(), rtol=1e-4, atol=1e-5):
+        return {"sequence_dim": f"fixed (the artifact specialises on length {length})"}
+    return {"sequence_dim": "dynamic", "sequence_checked": [length, longer]}
+
+
+def _padded(x: torch.Tensor, length: int) -> torch.Tensor:
+    """A token input (integer or boolean, 2+ dimensions) padded with zeros along dimension 1."""
+    if x.dim() < 2 or x.is_floating_point():
+        return x
+    pad = torch.zeros(x.shape[0], length - x.shape[1], *x.shape[2:], dtype=x.dtype, device=x.device)
+    return torch.cat([x, pad], dim=1)
 
 
 def _trace(model: torch.nn.Module, example: tuple[torch.Tensor, ...]):

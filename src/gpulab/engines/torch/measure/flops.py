@@ -27,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from gpulab import precisions
 from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
+from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
 
 
@@ -72,7 +73,7 @@ def training_step_flops(
         raise ValueError("the model's parameters are sharded (FSDP2): count FLOPs on a real step")
     first = next(iter_tensors(batch), None)
     rows = int(first.shape[0]) if first is not None and first.dim() else 0
-    loss = LossCall(loss_fn)
+    loss = LossCall(loss_fn, Signature(plain))  # forward's own signature, not the tracing wrapper's
     try:
         total, ops = _count_fake(plain, loss, batch, autocast)
         method = "fake tensors"

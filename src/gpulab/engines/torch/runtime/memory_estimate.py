@@ -486,11 +486,13 @@ def _take(data: Any, b: int) -> Any:
     if isinstance(data, torch.utils.data.TensorDataset):
         return _resize(tuple(data.tensors), b)
     if isinstance(data, torch.utils.data.Dataset):
-        from torch.utils.data import default_collate
+        from gpulab.engines.torch.data.collate import collate
+        from gpulab.engines.torch.data.transfer import is_dataclass_instance
 
         n = len(data)
-        batch = default_collate([data[i % n] for i in range(b)])
-        return batch if isinstance(batch, Mapping) else tuple(batch)  # a dict batch keeps its keys
+        batch = collate([data[i % n] for i in range(b)])
+        keep = isinstance(batch, Mapping) or is_dataclass_instance(batch)
+        return batch if keep else tuple(batch)  # a dict or dataclass batch keeps its fields
     raise ConfigError(
         f"cannot take example batches from {type(data).__name__}; give a tuple of tensors or a Dataset"
     )

@@ -55,24 +55,39 @@ class LossWindow:
     kernel: a list append); ``mean`` stacks the window and reads it once (one host sync, at log time
     only). NaN/inf detection needs nothing per step: a non-finite loss makes the mean non-finite, and
     only then does ``first_bad_step`` look for it.
+
+    A loss that is a mean over items (tokens, ``train/items.py``) comes with its items as ``weight``: the
+    window's mean is then weighted by them (over the ranks too), the large batch's loss as its gradient
+    is -- not the plain mean of micro-batch means.
     """
 
     def __init__(self) -> None:
         self._losses: list[torch.Tensor] = []
+        self._weights: list[torch.Tensor] = []
         self.steps: list[int] = []  # the optimizer step (1-based) each stored loss belongs to
 
-    def add(self, loss: torch.Tensor, step: int) -> None:
+    def add(self, loss: torch.Tensor, step: int, weight: torch.Tensor | None = None) -> None:
         self._losses.append(loss.detach())
         self.steps.append(step)
+        if weight is not None:
+            self._weights.append(weight.detach())
 
     def _values(self) -> torch.Tensor:
         return torch.stack(self._losses).float()
 
+    def _weighted(self) -> bool:
+        return bool(self._weights) and len(self._weights) == len(self._losses)
+
     def mean(self, reduce=None) -> float | None:
         if not self.steps:
             return None
-        mean = self._values().mean()
-        return float((reduce(mean) if reduce else mean).item())
+        if not self._weighted():
+            mean = self._values().mean()
+            return float((reduce(mean) if reduce else mean).item())
+        weights = torch.stack(self._weights).float().to(self._losses[0].device)
+        pair = torch.stack([(self._values() * weights).sum(), weights.sum()])
+        pair = reduce(pair) if reduce else pair  # a mean of both over the ranks keeps their ratio
+        return float((pair[0] / pair[1].clamp(min=1e-12)).item())
 
     def first_bad_step(self) -> int | None:
         """The step of the first non-finite loss in the window, or None (costs one host sync)."""
@@ -82,13 +97,20 @@ class LossWindow:
         return self.steps[int(bad[0, 0])] if len(bad) else None
 
     def reset(self) -> None:
-        self._losses, self.steps = [], []
+        self._losses, self._weights, self.steps = [], [], []
 
     def state_dict(self) -> dict[str, Any]:
-        return {"losses": self._values().cpu() if self.steps else None, "steps": list(self.steps)}
+        weights = torch.stack(self._weights).float().cpu() if self._weighted() and self.steps else None
+        return {
+            "losses": self._values().cpu() if self.steps else None,
+            "steps": list(self.steps),
+            "weights": weights,
+        }
 
     def load_state_dict(self, state: dict[str, Any] | None, device: torch.device) -> None:
         self.reset()
         if state and state.get("losses") is not None:
-            for loss, step in zip(state["losses"].to(device), state["steps"], strict=True):
-                self.add(loss, int(step))
+            weights = state.get("weights")  # absent in a checkpoint from before weights were kept
+            weights = [None] * len(state["steps"]) if weights is None else weights.to(device)
+            for loss, step, weight in zip(state["losses"].to(device), state["steps"], weights, strict=True):
+                self.add(loss, int(step), weight)

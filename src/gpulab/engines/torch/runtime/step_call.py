@@ -245,6 +245,16 @@ def _plain_step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Ten
         raise ConfigError(f"{exc}{swallowed}") from None
 
 
+def loss_step(
+    model: Any, loss_fn: Callable | None, inputs: Any = None, output: str | None = None
+) -> Callable[[Callable, Any], torch.Tensor]:
+    """``(forward, batch) -> loss`` by the Trainer's rule, for what runs a step outside the Trainer
+    (inspect's trace, the memory estimate, tune's batch search): ``model``'s own ``forward`` (and the
+    ``model_inputs``/``model_output`` settings) decides what of a batch it gets, whatever wrapper calls it."""
+    loss = LossCall(loss_fn, Signature(model, inputs, output))
+    return lambda forward, batch: step_loss(forward, loss, batch)
+
+
 def logits_of(output: Any) -> Any:
     """The predictions accuracy is read from: the output tensor, or its ``logits``."""
     if isinstance(output, torch.Tensor):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from gpulab.engines.torch.checkpoint.api import (
     restore_rng,
     save_checkpoint,
 )
-from gpulab.errors import CheckpointError
+from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.redaction import redacted
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
@@ -82,6 +83,7 @@ class Checkpointer:
                 "gpulab": gpulab.__version__,
                 "torch": str(torch.__version__),
                 "device": str(trainer.runtime.device),
+                "intra_op_threads": torch.get_num_threads(),
             },
         }
         # Validation runs after the save: its figures here would be an earlier step's (keep_best learns
@@ -126,6 +128,8 @@ class Checkpointer:
             )
         if not force:
             _refuse_if_changed(ckpt.path, st, trainer)
+        if trainer.runtime.is_rank_zero:
+            _warn_if_arithmetic_differs(st.get("environment"), trainer.runtime.device)
         rng = _own_rng(st, trainer)
         validate_rng(rng, cuda_devices=_own_cuda(trainer))  # before anything is applied
         strategy = trainer.runtime.strategy
@@ -276,6 +280,32 @@ class _ShardedLayout:
 
 
 _LAYOUTS = {"full": _FullLayout, "sharded": _ShardedLayout}
+
+
+def _warn_if_arithmetic_differs(saved: Any, device: torch.device) -> None:
+    """One line where the resumed run computes on other hardware than the checkpoint's: the same
+    trajectory, but its numbers differ from the uninterrupted run's by rounding."""
+    if not isinstance(saved, dict):  # a checkpoint from before the environment was kept
+        return
+    then = str(saved.get("device", ""))
+    if then and torch.device(then).type != device.type:
+        warnings.warn(
+            f"resuming on {device} a run checkpointed on {then}: the kernels differ, so the numbers differ "
+            f"from the uninterrupted run by rounding; resume on {torch.device(then).type} for a "
+            "bit-identical run",
+            GpulabWarning,
+            stacklevel=3,
+        )
+        return
+    threads, now = saved.get("intra_op_threads"), torch.get_num_threads()
+    if device.type == "cpu" and isinstance(threads, int) and threads != now:
+        warnings.warn(
+            f"resuming with {now} intra-op threads a run checkpointed with {threads}: CPU reductions split "
+            "differently, so the numbers differ from the uninterrupted run by rounding; run with "
+            f"OMP_NUM_THREADS={threads} (or torch.set_num_threads({threads})) for a bit-identical resume",
+            GpulabWarning,
+            stacklevel=3,
+        )
 
 
 def _refuse_if_changed(path: Path, st: dict[str, Any], trainer: Trainer) -> None:

@@ -88,7 +88,10 @@ def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
         if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
-        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite"})
+        # batch_size only where the user or the recipe set it: a recipe's own DataLoader keeps its batch
+        # size unless told otherwise (and then says that it does).
+        unset = set() if "batch_size" in config.model_fields_set else {"batch_size"}
+        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite", *unset})
         trainer = Trainer(
             trajectory={"recipe": config.recipe, "options": config.options},
             callbacks=[StopOnSignal(signals)],

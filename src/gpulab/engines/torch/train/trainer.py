@@ -77,7 +77,7 @@ from gpulab.engines.torch.train.items import item_counter, scale_gradients
 from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.engines.torch.train.oom_step import GuardedStep
-from gpulab.errors import ConfigError, DataError, GpulabError, ValidationFailed
+from gpulab.errors import ConfigError, DataError, GpulabError, GpulabWarning, ValidationFailed
 from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
@@ -191,6 +191,7 @@ class Trainer:
         several = s.accumulate > 1 or rt.world_size > 1
         self._count_items = item_counter(model, loss_fn, self._shift_labels) if several else None
         self._window_items: torch.Tensor | None = None
+        self._micro_items: torch.Tensor | None = None  # the last micro-batch's items: its loss's weight
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -328,7 +329,8 @@ class Trainer:
                 continue
             with self._recompiles.watch():
                 loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
-            self._train_loss.add(loss, state.global_step + 1)  # keeps the tensor: no kernel, no sync
+            # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
+            self._train_loss.add(loss, state.global_step + 1, self._micro_items)
             state.batch_in_epoch += 1
             state.samples_seen += samples_in(batch)
             if steps_now:
@@ -373,6 +375,7 @@ class Trainer:
                 rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
                 return loss
             items = self._count_items(batch)  # the sum now; divided by the window's items at the step
+            self._micro_items = items
             self._window_items = items if self._window_items is None else self._window_items + items
             rt.backward(loss * items)
             return loss
@@ -504,17 +507,35 @@ class Trainer:
             direct_dumps_to(s.out_dir)
         return Runtime.from_settings(s)
 
+    def _loaders_batch_size(self, loader: DataLoader) -> TrainerSettings:
+        """A user's DataLoader batches its own data: the settings say its batch size (what summary.json and
+        checkpoints record), and a batch_size set to another number is told in one line."""
+        s, own = self.settings, loader.batch_size  # None: a batch_sampler decides
+        if s.batch_size == "auto":
+            raise ConfigError(
+                "batch_size: auto needs a Dataset or tensors; a DataLoader keeps its own batch size"
+            )
+        if own is None or own == s.batch_size:
+            return s
+        if "batch_size" in self.requested.model_fields_set and self.runtime.is_rank_zero:
+            warnings.warn(
+                f"batch_size {s.batch_size} does not apply to the DataLoader given, which batches its own "
+                f"data ({own} a batch): training on batches of {own}; build the DataLoader with "
+                f"batch_size={s.batch_size}, or give its Dataset for gpulab to batch",
+                GpulabWarning,
+                stacklevel=4,
+            )
+        return s.model_copy(update={"batch_size": own})
+
     def _resolve_batch_size(self, train_data: Any) -> TrainerSettings:
         """The settings with ``batch_size: auto`` replaced by the largest batch whose real step fits
         (under ``memory_limit``; checkpoints then record the number, so a resume that would pick
         another is refused)."""
         s = self.settings
+        if isinstance(train_data, DataLoader):
+            return self._loaders_batch_size(train_data)
         if s.batch_size != "auto":
             return s
-        if isinstance(train_data, DataLoader):
-            raise ConfigError(
-                "batch_size: auto needs a Dataset or tensors; a DataLoader keeps its own batch size"
-            )
         if is_stream(train_data):
             raise ConfigError("batch_size: auto needs a map-style Dataset or tensors, not an IterableDataset")
         if holds_shards(self.model):
