@@ -133,7 +133,7 @@ def export_tf(
     artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
     example = arrays.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
-    weights = sum(int(np.prod(w.shape)) * w.dtype.itemsize for w in source.model.get_weights())
+    weights = sum(int(np.prod(w.shape)) * w.dtype.itemsize for w in source.model.model.get_weights())
     facts = write_atomically(
         artifact, lambda tmp: module.write(source.model, example, fixed is None, tmp), needed=weights
     )

@@ -32,6 +32,8 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
         warnings.filterwarnings("ignore", message="The tensor attributes")  # an RNN's flat weights: torch's
         try:
             sequence = _export(model, example, dynamic, out)
+        except OSError:  # a full disk or an unwritable place: the writer's own line (artifact/atomic.py)
+            raise
         except Exception as exc:  # the dynamo exporter is torch.export inside: data-dependent control flow
             raise ConfigError(
                 f"format onnx: the ONNX exporter (torch.export inside) cannot capture this model "
