@@ -589,6 +589,9 @@ class TfTrainer:
                     **self.memory,
                 },
                 "data_wait_s": self._data_wait,
+                # this engine's clock leaves nothing out of samples/s yet (torch's leaves out checkpoints,
+                # validation and recompiles): the shared loop of issue 30 brings one clock to both
+                "untimed_s": 0.0,
                 "memory": memory,
                 "machine_load": load_during(
                     self._others, on_cpu=not self.device.startswith("/GPU"), threads_hint=THREADS_HINT
