@@ -8,6 +8,7 @@ or without nvidia-ml-py it starts nothing and adds nothing: silent, never an err
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
@@ -68,8 +69,5 @@ def _steady(windows: list[float]) -> float | None:
     and a window that spans validation or a checkpoint write is an outlier the median ignores. The whole
     fit's mean counted those as idle GPU and called a 38 %-MFU compiled run "host-bound" (H100, 2026-11-26).
     None with fewer than two steady windows (a short run: the mean is all there is)."""
-    steady = sorted(windows[1:])
-    if len(steady) < 2:
-        return None
-    mid = len(steady) // 2
-    return steady[mid] if len(steady) % 2 else (steady[mid - 1] + steady[mid]) / 2
+    steady = windows[1:]
+    return statistics.median(steady) if len(steady) >= 2 else None

@@ -163,27 +163,28 @@ def test_validation_time_is_left_out_of_samples_per_s():
     assert result.samples_per_s > timed / (result.train_seconds - 2 * 0.5)
 
 
-RECORDING, _RECORDED = "gpulab_test_recording", []  # a registered backend name: settings take a string
+RECORDING, RECORDED = "gpulab_test_recording", []  # settings take a backend's name: a registered one
+
+
+def _recording_backend(gm, example_inputs):
+    RECORDED.append(gm)
+    return gm.forward
+
+
+if RECORDING not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(name=RECORDING)(_recording_backend)
 
 
 def test_the_training_step_compiles_forward_and_loss_as_one_graph():
     """The loss is inside the compiled region (so a large cross-entropy fuses with the head): one graph,
     holding the model's layer and the loss, and no recompile over the fit."""
-    graphs = []
-
-    def recording(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    if RECORDING not in torch._dynamo.list_backends(exclude_tags=()):
-        torch._dynamo.register_backend(name=RECORDING)(lambda gm, inputs: _RECORDED[-1](gm, inputs))
-    _RECORDED.append(recording)
+    RECORDED.clear()
     x, y = _regression()
     trainer = Trainer(
         device="cpu", precision="fp32", batch_size=32, max_steps=6, progress=False, mfu=False, compile=True,
         compile_backend=RECORDING,
     )  # fmt: skip
     trainer.fit(_model(), (x, y), loss_fn=F.mse_loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
-    assert len(graphs) == 1
-    code = graphs[0].code
+    assert len(RECORDED) == 1
+    code = RECORDED[0].code
     assert "mse_loss" in code and "linear" in code

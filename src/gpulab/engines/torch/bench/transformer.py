@@ -14,6 +14,7 @@ out of the step time, as the Trainer's clock does.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -208,9 +209,7 @@ def _one(
         _to_float8(work.model)
     compiled = variant not in ("eager", "cuda-graph")  # cuda-graph: the eager model, one graph per step
     forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
-    # achieved TFLOP/s = MFU x the peak in the notes: a column of its own would not fit the table
     info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
-    info["tflop_per_step"] = flops / 1e12
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
@@ -239,19 +238,8 @@ def _one(
     if getattr(stepper.forward, "fell_back", False):
         notes.append(f"{variant}: compilation failed, the model ran eager (see the warning above).")
     info["compiled"] = compiled and not getattr(stepper.forward, "fell_back", False)
-    tokens = shape.batch * shape.block_size
-    figures = {
-        "step_time": timing.seconds("ms"),
-        "tokens_per_s": timing.rate(tokens, "tokens/s"),
-    }
-    mfu_figures(figures, timing, flops, peaks)
-    if compiled:
-        figures["compile_time"] = Figure.single(first, "s", "lower")
-    if memory.figure is not None:
-        figures["peak_memory"] = memory.figure
-    else:
-        info["no_peak_memory"] = memory.kind
-    return Row({"model": shape_name, "variant": variant}, figures, info)
+    compile_s = first if compiled else None
+    return _row(shape_name, shape, variant, info, timing, flops, peaks, compile_s, memory)
 
 
 def _memory(ctx: BenchContext, variant: str, step: Callable[[], Any]) -> MemoryReading:
@@ -273,26 +261,33 @@ def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> 
         model = GPT(shape.vocab, shape.block_size, shape.n_layer, shape.n_head, shape.n_embd)
     step = make_step(model, ctx.device, bf16=precision == "bf16-mixed", backend=cfg["backend"])
     x, y = work.inputs.to(ctx.device), work.targets.to(ctx.device)
-    cursor = iter(range(1 << 62))
+    cursor = itertools.count()
 
     def one() -> torch.Tensor:
         i = (next(cursor) % BATCHES) * shape.batch
         return step(x[i : i + shape.batch], y[i : i + shape.batch])
 
-    synchronize(ctx.device)
-    start = time.perf_counter()
-    one()  # compiles
-    synchronize(ctx.device)
-    compile_s = time.perf_counter() - start
+    first = _first_step(SimpleNamespace(step=one), ctx.device)  # compiles
+    if isinstance(first, BaseException):
+        raise first
     timing = ctx.measure(one, warmup=cfg["warmup"], repeats=cfg["repeats"])
-    memory = peak_memory(one, device=ctx.device, repeats=2) if ctx.on_gpu else CPU_NO_MEMORY
+    info = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision, "compiled": True}
+    return _row(shape_name, shape, variant, info, timing, flops, peaks, first, _memory(ctx, variant, one))
+
+
+def _row(
+    shape_name: str, shape: Shape, variant: str, info: dict, timing: Timing, flops: int, peaks: Peaks,
+    compile_s: float | None, memory: MemoryReading,
+) -> Row:  # fmt: skip
+    """A variant's row: step time, tokens/s, MFU, the compile time where it compiled, peak memory or why
+    there is none. Achieved TFLOP/s = MFU x the peak in the notes: a column of its own would not fit."""
     figures = {
         "step_time": timing.seconds("ms"),
         "tokens_per_s": timing.rate(shape.batch * shape.block_size, "tokens/s"),
     }
     mfu_figures(figures, timing, flops, peaks)
-    figures["compile_time"] = Figure.single(compile_s, "s", "lower")
-    info = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision, "compiled": True}
+    if compile_s is not None:
+        figures["compile_time"] = Figure.single(compile_s, "s", "lower")
     info["tflop_per_step"] = flops / 1e12
     if memory.figure is not None:
         figures["peak_memory"] = memory.figure

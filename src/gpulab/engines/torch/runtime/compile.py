@@ -61,6 +61,11 @@ class CompileFallback(nn.Module):
         if self._recompile is not None and self._compiled is not None:
             self._with_loss = self._recompile(ModelAndLoss(self.model, loss))
 
+    @property
+    def fuses_loss(self) -> bool:
+        """Whether training steps go through the fused forward-and-loss region (``fuse_loss``)."""
+        return self._with_loss is not None
+
     def model_and_loss(self, args: tuple, kwargs: dict[str, Any], batch: Any, loss: Callable) -> torch.Tensor:
         """The training loss of ``batch`` through the fused region (``fuse_loss``), with the same fallback
         as ``forward``: a compile error warns once and the step runs eager from then on."""

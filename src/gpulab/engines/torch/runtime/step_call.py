@@ -221,11 +221,10 @@ def _own_loss(output: Any) -> torch.Tensor:
 def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
     """One forward and the loss on ``batch`` (under the caller's autocast). A compiled model whose loss is
     fused (``CompileFallback.fuse_loss``) computes both in one compiled region."""
-    fused = getattr(forward, "model_and_loss", None)
-    if fused is not None and getattr(forward, "_with_loss", None) is not None:
+    if getattr(forward, "fuses_loss", False):
         args, kwargs = (loss.signature or signature_of(forward)).arguments(batch)
         try:
-            return fused(args, kwargs, batch, loss)
+            return forward.model_and_loss(args, kwargs, batch, loss)
         except (TypeError, AttributeError):
             # The eager path names a batch that does not fit forward (a DataError) where the compiled one
             # would show the compiler's traceback; a model's own error is raised again as it was.
