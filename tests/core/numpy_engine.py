@@ -24,7 +24,7 @@ from gpulab.core import loop
 from gpulab.core import run as core_run
 from gpulab.core.callbacks import CallbackList, default_callbacks
 from gpulab.core.context import FitContext
-from gpulab.core.loop import EngineStep
+from gpulab.core.engine_step import EngineStep
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult, FitState

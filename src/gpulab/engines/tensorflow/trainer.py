@@ -35,7 +35,7 @@ from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
-from gpulab.core.loop import EngineStep
+from gpulab.core.engine_step import EngineStep
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata

@@ -30,7 +30,7 @@ from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
-from gpulab.core.loop import EngineStep
+from gpulab.core.engine_step import EngineStep
 from gpulab.core.state import FitResult, FitState
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
