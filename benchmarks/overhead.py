@@ -1,9 +1,10 @@
 """Framework overhead on the launch-bound `mlp` workload, against the seed's training loop.
 
-  (a) the seed's loop, exactly as issue 24 describes it: the seed's MLP and data (``recipes/mlp.py``
-      ``make_model``/``make_data``, 10,000 samples, data seed 1234), ``DataLoader(TensorDataset(x, y),
-      batch_size=64, shuffle=True)``, default ``torch.optim.Adam`` (lr 1e-3; on a CPU its for-loop kernels),
-      ``BCEWithLogitsLoss``, 5 epochs (the ``mlp`` recipe's default, what ``gpulab train mlp`` runs)
+  (a) the seed's loop (``engines/torch/bench/hand_mlp.py``), exactly as issue 24 describes it: the seed's
+      MLP and data (``recipes/mlp.py`` ``make_model``/``make_data``, 10,000 samples, data seed 1234),
+      ``DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)``, default ``torch.optim.Adam``
+      (lr 1e-3; on a CPU its for-loop kernels), ``BCEWithLogitsLoss``, 5 epochs (the ``mlp`` recipe's
+      default, what ``gpulab train mlp`` runs)
   (b) the Trainer with its defaults (progress bar and JSONL/TensorBoard logging on, checkpoints off),
       fed the same DataLoader; its defaults include running torch's Adam on its fused kernels
   (b0) the same, with the optimizer exactly as given (fuse_optimizer=False): the loop's own overhead
@@ -61,11 +62,11 @@ GPU_ONLY = ("c2", "cg")
 
 
 def seed_loop(device_name: str) -> dict[str, float]:
-    """The seed's loop, as issue 24 describes it (see the module docstring)."""
+    """The seed's loop, as issue 24 describes it (see the module docstring): ``hand_mlp.SeedLoop``, the
+    same loop ``gpulab bench compile`` times per step as its hand-written row."""
     import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
 
+    from gpulab.engines.torch.bench.hand_mlp import SeedLoop
     from gpulab.engines.torch.recipes.mlp import make_data, make_model
 
     device = torch.device(device_name)
@@ -73,19 +74,13 @@ def seed_loop(device_name: str) -> dict[str, float]:
     torch.manual_seed(0)
     model = make_model().to(device)
     start = time.perf_counter()  # the model is the user's on both sides: set-up starts after it
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    loss_fn = nn.BCEWithLogitsLoss()
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True)
+    loop = SeedLoop(model, x, y, device, batch_size=BATCH, lr=LR)  # optimizer, loss, DataLoader
     steps = 0
     _synchronize(device)
     t0 = time.perf_counter()
     for _ in range(EPOCHS):
-        for xb, yb in loader:
-            xb, yb = xb.to(device), yb.to(device)
-            opt.zero_grad()
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
+        for xb, yb in loop.loader:
+            loop.step(xb, yb)
             steps += 1
     _synchronize(device)
     end = time.perf_counter()
