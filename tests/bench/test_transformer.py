@@ -33,7 +33,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
     assert suite["status"] == "ok", suite["notes"]
     assert load_results(out / RESULTS_FILE)["schema_version"] == 1  # the schema holds
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt"]
+    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce"]
     for variant, row in rows.items():
         f, info = row["figures"], row["info"]
         assert f["step_time"]["unit"] == "ms" and f["step_time"]["repeats"] == 2
@@ -48,6 +48,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
         # gpulab / the hand-written loop, in tokens/s: the peer's own row has none
         assert ("vs_hand" in f) == (variant != "hand-written")
     assert rows["compile+opt"]["info"]["optimizer_compiled"] is True
+    assert [v for v, r in rows.items() if r["info"].get("chunked_loss")] == ["compile+chunked-ce"]
     assert rows["compile"]["figures"]["speedup_vs_eager"]["unit"] == "x"
     hand, compiled = rows["hand-written"]["figures"], rows["compile"]["figures"]
     assert compiled["vs_hand"]["value"] == pytest.approx(
@@ -60,7 +61,9 @@ def test_every_variant_runs_on_a_cpu_through_a_fake_graph_backend(one_thread):
     ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print, graphs=_ReplayByRerun())
     suite = transformer.run(ctx)
     rows = {r.key["variant"]: r for r in suite.rows}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "cuda-graph"], suite.notes
+    assert list(rows) == [
+        "hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce", "cuda-graph"
+    ], suite.notes  # fmt: skip
     assert not any("error" in r.info for r in suite.rows), suite.notes
     assert rows["cuda-graph"].info["cuda_graph"]["mode"] == "graph"
     assert all(r.figures["tokens_per_s"].value > 0 for r in suite.rows)
@@ -78,7 +81,7 @@ def test_a_variant_that_fails_is_a_row_with_its_error_and_the_others_stay(monkey
     monkeypatch.setattr(transformer, "_one", compile_breaks)
     suite = transformer.run(BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print))
     rows = {r.key["variant"]: r for r in suite.rows}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt"]
+    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce"]
     assert rows["compile"].figures == {}
     assert rows["compile"].info["error"] == "AttributeError: 'GraphStepper' object has no attribute 'forward'"
     assert (
@@ -153,7 +156,7 @@ def test_quick_runs_on_the_cpu_with_inductor_and_prints_the_table(tmp_path, caps
     assert code == 0, printed
     suite = json.loads((tmp_path / RESULTS_FILE).read_text())["suites"]["transformer"]
     assert suite["status"] == "ok"
-    assert [r["key"]["model"] for r in suite["rows"]] == ["tiny"] * 4
+    assert [r["key"]["model"] for r in suite["rows"]] == ["tiny"] * 5
     assert [r["key"]["variant"] for r in suite["rows"] if not r["info"]["compiled"]] == ["eager"]
     assert "mfu measured" in printed and re.search(r"│ tiny +│ compile\+opt +│", printed)  # one line each
     assert (tmp_path / "transformer.png").is_file()
@@ -178,7 +181,7 @@ def test_the_gpu_script_prints_mfu_per_variant_and_the_issue_target(smoke):
     assert lines[-1].startswith("hand-loop target (gpulab / hand >= 1.00, goal 1.10): best ")
     # as on a GPU: a datasheet MFU per row; only gpulab's compiled rows count for the target
     gpu = json.loads(json.dumps(suite))
-    for row, mfu in zip(gpu["rows"], (70.0, 60.0, 44.0, 46.5), strict=True):
+    for row, mfu in zip(gpu["rows"], (70.0, 60.0, 44.0, 46.5, 45.5), strict=True):
         row["figures"]["mfu"] = {**row["figures"]["mfu_measured"], "value": mfu}
     assert summary({"suites": {"transformer": gpu}})[-2] == (
         "MFU target (>= 45 % with compile): best 46.5 %, MET"
@@ -192,7 +195,7 @@ def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
     suite = run_bench(config, log=print)["suites"]["transformer"]
     assert suite["status"] == "ok", suite["notes"]
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert {"eager", "compile", "compile+opt", "cuda-graph"} <= set(rows)
+    assert {"eager", "compile", "compile+opt", "compile+chunked-ce", "cuda-graph"} <= set(rows)
     graph = rows["cuda-graph"]["info"]["cuda_graph"]
     assert graph["mode"] == "graph" and graph["captures"] == 1, graph
     for row in rows.values():

@@ -59,7 +59,8 @@ SHAPES = {
     "tiny": Shape(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab=512, batch=8),
     "micro": Shape(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab=128, batch=4),
 }
-VARIANTS = ("eager", "compile", "compile+opt", "cuda-graph", "float8")
+VARIANTS = ("eager", "compile", "compile+opt", "compile+chunked-ce", "cuda-graph", "float8")
+CHUNKED = "compile+chunked-ce"  # compile with chargpt's chunked_loss=true: the logits never whole
 HAND = "hand-written"  # the peer: a GPT-2 loop as a user writes it by hand (hand_gpt2.py)
 PROFILES = {
     "full": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 5, "repeats": 10, "backend": "inductor"},
@@ -93,7 +94,8 @@ def run(ctx: BenchContext) -> SuiteResult:
         description=f"The chargpt model at {shape_name} size ({shape.n_layer} layers, {shape.n_head} heads, "
         f"{shape.n_embd} wide, context {shape.block_size}, vocabulary {shape.vocab}), batch {shape.batch}, "
         f"{precision}, fused AdamW: tokens/s, step time and MFU per variant (compile+opt: the optimizer step "
-        "compiled too); compile time shown apart.",
+        "compiled too; compile+chunked-ce: the cross-entropy over row chunks, never the whole logits); "
+        "compile time shown apart.",
     )
     flops, peaks = _flops_and_peaks(ctx, shape, precision)
     for variant in (HAND, *VARIANTS):
@@ -156,14 +158,16 @@ def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str |
     return None
 
 
-def workload(shape: Shape, seed: int = 0) -> Workload:
-    """The chargpt model at ``shape`` (dropout off), AdamW, and ``BATCHES`` batches of random token ids."""
+def workload(shape: Shape, seed: int = 0, chunked_loss: bool = False) -> Workload:
+    """The chargpt model at ``shape`` (dropout off), AdamW, and ``BATCHES`` batches of random token ids;
+    ``chunked_loss``: its cross-entropy chunk by chunk (``options.chunked_loss=true``)."""
     options = CharGptOptions(
         n_layer=shape.n_layer,
         n_head=shape.n_head,
         n_embd=shape.n_embd,
         block_size=shape.block_size,
         dropout=0.0,
+        chunked_loss=chunked_loss,
     )
     with torch.random.fork_rng(devices=[]):  # the same weights and batches for every variant
         torch.manual_seed(seed)
@@ -204,12 +208,13 @@ def _one(
     notes: list[str],
 ) -> Row:
     torch._dynamo.reset()  # each variant compiles from scratch
-    work = workload(shape)
+    work = workload(shape, chunked_loss=variant == CHUNKED)
     if variant == "float8":
         _to_float8(work.model)
     compiled = variant not in ("eager", "cuda-graph")  # cuda-graph: the eager model, one graph per step
     forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
     info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
+    info["chunked_loss"] = work.model.chunked_loss  # the cross-entropy over row chunks (CHUNKED)
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
