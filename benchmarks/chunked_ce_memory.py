@@ -73,9 +73,9 @@ def main() -> None:
     for precision in ("fp32", "bf16-mixed"):
         for chunked in (False, True):
             peak, loss = step_peak(args, chunked, precision == "bf16-mixed")
-            rows[f"{precision} {'chunked' if chunked else 'whole logits'}"] = (peak, loss)
-            print(f"{precision:10s} {'chunked' if chunked else 'whole logits':12s} peak {peak / 2**20:8.1f} MiB, "
-                  f"loss {loss:.6f}", flush=True)  # fmt: skip
+            name = f"{precision} {'chunked' if chunked else 'whole logits'}"
+            rows[name] = (peak, loss)
+            print(f"{name:24s} peak {peak / 2**20:8.1f} MiB, loss {loss:.6f}", flush=True)
     logits = args.batch * args.context * args.vocab * 4
     print(f"the fp32 logits alone: {logits / 2**20:.1f} MiB")
     print(json.dumps({
