@@ -94,6 +94,7 @@ def test_a_variant_that_fails_is_a_row_with_its_error_and_the_others_stay(monkey
 def test_the_cuda_only_variants_are_skipped_in_one_line_each(smoke):
     notes = smoke[0]["notes"]
     assert "cuda-graph skipped: CUDA graphs need a CUDA GPU." in notes
+    assert any(n.startswith("compile+max-autotune skipped: it is for the GPU's Triton GEMM") for n in notes)
     assert any(n.startswith("float8 skipped: Float8 training needs an H100-class GPU") for n in notes)
     assert any(n.startswith("MFU: ") and "fp32 peak" in n for n in notes)
     assert any(n.startswith("No peak memory for any row: not read on a CPU") for n in notes)
@@ -117,6 +118,7 @@ def test_skip_reasons_on_a_gpu(monkeypatch):
     monkeypatch.setattr(transformer.importlib.util, "find_spec", lambda name: object())
     assert transformer.skip_reason("float8", cuda) is None
     assert transformer.skip_reason("compile", cuda) is None
+    assert transformer.skip_reason("compile+max-autotune", cuda) is None
 
 
 def test_an_optimizer_step_that_does_not_compile_runs_eager_and_says_so(monkeypatch, one_thread):
@@ -145,6 +147,28 @@ def test_an_optimizer_step_that_does_not_compile_runs_eager_and_says_so(monkeypa
         "compile+opt: the optimizer step did not compile (RuntimeError: cannot trace this); it ran eager."
     ]
     assert row.figures["mfu_measured"].value > 0
+
+
+def test_the_max_autotune_row_compiles_with_inductors_autotuning_mode(monkeypatch, one_thread):
+    """What the GPU runs, here with the mode recorded and aot_eager doing the compiling (inductor's GEMM
+    autotuning is for a GPU): the row is built, compiled, and says its mode."""
+    modes = []
+    real = transformer.compile_model
+
+    def recorded(model, mode, backend):
+        modes.append((mode, backend))
+        return real(model, mode, "aot_eager")
+
+    monkeypatch.setattr(transformer, "compile_model", recorded)
+    ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print)
+    cfg = {"warmup": 1, "repeats": 1, "backend": "inductor"}
+    peaks = transformer.Peaks("fp32", "cpu", None, 1e9)
+    notes: list[str] = []
+    shape = transformer.SHAPES["micro"]
+    row = transformer._one(ctx, "micro", shape, "compile+max-autotune", "fp32", cfg, 10**6, peaks, notes)
+    assert modes == [("max-autotune-no-cudagraphs", "inductor")]
+    assert row.info["compile_mode"] == "max-autotune-no-cudagraphs" and row.info["compiled"] is True
+    assert row.figures["compile_time"].value > 0 and row.figures["tokens_per_s"].value > 0 and notes == []
 
 
 @pytest.mark.slow
