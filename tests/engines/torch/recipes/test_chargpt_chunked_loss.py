@@ -104,3 +104,19 @@ def test_gpulab_train_runs_it_validates_and_says_so_in_the_summary(tmp_path, one
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 3 and 0 < summary["final_loss"] < 10
     assert 0 <= summary["accuracy"] <= 1  # validation read the logits
+
+
+def test_gpulab_inspect_counts_the_same_step_flops_with_it(capsys):
+    """inspect traces forward and backward under the FLOP counter, whose module tracker hooks the model's
+    outputs: the head's weight goes out as a view (a leaf is refused), and the step's FLOPs are the same."""
+
+    def flops(chunked: str) -> int:
+        code = main(
+            ["inspect", "chargpt", "--json", "--set", f"options.chunked_loss={chunked}", "--set",
+             "options.max_chars=5000", "--set", "options.n_layer=1"]
+        )  # fmt: skip
+        report = json.loads(capsys.readouterr().out)
+        assert code == 0 and report["failure"] is None, report["failure"]
+        return report["totals"]["flops_per_step"]
+
+    assert flops("true") == flops("false") > 0

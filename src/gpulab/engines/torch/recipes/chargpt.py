@@ -67,7 +67,9 @@ class CharGPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         if self.chunked_loss and self.training:  # the loss applies the head, chunk by chunk
-            return HeadInput(self.ln(x), self.head.weight)
+            # A view, not the parameter itself: tools that hook a module's outputs (FlopCounterMode's module
+            # tracker, under `gpulab inspect`'s autograd.grad) refuse a leaf tensor.
+            return HeadInput(self.ln(x), self.head.weight.view_as(self.head.weight))
         return self.head(self.ln(x))
 
 
