@@ -84,6 +84,14 @@ def test_chunks_hold_logits_about_the_size_of_the_hidden_rows_and_at_most_sixtee
     assert chunk_rows(512, 64, 512) == 64  # 8 chunks: 512 logits a row, 64 hidden
     assert chunk_rows(100, 128, 96) == 100  # the vocabulary no wider than the hidden rows: one chunk
     assert chunk_rows(3, 8, 4096) == 1
+    assert chunk_rows(0, 8, 4096) == 1  # an empty batch still steps through its (no) rows
+
+
+def test_a_second_derivative_is_refused_not_silently_wrong():
+    h, w, t = _inputs()
+    (grad_h,) = torch.autograd.grad(linear_cross_entropy(h, w, t, rows=64), h, create_graph=True)
+    with pytest.raises(RuntimeError):  # without once_differentiable: zero, as if h did not matter
+        grad_h.sum().backward()
 
 
 @pytest.mark.parametrize("bf16", [False, True])

@@ -1,8 +1,8 @@
 """The cross-entropy of a linear head, ``cross_entropy(hidden @ weight.T, targets)``, chunk by chunk, so
 that no more than one chunk's logits exist at a time (never the whole rows x vocabulary).
 
-At GPT-2-small's shape (32 x 1024 rows, vocabulary 50304) the full logits are 3.3 GB in bf16 and as much
-again in fp32 for the softmax; a chunk of 2048 rows is 206 MB. The way Liger-Kernel's fused linear
+At GPT-2-small's shape (32 x 1024 rows, vocabulary 50304) the full logits are 3.3 GB in bf16 and twice that
+in fp32 for the softmax; a chunk of 2048 rows is 206 MB. The way Liger-Kernel's fused linear
 cross-entropy does it: each chunk's gradients (of the hidden rows and of the weight) are computed in the
 forward, while its logits are at hand, and the backward only scales them by the incoming gradient. No
 logits are recomputed, so the step does the same matmuls as the unchunked one.
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch.nn import functional as F
 
 IGNORE_INDEX = -100  # F.cross_entropy's default: rows with this target count for nothing
@@ -38,7 +39,7 @@ def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
     wider than the hidden size: one chunk. At GPT-2-small's 32 x 1024 rows: 16 chunks of 2048 rows."""
     chunks = min(MAX_CHUNKS, max(1, -(-vocab // hidden)))
     per = -(-rows // chunks)
-    return min(rows, 1 << (per - 1).bit_length())
+    return max(1, min(rows, 1 << (per - 1).bit_length()))
 
 
 def linear_cross_entropy(
@@ -67,6 +68,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return loss
 
     @staticmethod
+    @once_differentiable  # the saved gradients are constants: a second derivative through them is an error
     def backward(ctx: Any, grad_loss: torch.Tensor):  # type: ignore[override]
         grad_h, grad_w = ctx.saved_tensors
         return grad_h * grad_loss.to(grad_h.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None
