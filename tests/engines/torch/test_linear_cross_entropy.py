@@ -88,9 +88,13 @@ def test_chunks_hold_logits_about_the_size_of_the_hidden_rows_and_at_most_sixtee
 
 
 def test_a_second_derivative_is_refused_not_silently_wrong():
+    """The backward scales gradients saved as constants: differentiated again it would say h does not
+    matter (zero), so it refuses."""
     h, w, t = _inputs()
-    (grad_h,) = torch.autograd.grad(linear_cross_entropy(h, w, t, rows=64), h, create_graph=True)
-    with pytest.raises(RuntimeError):  # without once_differentiable: zero, as if h did not matter
+    scale = torch.ones((), requires_grad=True)  # a graph through the backward, as create_graph builds
+    loss = linear_cross_entropy(h, w, t, rows=64)
+    (grad_h,) = torch.autograd.grad(loss, h, grad_outputs=scale, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
         grad_h.sum().backward()
 
 
