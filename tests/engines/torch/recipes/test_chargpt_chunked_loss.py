@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +123,29 @@ def test_gpulab_inspect_counts_the_same_step_flops_with_it(capsys):
         return report["totals"]["flops_per_step"]
 
     assert flops("true") == flops("false") > 0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_gloo_ranks_train_it_as_they_train_the_whole_logits(tmp_path, strategy):
+    """The head's weight leaves the model in its output: under DDP and FSDP2 (which unshard and reshard
+    parameters around forward) the run is the whole-logits run, step for step."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
+    env |= {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+    def final_loss(chunked: str) -> float:
+        out = tmp_path / chunked
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", sys.executable, "-m",
+             "gpulab", "train", "chargpt", "--device", "cpu", "--max-steps", "3", "--batch-size", "4",
+             "--out", str(out), "--set", f"strategy={strategy}", "--set", f"options.chunked_loss={chunked}",
+             "--set", "options.max_chars=5000", "--set", "options.n_layer=1", "--set", "options.n_embd=32",
+             "--set", "options.n_head=2", "--set", "options.block_size=16", "--set", "progress=false",
+             "--set", "tensorboard=false", "--set", "mfu=false"],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads((out / "summary.json").read_text())["final_loss"]
+
+    assert final_loss("true") == pytest.approx(final_loss("false"), rel=1e-5)
