@@ -30,6 +30,7 @@ from torch import nn
 from gpulab.engines.torch.data.transfer import to_device
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
+from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
 from gpulab.engines.torch.runtime.memory_estimate import unwrap_module
 from gpulab.engines.torch.runtime.precision import Precision, resolve_precision, slow_precision_warning
@@ -106,6 +107,11 @@ class Runtime:
     @property
     def device(self) -> torch.device:
         return self.strategy.root_device
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """What this process's device can do (the device seam: ``runtime/devices``)."""
+        return accelerator(self.strategy.root_device)
 
     @property
     def rank(self) -> int:
