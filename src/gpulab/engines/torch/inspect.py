@@ -87,15 +87,17 @@ def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, s
     """The bytes a training step may use on ``device``: the run's memory_limit, else what
     ``batch_size: auto`` aims under (all of a GPU; half the RAM available now on a CPU)."""
     from gpulab.engines.torch.runtime.batch_search import default_cpu_limit
+    from gpulab.engines.torch.runtime.devices import accelerator
     from gpulab.engines.torch.runtime.memory import memory_stats
 
-    dev = torch.device(device)
-    total = memory_stats(dev).total_bytes if dev.type in ("cpu", "cuda") else None
+    acc = accelerator(device)
+    known = acc.is_host or acc.allocator_peaks  # RAM, or the allocator's device
+    total = memory_stats(acc.device).total_bytes if known else None
     if memory_limit is not None and total:
         if isinstance(memory_limit, float):
             return int(memory_limit * total), f"memory_limit {memory_limit:g} of {device}"
         return int(memory_limit), f"memory_limit on {device}"
-    if dev.type == "cpu":
+    if acc.is_host:
         return default_cpu_limit(), "half the RAM available now"
     if total:
         return total, f"{device}'s memory"

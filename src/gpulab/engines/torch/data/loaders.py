@@ -56,6 +56,7 @@ from gpulab.engines.torch.data.tensor_batches import (
     rank_span,
 )
 from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError, DataError
 
 ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
@@ -122,7 +123,7 @@ class LoaderPolicy:
         - persistent workers (no re-fork each epoch) and a prefetch depth of 2 batches per worker
           whenever there are workers; DataLoader rejects both without workers.
         """
-        cuda = torch.device(device).type == "cuda"
+        cuda = accelerator(device).pin_memory  # a GPU fed from pinned host memory
         cores = physical_cores if physical_cores is not None else usable_physical_cores()
         workers = max(0, min(8, cores - 1)) if cuda else 0
         return cls(

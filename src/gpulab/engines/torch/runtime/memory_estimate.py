@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError
 
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]
@@ -311,7 +312,7 @@ def _trace_real(model: nn.Module, step: StepFn, batch: Any, autocast) -> tuple[i
     named_params = dict(model.named_parameters())
     tensors = {**named_params, **{k: v.clone() for k, v in model.named_buffers()}}
     trainable = [p for p in named_params.values() if p.requires_grad]
-    devices = [t.device for t in named_params.values() if t.device.type == "cuda"][:1]
+    devices = [d for t in named_params.values() for d in accelerator(t.device).rng_devices()][:1]
     with torch.random.fork_rng(devices=devices):
         return _measure_step(model, step, batch, tensors, trainable, autocast, nullcontext())
 

@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import to_device
+from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
-from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
 from gpulab.engines.torch.runtime.memory_estimate import unwrap_module
 from gpulab.engines.torch.runtime.precision import Precision, resolve_precision, slow_precision_warning

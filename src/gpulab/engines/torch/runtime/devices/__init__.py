@@ -27,7 +27,7 @@ def accelerator(device: torch.device | str | Accelerator) -> Accelerator:
     a caller on the hot path may ask again instead of keeping it."""
     if isinstance(device, Accelerator):
         return device
-    return _for(str(device))
+    return _for(device if isinstance(device, str) else str(torch.device(device)))
 
 
 @functools.cache

@@ -57,6 +57,10 @@ class Accelerator:
     cuda_graphs: ClassVar[bool] = False  # a step can be captured and replayed
     memory_snapshot: ClassVar[bool] = False  # allocation history for pytorch.org/memory_viz
     channels_last_fast: ClassVar[bool] = False  # conv nets' fastest kernels take NHWC here
+    tf32_units: ClassVar[bool] = False  # fp32 matmuls run faster at "high" precision (TF32)
+    data_parallel: ClassVar[bool] = False  # nn.DataParallel replicates a module over devices of this kind
+    datasheet: ClassVar[bool] = False  # its part's peaks are in hardware/peaks.py's datasheet table
+    profiler_activity: ClassVar[str | None] = None  # torch.profiler's activity for its kernels
     kernel_timer: ClassVar[str] = "perf_counter (device synchronised)"  # how profile times a step
     peak_description: ClassVar[str] = ""  # what an allocator peak counts, in words (allocator_peaks)
 

@@ -19,6 +19,10 @@ class CudaAccelerator(Accelerator):
     cuda_graphs: ClassVar[bool] = True
     memory_snapshot: ClassVar[bool] = True
     channels_last_fast: ClassVar[bool] = True
+    tf32_units: ClassVar[bool] = True
+    data_parallel: ClassVar[bool] = True
+    datasheet: ClassVar[bool] = True
+    profiler_activity: ClassVar[str | None] = "CUDA"
     kernel_timer: ClassVar[str] = "cuda events"
     peak_description: ClassVar[str] = (
         "peak bytes allocated by tensors on the GPU (torch.cuda.max_memory_allocated)"
@@ -44,7 +48,7 @@ class CudaAccelerator(Accelerator):
         self.cuda.synchronize(self.device)
 
     def rng_devices(self) -> list[Any]:
-        return [self.device]
+        return [self.index()]
 
     def reset_peak_memory(self) -> None:
         self.cuda.reset_peak_memory_stats(self.device)
