@@ -287,6 +287,23 @@ def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fracti
     return _nbytes(t for t in tensors if t.device != device) <= fraction * free
 
 
+def resident_copy_bytes(
+    tensors: Sequence[torch.Tensor], device: DeviceLike, shuffle: bool, fraction: float
+) -> int:
+    """Bytes ``TensorBatches`` keeps on ``device`` for the whole run beside the step's own memory, decided
+    as it decides them: the dataset's copy there (the part not there already) when it stays resident, and
+    the epoch's shuffled copy when there is room for one (batches are views of it). ``gpulab inspect``
+    adds them to the step's predicted peak."""
+    device = resolve_device(device)
+    if not fits_on_device(tensors, device, fraction):
+        return 0  # batches are gathered per step in host memory: the step's own batch
+    moved = _nbytes(t for t in tensors if t.device != device)
+    free = _free_bytes(device)
+    copy = _nbytes(tensors)
+    room = shuffle and free is not None and copy <= fraction * (free - moved)  # free after the move
+    return moved + (copy if room else 0)
+
+
 def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes a copy of ``tensors`` takes (their elements, not the storages they may view)."""
     return sum(t.numel() * t.element_size() for t in tensors)
