@@ -37,6 +37,7 @@ class FreeGpu:
 
 def _fake_gpu(monkeypatch) -> None:
     real = devices._for
+    monkeypatch.setattr(devices, "_SEEN", {})  # forget the real seams already asked for
     monkeypatch.setattr(
         devices,
         "_for",

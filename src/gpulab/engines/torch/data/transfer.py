@@ -73,8 +73,8 @@ def to_device(batch: Any, device: DeviceLike, non_blocking: bool = True) -> Any:
     ``non_blocking`` only overlaps when the source is pinned host memory; it is dropped for a CPU
     target because a non-blocking device->host copy may return before the data has arrived.
     """
-    device = resolve_device(device)
-    non_blocking = non_blocking and accelerator(device).non_blocking
+    acc = accelerator(device)
+    device, non_blocking = acc.canonical(), non_blocking and acc.non_blocking
     return map_tensors(lambda t: t.to(device, non_blocking=non_blocking), batch)
 
 

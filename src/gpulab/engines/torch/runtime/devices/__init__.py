@@ -22,12 +22,18 @@ _CLASSES: dict[str, type[Accelerator]] = {
 }
 
 
-def accelerator(device: torch.device | str | Accelerator) -> Accelerator:
-    """The seam of ``device`` (an ``Accelerator`` is returned as it is). One object per device name, so
-    a caller on the hot path may ask again instead of keeping it."""
+def accelerator(device: torch.device | str | int | Accelerator) -> Accelerator:
+    """The seam of ``device`` (an ``Accelerator`` is returned as it is). One object per device name, found
+    by a dictionary lookup once seen, so a caller on the hot path may ask again instead of keeping it."""
     if isinstance(device, Accelerator):
         return device
-    return _for(device if isinstance(device, str) else str(torch.device(device)))
+    found = _SEEN.get(device)
+    if found is None:
+        found = _SEEN[device] = _for(device if isinstance(device, str) else str(torch.device(device)))
+    return found
+
+
+_SEEN: dict[object, Accelerator] = {}  # as asked (a string, a torch.device, an index) -> its seam
 
 
 @functools.cache
