@@ -29,6 +29,7 @@ from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_ste
 from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.train.graph_step import WholeStepGraph
@@ -164,7 +165,8 @@ def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str |
             "that say nothing about a GPU"
         )
     if variant == "float8":
-        if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        capability = accelerator(device).compute_capability()
+        if capability is None or capability < (9, 0):
             return "Float8 training needs an H100-class GPU (compute capability 9.0 or higher)"
         if importlib.util.find_spec("torchao") is None:
             return "Float8 training needs torchao (pip install torchao)"
@@ -267,7 +269,7 @@ def _memory(ctx: BenchContext, variant: str, step: Callable[[], Any]) -> MemoryR
         return CPU_NO_MEMORY
     if variant == "cuda-graph":
         return GRAPH_NO_MEMORY
-    return peak_memory(step, device=ctx.device, repeats=2)
+    return peak_memory(step, device=ctx.seam, repeats=2)
 
 
 def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> Row:
@@ -456,7 +458,7 @@ def _notes(
             f"Recompiled after the first step: {', '.join(recompiled)} (see recompiles in results.json)."
         )
     if any("peak_memory" in r.figures for r in rows):
-        notes.append(f"Peak memory: {memory_kind(ctx.device)}.")
+        notes.append(f"Peak memory: {memory_kind(ctx.seam)}.")
     notes += missing_memory_note(rows, lambda r: r.key["variant"])
     return notes
 
