@@ -51,11 +51,16 @@ def test_the_search_stops_at_the_budget_with_the_best_so_far(monkeypatch):
 def test_a_trial_past_the_deadline_stops_after_its_first_step_and_is_not_used():
     from gpulab.tune.trial import run_trial
 
-    trial = run_trial(
-        {"recipe": "mlp", "options": {"samples": 1000}}, {}, samples=640, deadline=0.0, label="x"
-    )
+    user = {"recipe": "mlp", "options": {"samples": 1000}}
+    # On a clock of the test's own (no SIGALRM on it), the watch stops the fit at the first step's end.
+    ticks = iter(range(10**6))
+    trial = run_trial(user, {}, samples=640, deadline=0.0, label="x", clock=lambda: float(next(ticks)))
     assert trial.status == "stopped" and trial.samples_per_s is None
     assert trial.steps == 1 and "budget" in trial.reason
+    # On the real clock SIGALRM stops it where it is, before a step ends (a long compile is one step).
+    trial = run_trial(user, {}, samples=640, deadline=0.0, label="x")
+    assert trial.status == "stopped" and trial.samples_per_s is None
+    assert trial.steps == 0 and "budget" in trial.reason
 
 
 def test_a_bad_budget_or_tolerance_is_one_line(capsys):
