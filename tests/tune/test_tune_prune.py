@@ -82,3 +82,11 @@ def test_a_fast_step_gets_longer_trials_so_each_repeat_lasts_long_enough_to_time
     # ... unless a trial would then outlast its share of the budget: at 1,000 steps/s, 7 intervals of
     # 100 steps fill 0.7 s
     assert trial_samples(30, 64, 64_000.0, 0.2, max_s=0.7) == (1 + 6 * 100) * 64
+
+
+def test_a_slow_step_gets_shorter_trials_so_one_fits_its_share_of_the_budget():
+    from gpulab.tune.search import trial_samples
+
+    # digits on a loaded 2-core VM: 66 samples/s, one step a second; 30 steps would take 29 s of a 15 s share
+    assert trial_samples(30, 64, 66.0, 0.2, max_s=15.0) == 15 * 64
+    assert trial_samples(30, 64, 6.6, 0.2, max_s=15.0) == 7 * 64  # still a warm-up step and 6 repeats

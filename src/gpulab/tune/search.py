@@ -130,13 +130,18 @@ def trial_samples(
     """Samples per trial: ``steps`` default batches, or more where a log interval (one repeat) would
     be shorter than ``min_interval_s`` at ``rate`` (the warm-up's samples/s) -- the harness's
     ``min_sample_s`` rule: a repeat of a few milliseconds measures the clock and the neighbours --
-    but not so many that a trial would last over ``max_s`` (a share of the budget)."""
+    but not so many that a trial would last over ``max_s`` (a share of the budget): a slow step gets
+    fewer than ``steps``, down to one per timed interval."""
     if not rate:
         return steps * batch
     per_interval = math.ceil(min_interval_s * rate / batch)
     cap = max_s * rate / (batch * (1 + INTERVALS))  # steps per interval that fill max_s
     per_interval = min(per_interval, int(cap)) if math.isfinite(cap) else per_interval
-    return max(steps, 1 + INTERVALS * max(1, per_interval)) * batch
+    n = max(steps, 1 + INTERVALS * max(1, per_interval))
+    fill = max_s * rate / batch  # steps that fill max_s: a slow step gets fewer than ``steps``
+    if n > fill:
+        n = max(1 + INTERVALS, int(fill))  # still a warm-up step and a repeat per interval
+    return n * batch
 
 
 def _same(a: dict[str, Any], b: dict[str, Any], *keys: str) -> bool:
@@ -294,7 +299,8 @@ class Search:
         return self.deadline - CONFIRM_MARGIN * pair
 
     def _no_time(self, cand: Candidate | None) -> str | None:
-        left = self._walk_deadline() - self.clock()
+        now = self.clock()
+        left, kept = self._walk_deadline() - now, self.deadline - self._walk_deadline()
         # the quickest trial without compile: the first one also pays the process's one-time start-up
         plain = [t.wall_s for t in self.trials if not t.settings.get("compile")]
         need = min(plain) if plain else 0.0
@@ -302,7 +308,8 @@ class Search:
             done = [t.warmup_s for t in self.trials if t.settings.get("compile") and t.warmup_s]
             need += max(done) if done else self.engine.compile_guess_s
         if left < need:
-            return f"budget: {left:.0f} s left, a trial needs about {need:.0f} s"
+            total = f"{max(self.deadline - now, 0.0):.0f} s left, {kept:.0f} s of it for the final re-measure"
+            return f"budget: {total}; a trial needs {need:.0f} s"
         return None
 
     def _skip_group(self, group: Group) -> None:
@@ -369,9 +376,11 @@ class Search:
             return
         result.compared = (again_b, again_d)
         result.ratio_from = "default and tuned re-measured back to back at the end"
-        result.ratio = ratio(again_b.samples_per_s, again_d.samples_per_s)
-        if result.ratio[0] < 1 + MIN_GAIN:
-            self._revert(result, result.ratio[0])
+        measured = ratio(again_b.samples_per_s, again_d.samples_per_s)
+        if measured[0] < 1 + MIN_GAIN:
+            self._revert(result, measured[0])  # no speed-up to report
+        else:
+            result.ratio = measured
 
     def _revert(self, result: TuneResult, measured: float | None) -> None:
         """The search's pick did not beat the default back to back at the end (``measured``), or could not
