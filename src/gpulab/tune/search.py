@@ -19,6 +19,7 @@ All of it on one clock (``clock``: time.monotonic; a test gives a stub).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -28,7 +29,16 @@ from typing import Any
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure
-from gpulab.tune.trial import INTERVALS, Trial, engine_for, largest_batch, run_trial
+from gpulab.tune.trial import (
+    INTERVALS,
+    Trial,
+    TrialStopped,
+    Watch,
+    engine_for,
+    largest_batch,
+    run_trial,
+    stop_at_deadline,
+)
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
@@ -285,7 +295,13 @@ class Search:
             self.largest_failed = "budget: no time left for the batch search"
             return None
         self.log("batch search: the largest batch that fits ...")
-        found, why = largest_batch(self.user, knobs)
+        watch = Watch(self._walk_deadline(), self.clock)  # its real steps are stopped at the walk's end too
+        found, why = None, ""
+        with contextlib.suppress(TrialStopped), stop_at_deadline(watch):
+            found, why = largest_batch(self.user, knobs)
+        if watch.stopped:  # raised through torch, it may come back as the search's own failure
+            self.largest_failed = "budget: the batch search was stopped at the walk's deadline"
+            return None
         self.largest_failed = f"the batch search failed: {why}"
         return found
 

@@ -87,9 +87,9 @@ class TrialStopped(Exception):
     """A trial that reached its deadline: the fit ends there (no validation, no end of epoch), unused."""
 
 
-class _Watch(Callback):
+class Watch(Callback):
     """Times the first step (warm-up), measures the rate on the search's clock, and stops the fit at the
-    trial's deadline: at a step's end, or inside a long step (a compile) by SIGALRM (``_alarm``)."""
+    trial's deadline: at a step's end, or inside a long step (a compile) by SIGALRM (``stop_at_deadline``)."""
 
     graph_safe = True  # on_step_end reads the clock, no tensor: cuda_graph may capture the step
 
@@ -119,7 +119,7 @@ class _Watch(Callback):
 
 
 @contextlib.contextmanager
-def _alarm(watch: _Watch) -> Iterator[None]:
+def stop_at_deadline(watch: Watch) -> Iterator[None]:
     """SIGALRM at the watch's deadline, raising ``TrialStopped`` wherever the trial is (a torch.compile
     of tens of seconds is one step; TensorFlow's C++ compile raises as it returns to Python): a trial
     never outlasts its share by a whole compile. Only on the real clock, in the main thread, on POSIX."""
@@ -173,13 +173,13 @@ def run_trial(
     stopped at ``deadline`` on ``clock`` (the search's)."""
     trial = Trial(label, dict(knobs))
     begun = clock()
-    watch = _Watch(deadline, clock)
+    watch = Watch(deadline, clock)
     caught: list[warnings.WarningMessage] = []
     printed = io.StringIO()  # the run's own lines (channels_last, ...): kept in tune.json, not shown
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
             warnings.simplefilter("always")
-            with _alarm(watch):
+            with stop_at_deadline(watch):
                 result = _fit(user, knobs, samples, watch, trial)
     except Exception as exc:
         if not watch.stopped:  # raised by the trial itself, not by its deadline
@@ -224,7 +224,7 @@ def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
-def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
+def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: Watch, trial: Trial):
     merged = merge(user, knobs)
     engine = engine_for(merged)
     config, recipe, _ = engine.resolve(merged)  # seeded, the model built afresh
@@ -242,7 +242,7 @@ def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: b
     return settings
 
 
-def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> None:
+def _read(trial: Trial, result: Any, watch: Watch, knobs: dict[str, Any]) -> None:
     trial.steps, trial.precision = result.steps, result.precision
     trial.samples = result.steps * (result.batch_size or 0)
     trial.warmup_s = watch.first_step_s
