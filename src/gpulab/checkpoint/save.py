@@ -203,6 +203,18 @@ def disk_full_as_error(root: Path, name: str, needed: int) -> Iterator[None]:
         ) from None
 
 
+def _room_for(directory: Path, needed: int) -> None:
+    """ENOSPC before torch's zip writer starts when the disk visibly lacks the room: a full disk inside
+    that C++ writer surfaces as its own error (``unexpected pos``), the OSError's errno only in a chained
+    one, and its zip records half written; found first, it is the plain one-line full disk."""
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:  # no figure to go by: torch's writer finds out
+        return
+    if free < needed:
+        raise OSError(errno.ENOSPC, f"{needed:,} bytes needed, {free:,} free", str(directory))
+
+
 def free_bytes(path: Path) -> int:
     """Free bytes on the filesystem of ``path`` (its nearest existing parent); 0 when unreadable."""
     for place in (path, *path.parents):
@@ -344,6 +356,7 @@ def _commit(tmp, root, name, state, meta_json, layout, keep_last, keep_best) -> 
         if state is not None:  # None: an engine whose state lives in its own files (TensorFlow's)
             import torch
 
+            _room_for(tmp, payload_bytes(state))
             with open(tmp / STATE, "wb") as handle:
                 torch.save(state, handle)
                 handle.flush()

@@ -162,8 +162,12 @@ def _breakdown(console: Console, report: dict, rows) -> None:
         table.add_row(label, f"{b.get(key, 0.0) * 1e3:.2f}", f"{frac.get(key, 0.0):.1%}")
     table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
     console.print(table)
+    # One step figure: the table's (a mean, the one statistic whose phases add up to the step), which
+    # samples/s is taken from; the median is named as the same steps' other statistic, not a second step.
     console.print(
-        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s'] or 0:,.0f} samples/s; "
+        f"step {b['step'] * 1e3:.2f} ms "
+        f"(the table's mean; their median {report['step_s_median'] * 1e3:.2f} ms); "
+        f"{report['samples_per_s'] or 0:,.0f} samples/s at that step; "
         f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
         f"achieved {_flops(report['achieved_flops_per_s'])}/s",
         highlight=False,

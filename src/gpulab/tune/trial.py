@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -61,7 +64,8 @@ class Trial:
     batch_size: int | None = None
     precision: str | None = None
     warmup_s: float | None = None  # the first step: compile, autotuning, worker start-up
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # on the search's clock
+    clock_rate: float | None = None  # samples/s after the first step, on the search's clock
     cpu_used_by_others: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -79,25 +83,68 @@ class Trial:
         return out
 
 
-class _Watch(Callback):
-    """Times the first step (warm-up) and ends the fit at the tune's deadline."""
+class TrialStopped(Exception):
+    """A trial that reached its deadline: the fit ends there (no validation, no end of epoch), unused."""
+
+
+class Watch(Callback):
+    """Times the first step (warm-up), measures the rate on the search's clock, and stops the fit at the
+    trial's deadline: at a step's end, or inside a long step (a compile) by SIGALRM (``stop_at_deadline``)."""
 
     graph_safe = True  # on_step_end reads the clock, no tensor: cuda_graph may capture the step
 
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
+    def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.deadline, self.clock = deadline, clock
         self.started = 0.0
         self.first_step_s: float | None = None
         self.stopped = False
+        self.steps = 0
+        self.after_first: tuple[float, int] | None = None  # (clock, samples) at the first step's end
+        self.clock_rate: float | None = None  # samples/s after the first step, on the search's clock
 
     def on_fit_start(self, trainer, state) -> None:
         self.started = time.perf_counter()
 
     def on_step_end(self, trainer, state) -> None:
+        self.steps += 1
+        now = self.clock()
         if self.first_step_s is None:  # the Trainer's clock synchronised the device just before
             self.first_step_s = time.perf_counter() - self.started
-        if time.monotonic() > self.deadline:
-            state.should_stop, self.stopped = True, True
+            self.after_first = (now, state.samples_seen)
+        elif now > self.after_first[0]:
+            self.clock_rate = (state.samples_seen - self.after_first[1]) / (now - self.after_first[0])
+        if now > self.deadline:
+            self.stopped = True
+            raise TrialStopped()
+
+
+@contextlib.contextmanager
+def stop_at_deadline(watch: Watch) -> Iterator[None]:
+    """SIGALRM at the watch's deadline, raising ``TrialStopped`` wherever the trial is (a torch.compile
+    of tens of seconds is one step; TensorFlow's C++ compile raises as it returns to Python): a trial
+    never outlasts its share by a whole compile. Only on the real clock, in the main thread, on POSIX."""
+    left = watch.deadline - time.monotonic()
+    usable = (
+        watch.clock is time.monotonic
+        and math.isfinite(left)
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        watch.stopped = True
+        raise TrialStopped()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def engine_for(user: dict[str, Any]) -> Any:
@@ -114,40 +161,60 @@ def plan_steps(samples: int, batch_size: int) -> tuple[int, int]:
 
 
 def run_trial(
-    user: dict[str, Any], knobs: dict[str, Any], *, samples: int, deadline: float, label: str
+    user: dict[str, Any],
+    knobs: dict[str, Any],
+    *,
+    samples: int,
+    deadline: float,
+    label: str,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Trial:
-    """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it."""
+    """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it;
+    stopped at ``deadline`` on ``clock`` (the search's)."""
     trial = Trial(label, dict(knobs))
-    begun = time.monotonic()
-    watch = _Watch(deadline)
+    begun = clock()
+    watch = Watch(deadline, clock)
     caught: list[warnings.WarningMessage] = []
     printed = io.StringIO()  # the run's own lines (channels_last, ...): kept in tune.json, not shown
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
             warnings.simplefilter("always")
-            result = _fit(user, knobs, samples, watch, trial)
-    except NonFiniteLossError as exc:
-        trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
-    except _torch_out_of_memory():
-        trial.status, trial.reason = "failed", "does not fit: out of memory"
-    except GpulabError as exc:
-        trial.status, trial.reason = "failed", str(exc)
-    except Exception as exc:  # a knob this model cannot take (a compile error, say): named, not fatal
-        line = (str(exc).strip().splitlines() or [""])[0][:200]
-        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
-        if type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
-            trial.reason = f"does not fit: out of memory ({line})"
-        trial.extras["traceback"] = traceback.format_exc(limit=-3)
+            with stop_at_deadline(watch):
+                result = _fit(user, knobs, samples, watch, trial)
+    except Exception as exc:
+        if not watch.stopped:  # raised by the trial itself, not by its deadline
+            _failed(trial, exc)
+        else:
+            trial.steps = watch.steps
+            trial.status, trial.reason = "stopped", "the budget ran out during this trial"
     else:
         _read(trial, result, watch, knobs)
     finally:
-        trial.wall_s = time.monotonic() - begun
+        trial.wall_s = clock() - begun
+        trial.clock_rate = watch.clock_rate
     if printed.getvalue().strip():
         trial.extras["printed"] = printed.getvalue()[-2000:]
     notes = [str(w.message) for w in caught if "compile" in str(w.message).lower()]
     if notes:
         trial.extras["warnings"] = notes
     return trial
+
+
+def _failed(trial: Trial, exc: Exception) -> None:
+    """Why a trial failed, from what it raised (a knob this model cannot take is named, not fatal)."""
+    line = (str(exc).strip().splitlines() or [""])[0][:200]
+    if isinstance(exc, NonFiniteLossError):
+        trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
+    elif isinstance(exc, _torch_out_of_memory()):
+        trial.status, trial.reason = "failed", "does not fit: out of memory"
+    elif isinstance(exc, GpulabError):
+        trial.status, trial.reason = "failed", str(exc)
+    elif type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
+        trial.status, trial.reason = "failed", f"does not fit: out of memory ({line})"
+    else:  # a compile error, say
+        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
+    if not isinstance(exc, (GpulabError, NonFiniteLossError)):
+        trial.extras["traceback"] = "".join(traceback.format_exception(exc, limit=-3))
 
 
 def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
@@ -157,7 +224,7 @@ def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
-def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
+def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: Watch, trial: Trial):
     merged = merge(user, knobs)
     engine = engine_for(merged)
     config, recipe, _ = engine.resolve(merged)  # seeded, the model built afresh
@@ -175,7 +242,7 @@ def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: b
     return settings
 
 
-def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> None:
+def _read(trial: Trial, result: Any, watch: Watch, knobs: dict[str, Any]) -> None:
     trial.steps, trial.precision = result.steps, result.precision
     trial.samples = result.steps * (result.batch_size or 0)
     trial.warmup_s = watch.first_step_s
@@ -183,9 +250,6 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
     trial.loss = result.val_loss if result.val_loss is not None else result.final_loss
     trial.accuracy = result.accuracy
     trial.cpu_used_by_others = (result.extras.get("machine_load") or {}).get("cpu_used_by_others")
-    if watch.stopped:
-        trial.status, trial.reason = "stopped", "the budget ran out during this trial"
-        return
     if knobs.get("compile") and not result.compiled:
         trial.status = "failed"
         trial.reason = engines.get(result.extras.get("engine")).compile_failure

@@ -4,7 +4,8 @@ Through an ``MlflowClient`` only (no fluent ``mlflow.start_run``): a user's own 
 process-wide state, are left alone. Parameters are the resolved settings and the recipe, flattened
 (``mlflow.tracking_uri``, ``options.width``); metrics are what the JSONL logger writes, at each logged step,
 handed to MLflow in batches at most every ``hand_over_s`` seconds and at the end, written by MLflow's own
-asynchronous-logging thread (the values were read from the device already: nothing here synchronises it).
+asynchronous-logging thread (the values were read from the device already: nothing here synchronises it);
+at the end, the fit's own figures (summary.json's samples/s, train seconds, ...) under ``run/``.
 At the end of a fit the last checkpoint becomes an artifact (``checkpoints/step-N/``) when it is at most
 ``mlflow.checkpoint_max_mb``; ``gpulab train`` attaches summary.json and metrics.jsonl once written.
 
@@ -23,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
-from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
+from gpulab.core.callbacks.tracker_record import (
+    TrackerIds,
+    cannot_start,
+    closing,
+    flat_settings,
+    numeric,
+    run_figures,
+)
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.errors import GpulabError, GpulabWarning
 from gpulab.redaction import redact
@@ -179,6 +187,7 @@ class MlflowLogger(Callback):
         if self.client is None or self.run_id is None:
             return
         preempted = state.stop_signal is not None
+        self._record(state.global_step, run_figures(result))  # the figures gpulab prints, under run/
         closing("mlflow", self._flush)
         checkpoint = getattr(trainer, "last_checkpoint", None)
         if checkpoint is not None and not preempted:  # a preempted job has seconds left: no upload

@@ -3,7 +3,8 @@
 Records are handed to the event file writer in batches, at most every ``hand_over_s`` seconds (and at the
 end of the fit): its writer thread then wakes once per batch rather than once per logged step, which kept
 taking the GIL from the training loop (measured ~10 us per step at log_every=50 on a 250 us CPU step).
-TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere.
+TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere. At the end,
+the fit's own figures (summary.json's samples/s, train seconds, final loss, ...) go under ``run/``.
 The writer is TensorBoard's own (what torch's SummaryWriter wraps), so no engine's framework is imported.
 
 TensorBoard's import (protobuf and its writer, about 0.3 s on the 2-core VM) runs in a thread started at
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.tracker_record import run_figures
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 
 
@@ -110,6 +112,7 @@ class TensorBoardLogger(Callback):
 
     def on_fit_end(self, trainer, state, result):
         if self._ready():
+            self._pending.append((state.global_step, run_figures(result)))  # gpulab's figures, under run/
             self._hand_over()
             self._writer.close()
             self._writer = None
