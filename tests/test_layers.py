@@ -17,7 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
 LAYERS = [
     ("__main__", "cli"),
     ("bench", "tune", "export", "profiling"),  # the verbs, engine-neutral: each engine's part is its own
-    ("engines", "engines.torch", "engines.tensorflow"),
+    ("engines.torch", "engines.tensorflow"),
     # core: what every engine's loop uses; artifact: what every engine's export writes and checks (format
     # registry and helpers, the inputs, parity), so an engine's export stands on it, not on the verb
     ("core", "artifact"),
@@ -27,7 +27,9 @@ LAYERS = [
     ("distributed",),  # process groups and launchers
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
-    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
+    # engines: the registry and the Engine protocol (engines/__init__.py, no engine imported), which config
+    # asks what settings an engine lacks; the engines themselves (engines.torch, ...) stand above
+    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved", "engines"),
     ("hardware", "errors", "redaction"),
 ]
 

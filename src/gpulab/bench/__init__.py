@@ -40,12 +40,12 @@ class BenchConfig:
     engines: list[str] = field(default_factory=lambda: ["torch"])  # torch, tensorflow, or both in order
 
     def engine_names(self) -> list[str]:
-        from gpulab.config import ENGINES
+        from gpulab.engines import names
 
-        unknown = [e for e in self.engines if e not in ENGINES]
+        unknown = [e for e in self.engines if e not in names()]
         if unknown or not self.engines:
             raise ConfigError(
-                f"unknown bench engine {(unknown or [''])[0]!r}; valid choices: {choices(ENGINES)} "
+                f"unknown bench engine {(unknown or [''])[0]!r}; valid choices: {choices(names())} "
                 "(comma-separated for both, e.g. --engine torch,tensorflow)"
             )
         return list(dict.fromkeys(self.engines))
@@ -106,7 +106,7 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     if len(engines) > 1:
         from gpulab.bench.versus import add_comparison
 
-        add_comparison(doc, out)
+        add_comparison(doc, out, (engines[0], engines[1]))  # the first two side by side
     write_results(doc, out)
     write_report(doc, out)
     return doc

@@ -9,8 +9,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpulab import engines
 from gpulab.cli.console import make_console
-from gpulab.hardware.doctor import Report, run_doctor
+from gpulab.hardware.doctor import Report
+from gpulab.hardware.doctor import run_doctor as machine_doctor
+from gpulab.hardware.facts import Facts
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
@@ -40,6 +43,11 @@ def render(report: Report, console: Console) -> None:
         # Text, not markup: a fix like `pip install 'gpulab[tensorflow]'` must print its brackets.
         checks.add_row(c.name, Text(c.status, style=_STYLE[c.status]), Text(c.detail), Text(c.fix or ""))
     console.print(checks)
+
+
+def run_doctor(facts: Facts | None = None) -> Report:
+    """The machine's checks, then each engine's (``Engine.doctor``), on facts gathered once."""
+    return machine_doctor(facts, lambda f: [c for n in engines.names() for c in engines.get(n).doctor(f)])
 
 
 def doctor(

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpulab import precisions
+from gpulab import engines, precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -50,7 +50,7 @@ def profile(
     engine: str = typer.Option(
         None,
         "--engine",
-        help="torch|tensorflow (TensorFlow: a profiler trace for TensorBoard in DIR/tf_trace)",
+        help=engines.option_help(),
     ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
@@ -58,7 +58,6 @@ def profile(
 
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
-    from gpulab import engines
     from gpulab.measure.profile_report import ProfileOptions
 
     flags = {

@@ -7,11 +7,48 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines import Lack
+from gpulab.engines.tensorflow.bench import TF_PREFIX
 from gpulab.engines.tensorflow.trainer import THREADS_HINT
+
+# The settings it lacks (torch's): refused in one line (config.check_engine) rather than ignored.
+_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
+_TORCH_ONLY = (
+    "activation_checkpointing",
+    "channels_last",
+    "micro_batch",
+    "compile_mode",
+    "compile_backend",
+    "compile_check",
+    "cuda_graph",
+    "keep_best",
+    "collective_timeout_s",
+    "ddp_bucket_cap_mb",
+    "ddp_static_graph",
+    "ddp_gradient_as_bucket_view",
+    "find_unused_parameters",
+    "fsdp_shard_modules",
+    "fsdp_reshard_after_forward",
+    "num_workers",
+    "pin_memory",
+    "fuse_optimizer",
+    "model_inputs",
+    "model_output",
+)
 
 
 class TensorFlowEngine:
     name = "tensorflow"
+    framework = "TensorFlow"
+    framework_module = "tensorflow"
+    extra = "tensorflow"
+    lacks = {
+        "strategy": Lack(("auto", "single", "mirrored", "multiworker")),
+        "device": Lack(_DEVICES, said="valid there: auto|cpu|cuda|cuda:N"),
+        "batch_size": Lack(refuses=("auto",), said="give a number"),  # no batch search
+        "mfu": Lack((False,)),
+        **dict.fromkeys(_TORCH_ONLY, Lack()),
+    }
     export_formats = ("savedmodel", "tflite")
     export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
     export_precisions = ("fp32",)
@@ -21,6 +58,9 @@ class TensorFlowEngine:
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
     bench_in_process = False  # a worker process of its own, which picks the device as TensorFlow sees it
+    bench_prefix = TF_PREFIX
+    bench_compile = ("graph", "xla")
+    bench_speedup = ("speedup_vs_graph", "XLA over tf.function")
     profile_view = "steps"
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")
@@ -42,6 +82,11 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.run import environment
 
         return environment()
+
+    def doctor(self, facts: Any) -> list[Any]:
+        from gpulab.engines.tensorflow.doctor import CHECKS
+
+        return [c for c in (check(facts) for check in CHECKS) if c is not None]
 
     def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
         from gpulab.engines.tensorflow.profile import profile_tf
@@ -106,6 +151,14 @@ class TensorFlowEngine:
             return
         if why is not None:
             report["problems"].append(why)
+
+    def export_weights(self, path: Path, out: Path) -> Path:
+        from gpulab.errors import CheckpointError
+
+        raise CheckpointError(
+            f"{path} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
+            "(checkpoint export copies a torch checkpoint's model.safetensors)"
+        )
 
 
 ENGINE = TensorFlowEngine()

@@ -19,11 +19,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines import Lack
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
 class TorchEngine:
     name = NAME
+    framework = "PyTorch"
+    framework_module = "torch"
+    extra = "torch"
+    # the settings it lacks: the strategies it has not (precisions.STRATEGIES), the tf.data cache
+    lacks = {"strategy": Lack(("auto", "single", "ddp", "fsdp2", "dp")), "data_cache": Lack()}
     export_formats = ("exported", "onnx", "torchscript", "aoti")
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
@@ -38,6 +44,9 @@ class TorchEngine:
     launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
     launch_by_torchrun = True
     bench_in_process = True
+    bench_prefix = ""
+    bench_compile = ("eager", "default")
+    bench_speedup = ("speedup_vs_eager", "torch.compile over eager")
     profile_view = "phases"
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")
@@ -59,6 +68,9 @@ class TorchEngine:
         from gpulab.engines.torch.train.run import environment
 
         return environment()
+
+    def doctor(self, facts: Any) -> list[Any]:
+        return []  # the machine's checks (hardware/checks.py) are torch's: its probe runs them
 
     def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
         from gpulab.engines.torch.profile import profile_recipe
@@ -102,6 +114,11 @@ class TorchEngine:
         from gpulab.engines.torch.checkpoint.api import read_torch_files
 
         read_torch_files(directory, meta, report)
+
+    def export_weights(self, path: Path, out: Path) -> Path:
+        from gpulab.engines.torch.checkpoint.api import export_weights
+
+        return export_weights(path, out)
 
 
 ENGINE = TorchEngine()
