@@ -98,8 +98,8 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
-    in_process = any(get_engine(name).bench_in_process for name in engines)
-    doc = new_document(settings, environment(device, torch_side=in_process))
+    in_process = [e for e in map(get_engine, engines) if e.bench_in_process]
+    doc = new_document(settings, environment(device, in_process))
     out = Path(config.out_dir)
     for engine in engines:
         get_engine(engine).bench(names, ctx, config, doc, out, log)

@@ -109,6 +109,9 @@ class Engine(Protocol):
     def check_bench(self) -> None:
         """Raise a one-line error when this engine's bench side cannot run here."""
 
+    def bench_environment(self) -> dict[str, Any]:
+        """Its part of bench's results.json environment, where its suites run in bench's process."""
+
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         """Run this engine's side of the bench ``names`` into ``doc``."""
 
@@ -119,8 +122,8 @@ class Engine(Protocol):
         """``gpulab checkpoint inspect``: check what this engine's files in a verified checkpoint hold, as
         its resume reads them; add problems and the recipe they name to ``report``."""
 
-    def export_weights(self, path: Path, out: Path) -> Path:
-        """``gpulab checkpoint export``: the checkpoint's weights alone, as a file its framework loads."""
+    def export_weights(self, directory: Path, out: Path) -> Path:
+        """``gpulab checkpoint export``: a verified checkpoint's weights alone, as one file (``out``)."""
 
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``

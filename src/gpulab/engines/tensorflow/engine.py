@@ -125,6 +125,9 @@ class TensorFlowEngine:
 
         require_tensorflow_installed()
 
+    def bench_environment(self) -> dict[str, Any]:
+        return {}  # its suites run in a worker, which adds TensorFlow's versions and device (bench/worker.py)
+
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
 
@@ -152,11 +155,11 @@ class TensorFlowEngine:
         if why is not None:
             report["problems"].append(why)
 
-    def export_weights(self, path: Path, out: Path) -> Path:
+    def export_weights(self, directory: Path, out: Path) -> Path:
         from gpulab.errors import CheckpointError
 
         raise CheckpointError(
-            f"{path} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
+            f"{directory} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
             "(checkpoint export copies a torch checkpoint's model.safetensors)"
         )
 

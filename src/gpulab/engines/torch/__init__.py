@@ -100,6 +100,11 @@ class TorchEngine:
     def check_bench(self) -> None:
         return None
 
+    def bench_environment(self) -> dict[str, Any]:
+        from gpulab.engines.torch.bench.run import bench_environment
+
+        return bench_environment()
+
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.torch.bench.run import run_torch_suites
 
@@ -115,10 +120,10 @@ class TorchEngine:
 
         read_torch_files(directory, meta, report)
 
-    def export_weights(self, path: Path, out: Path) -> Path:
-        from gpulab.engines.torch.checkpoint.api import export_weights
+    def export_weights(self, directory: Path, out: Path) -> Path:
+        from gpulab.engines.torch.checkpoint.api import copy_weights
 
-        return export_weights(path, out)
+        return copy_weights(directory, out)
 
 
 ENGINE = TorchEngine()

@@ -231,6 +231,12 @@ def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
         verify_manifest(directory)
     if manifest_layout(directory) == TF_LAYOUT:
         read_verified_checkpoint(directory)  # raises: a TensorFlow checkpoint, one line saying where to look
+    return copy_weights(directory, to_file)
+
+
+def copy_weights(directory: Path, to_file: str | os.PathLike) -> Path:
+    """``gpulab checkpoint export``: a verified torch checkpoint's ``model.safetensors`` copied to
+    ``to_file`` (atomically replaced)."""
     if manifest_layout(directory) != "full":
         raise CheckpointError(
             f"{directory} holds sharded (fsdp2) weights; convert them to one file with "
