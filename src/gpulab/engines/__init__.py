@@ -61,7 +61,6 @@ class Engine(Protocol):
     export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
     export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
     export_model: str  # what its export writes, as an error names it
-    export_named_inputs: bool  # its artifacts record input names that infer matches arrays to
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
     launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
     launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
@@ -102,6 +101,10 @@ class Engine(Protocol):
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         """A built-in or user recipe by name (its validation data in this engine's layout)."""
+
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        """``gpulab infer --recipe-data``: the recipe's validation data as an artifact's (inputs, target)
+        torch tensors; ``names``: the artifact's input names, where it records them."""
 
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         """``gpulab launch``: start the workers of ``spec``."""

@@ -53,7 +53,6 @@ class TensorFlowEngine:
     export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
     export_precisions = ("fp32",)
     export_model = "the float32 Keras model"
-    export_named_inputs = False  # one input tensor, in file order
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
@@ -112,6 +111,18 @@ class TensorFlowEngine:
         )
 
         return keras_recipe(name, dict(options))
+
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import data as export_data
+
+        if names is None:
+            return export_data.from_recipe(recipe.val_data, name)
+        import torch  # infer runs every artifact's inputs as torch tensors (artifact/data.py)
+
+        from gpulab.artifact.arrays import by_names
+
+        inputs, target = by_names(recipe.val_data, names, name)  # (inputs, target) arrays, by the names
+        return tuple(map(torch.from_numpy, inputs)), torch.from_numpy(target)
 
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         from gpulab.engines.tensorflow.launch import launch_tf

@@ -34,7 +34,6 @@ class TorchEngine:
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
     export_model = "the torch model"
-    export_named_inputs = True  # artifacts take the batch's keys as input names (runtime/signature.py)
     launch_options = (
         ("--rdzv-endpoint", "rdzv_endpoint", None),
         ("--rdzv-id", "rdzv_id", None),
@@ -91,6 +90,16 @@ class TorchEngine:
         from gpulab.core.recipes.base import load_recipe
 
         return load_recipe(name, dict(options))
+
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import data as export_data
+        from gpulab.engines.torch.runtime.signature import Signature
+
+        if names is None:
+            return export_data.from_recipe(recipe.val_data, name)
+        # the batch's keys (or forward's parameters) are the artifact's input names (runtime/signature.py)
+        data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
+        return data.inputs, data.target
 
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         from gpulab.distributed.launch import launch
