@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.hand_over import HandOverLogger
 from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.core.callbacks.wandb_history import held_steps
@@ -33,16 +33,14 @@ from gpulab.core.callbacks.wandb_service import start_outside_the_run
 DEFAULT_PROJECT = "gpulab"
 
 
-class WandbLogger(Callback):
+class WandbLogger(HandOverLogger):
     def __init__(self, settings: Any, out_dir: str | None, hand_over_s: float = 5.0) -> None:
+        super().__init__(hand_over_s)
         self.settings = settings
         self.ids = TrackerIds(out_dir)
         self.out_dir = out_dir
-        self.hand_over_s = hand_over_s
         self.run = None
-        self._pending: list[tuple[int, dict[str, float]]] = []
         self._acked = Acked()
-        self._last = 0.0
 
     def on_fit_start(self, trainer, state):
         import wandb
@@ -92,20 +90,11 @@ class WandbLogger(Callback):
             self._pending[-1][1].update(values)
         else:
             self._pending.append((step, values))
-        if time.monotonic() - self._last >= self.hand_over_s:
-            self._hand_over()
+        self._due()
 
-    def _hand_over(self) -> None:
-        pending, self._pending = self._pending, []
+    def _write(self, pending: list[tuple[int, dict[str, float]]]) -> None:
         for step, values in pending:
             self.run.log(values, step=step)
-        self._last = time.monotonic()
-
-    def on_log(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
-
-    def on_validation_end(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
 
     def on_fit_end(self, trainer, state, result):
         if self.run is None:

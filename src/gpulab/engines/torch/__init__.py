@@ -4,7 +4,8 @@
 - ``runtime/``: ``Runtime`` = device x precision x strategy (``strategies/``), compile, CUDA graphs, memory
 - ``data/``: loaders, the tensor fast path, the prefetcher, transfers
 - ``recipes/``: the built-in recipes (mlp, digits, chargpt)
-- ``checkpoint/``: the torch checkpoint format and FSDP2's shards, on the shared ``gpulab.checkpoint``
+- ``checkpoint/``: the torch checkpoint format, its state's checks and RNG state, FSDP2's shards, on the
+  shared ``gpulab.checkpoint``
 - ``distributed/``: process groups and the collective watchdog
 - ``measure/``: a torch step's FLOPs and its timers
 - each verb's torch part: profile.py, inspect.py (+ inspect_model.py), export.py (with rebuild.py and
