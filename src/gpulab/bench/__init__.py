@@ -17,6 +17,7 @@ from typing import Any
 
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
+from gpulab.engines import DEFAULT
 from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, choices
 from gpulab.measure.results import new_document, write_results
@@ -37,7 +38,7 @@ class BenchConfig:
     warmup: int | None = None
     memory_limit_mib: int | None = None
     threads: int | None = None  # torch's CPU threads; None leaves torch's default
-    engines: list[str] = field(default_factory=lambda: ["torch"])  # torch, tensorflow, or both in order
+    engines: list[str] = field(default_factory=lambda: [DEFAULT])  # torch, tensorflow, or both in order
 
     def engine_names(self) -> list[str]:
         from gpulab.engines import names

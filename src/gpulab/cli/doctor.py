@@ -59,8 +59,9 @@ def doctor(
     """Check that this machine is right for training.
 
     Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
-    memory, threads, TensorFlow (version, build, GPUs, XLA; when installed) and a compute sanity check on
-    every device, and prints the fix for what is not right. Exit 1 when a check fails.
+    memory, threads and a compute sanity check on every device, then each engine's own checks (TensorFlow:
+    version, build, GPUs, XLA, when installed), and prints the fix for what is not right. Exit 1 when a
+    check fails.
     """
     report = run_doctor()
     out = report.to_json()

@@ -68,6 +68,7 @@ class Engine(Protocol):
     bench_prefix: str  # results.json names its side of suite S "<prefix>S"
     bench_compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
     bench_speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
+    compiler: str  # what compile: true runs, as reports name it ("torch.compile", "XLA")
     profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
     flop_counter: str  # how inspect counted FLOPs, as printed
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.engines import DEFAULT
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure
@@ -57,7 +58,7 @@ class TuneResult:
     out_of_budget: bool = False
     largest: dict[str, Any] | None = None  # the batch search's outcome
     reverted: tuple[Trial, float] | None = None  # the pick the final re-measure undid, and its ratio
-    engine: str = "torch"
+    engine: str = DEFAULT
 
 
 def ratio(a: Figure, b: Figure) -> tuple[float, float, float]:

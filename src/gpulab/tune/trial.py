@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import sys
 import time
 import traceback
 import warnings
@@ -125,16 +124,14 @@ def run_trial(
             result = _fit(user, knobs, samples, watch, trial)
     except NonFiniteLossError as exc:
         trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
-    except _torch_out_of_memory():
-        trial.status, trial.reason = "failed", "does not fit: out of memory"
     except GpulabError as exc:
         trial.status, trial.reason = "failed", str(exc)
     except Exception as exc:  # a knob this model cannot take (a compile error, say): named, not fatal
         line = (str(exc).strip().splitlines() or [""])[0][:200]
-        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
-        if type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
-            trial.reason = f"does not fit: out of memory ({line})"
-        trial.extras["traceback"] = traceback.format_exc(limit=-3)
+        oom = engine_for(merge(user, knobs)).out_of_memory(exc)  # the engine knows its framework's error
+        trial.status, trial.reason = "failed", oom or f"{type(exc).__name__}: {line}"
+        if oom is None:  # an out-of-memory error's traceback says nothing the reason does not
+            trial.extras["traceback"] = traceback.format_exc(limit=-3)
     else:
         _read(trial, result, watch, knobs)
     finally:
@@ -145,13 +142,6 @@ def run_trial(
     if notes:
         trial.extras["warnings"] = notes
     return trial
-
-
-def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
-    """torch's out-of-memory error where torch is loaded (a trial of the torch engine), else none: a
-    TensorFlow trial never raises it, and does not import torch to say so."""
-    torch = sys.modules.get("torch")
-    return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
 def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):

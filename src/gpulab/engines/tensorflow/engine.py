@@ -60,6 +60,7 @@ class TensorFlowEngine:
     bench_prefix = TF_PREFIX
     bench_compile = ("graph", "xla")
     bench_speedup = ("speedup_vs_graph", "XLA over tf.function")
+    compiler = "XLA"
     profile_view = "steps"
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")

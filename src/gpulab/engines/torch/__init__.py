@@ -47,6 +47,7 @@ class TorchEngine:
     bench_prefix = ""
     bench_compile = ("eager", "default")
     bench_speedup = ("speedup_vs_eager", "torch.compile over eager")
+    compiler = "torch.compile"
     profile_view = "phases"
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")

@@ -34,6 +34,10 @@ class TorchTuner:
         config, recipe = resolve_config(user)
         return config, recipe, torch.device(select_device(config.device).device)
 
+    def out_of_memory(self, exc: BaseException) -> str | None:
+        """A trial's failure as the reason tune.json gives, where it is torch's out-of-memory error."""
+        return "does not fit: out of memory" if isinstance(exc, torch.OutOfMemoryError) else None
+
     def largest_batch(self, user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """The largest batch that fits with ``knobs``: ``find_batch_size`` (``runtime/batch_search.py``: real
         steps, grown from the config's batch then bisected, under the memory limit; on a CPU without one,
