@@ -36,12 +36,8 @@ LAYERS = [
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported
 # component). Each engine's part of a verb lives in engines/<name>/, on the machinery below the engines
 # (measure/, artifact/); the verbs reach an engine through gpulab.engines.
-KNOWN_UPWARD: set[tuple[str, str]] = {
-    # measure/harness.py: a non-CPU clock synchronises through the torch runtime's memory.synchronize, and
-    # the CPU peak reads /proc through its proc_status_bytes (both inside functions, torch runs only); a
-    # device seam the harness asks instead removes it
-    ("measure", "engines.torch"),
-}
+# None left: measure/harness.py, the last, now asks the device seam it is given (measure/device_seam.py).
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def component(module: str) -> str:

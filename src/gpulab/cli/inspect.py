@@ -149,11 +149,12 @@ def render(report, depth: int, console: Console) -> None:
         word = "[green]fits[/]" if report.fits else "[red]does not fit[/]"
         verdict = f"{word} under {_mib(report.limit_bytes)} ({report.limit_source})"
     during = max(m.forward_backward_peak_bytes, m.gradients_bytes + m.optimizer_step_bytes)
+    data = f"data held by the loader {_mib(m.data_bytes)} + " if m.data_bytes else ""
     console.print(
         f"predicted peak memory of a training step at batch {m.batch_size} "
         f"({report.optimizer or 'no optimizer'}): {_mib(m.predicted_peak_bytes)} = parameters "
         f"{_mib(m.parameters_bytes + m.buffers_bytes)} + optimizer state {_mib(m.optimizer_state_bytes)} + "
-        f"batch {_mib(m.batch_bytes)} + peak of forward/backward {_mib(during)}; {verdict}",
+        f"{data}batch {_mib(m.batch_bytes)} + peak of forward/backward {_mib(during)}; {verdict}",
         highlight=False,
     )
 

@@ -75,7 +75,7 @@ class TorchTuner:
                     )  # fmt: skip
                     limit = config.memory_limit if isinstance(config.memory_limit, int) else None
                     limit = limit or memory_limit_bytes(rt.device)
-                    if limit is None and rt.device.type == "cpu":
+                    if limit is None and rt.accelerator.is_host:
                         limit = default_cpu_limit()
                     rows = num_rows(recipe.train_data)
                     start = int(config.batch_size) if config.batch_size != "auto" else 1

@@ -28,6 +28,10 @@ def suites() -> dict[str, Callable]:
 
 def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
     """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
+    from gpulab.engines.torch.runtime.devices import accelerator
+
+    if ctx.accelerator is None and ctx.device is not None:
+        ctx.accelerator = accelerator(ctx.device)  # what the harness asks of the device
     for name in names:
         log(f"[{name}] running on {ctx.device} ({config.profile})")
         doc["suites"][name] = run_suite(name, ctx, out, suites()[name], engine=NAME)
