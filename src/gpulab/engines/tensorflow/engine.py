@@ -9,7 +9,6 @@ from typing import Any
 
 from gpulab.engines import Lack
 from gpulab.engines.tensorflow.bench import TF_PREFIX
-from gpulab.engines.tensorflow.trainer import THREADS_HINT
 
 # The settings it lacks (torch's): refused in one line (config.check_engine) rather than ignored.
 _DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
@@ -65,8 +64,13 @@ class TensorFlowEngine:
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
-    threads_hint = THREADS_HINT
     checkpoint_layouts = ("tensorflow",)
+
+    @property
+    def threads_hint(self) -> str:  # read by the train report, after the trainer ran
+        from gpulab.engines.tensorflow.trainer import THREADS_HINT
+
+        return THREADS_HINT
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
