@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.engines import DEFAULT
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure
@@ -76,7 +77,7 @@ class TuneResult:
     largest: dict[str, Any] | None = None  # the batch search's outcome
     # the pick the final re-measure undid, and its ratio (None: no time was left to re-measure it)
     reverted: tuple[Trial, float | None] | None = None
-    engine: str = "torch"
+    engine: str = DEFAULT
 
 
 def ratio(a: Figure, b: Figure) -> tuple[float, float, float]:

@@ -14,7 +14,6 @@ import contextlib
 import io
 import math
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -30,9 +29,6 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
 from gpulab.measure.harness import Timing
 from gpulab.measure.results import Figure
-
-# torch and the torch engine's runtime are imported by ``largest_batch`` (torch's batch search) only: a
-# TensorFlow engine's tune runs its trials without torch.
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
 # tracker (a trial is no run of the user's: it would be one MLflow / W&B run per trial).
@@ -183,7 +179,7 @@ def run_trial(
                 result = _fit(user, knobs, samples, watch, trial)
     except Exception as exc:
         if not watch.stopped:  # raised by the trial itself, not by its deadline
-            _failed(trial, exc)
+            _failed(trial, exc, user, knobs)
         else:
             trial.steps = watch.steps
             trial.status, trial.reason = "stopped", "the budget ran out during this trial"
@@ -200,28 +196,20 @@ def run_trial(
     return trial
 
 
-def _failed(trial: Trial, exc: Exception) -> None:
+def _failed(trial: Trial, exc: Exception, user: dict[str, Any], knobs: dict[str, Any]) -> None:
     """Why a trial failed, from what it raised (a knob this model cannot take is named, not fatal)."""
     line = (str(exc).strip().splitlines() or [""])[0][:200]
+    oom = None
     if isinstance(exc, NonFiniteLossError):
         trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
-    elif isinstance(exc, _torch_out_of_memory()):
-        trial.status, trial.reason = "failed", "does not fit: out of memory"
     elif isinstance(exc, GpulabError):
         trial.status, trial.reason = "failed", str(exc)
-    elif type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
-        trial.status, trial.reason = "failed", f"does not fit: out of memory ({line})"
-    else:  # a compile error, say
-        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
-    if not isinstance(exc, (GpulabError, NonFiniteLossError)):
+    else:  # the engine knows its framework's out-of-memory error; else a compile error, say
+        oom = engine_for(merge(user, knobs)).out_of_memory(exc)
+        trial.status, trial.reason = "failed", oom or f"{type(exc).__name__}: {line}"
+    if oom is None and not isinstance(exc, (GpulabError, NonFiniteLossError)):
+        # an out-of-memory error's traceback says nothing the reason does not
         trial.extras["traceback"] = "".join(traceback.format_exception(exc, limit=-3))
-
-
-def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
-    """torch's out-of-memory error where torch is loaded (a trial of the torch engine), else none: a
-    TensorFlow trial never raises it, and does not import torch to say so."""
-    torch = sys.modules.get("torch")
-    return (torch.OutOfMemoryError,) if torch is not None else ()
 
 
 def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: Watch, trial: Trial):
@@ -267,53 +255,7 @@ def _read(trial: Trial, result: Any, watch: Watch, knobs: dict[str, Any]) -> Non
 
 
 def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """The largest batch that fits with ``knobs``: ``find_batch_size`` (``runtime/batch_search.py``: real
-    steps, grown from the config's batch then bisected, under the memory limit; on a CPU without one,
-    half the RAM available) capped at the training data's size.
-
-    The Trainer's ``batch_size: auto`` starts from the memory estimate instead, which on a CPU traces
-    candidate batches up to millions of rows (half of RAM) and took 30 s for the mlp recipe on a busy
-    2-core machine; starting from the config's batch costs a few real steps.
-
+    """The largest batch that fits with ``knobs``: the engine's batch search (its tuner's
+    ``largest_batch``; torch's only, the search asks it from torch's knob walk).
     Returns ({batch_size, cap, memory_binds, search}, "") or (None, why it could not run)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from gpulab.engines.torch.runtime import Runtime
-            from gpulab.engines.torch.runtime.batch_search import (
-                TrialStep,
-                default_cpu_limit,
-                find_batch_size,
-            )
-            from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
-            from gpulab.engines.torch.runtime.memory import memory_limit_bytes
-            from gpulab.engines.torch.runtime.memory_estimate import num_rows
-            from gpulab.engines.torch.runtime.step_call import loss_step
-            from gpulab.engines.torch.train.run import resolve_config
-
-            config, recipe = resolve_config(merge(user, knobs))
-            apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
-            with Runtime.from_settings(config) as rt:
-                model, optimizer = rt.setup(recipe.model, recipe.optimizer)
-                # The Trainer's call of the model (a dict batch's keys by forward's signature).
-                call = loss_step(recipe.model, recipe.loss_fn, config.model_inputs, config.model_output)
-                step = TrialStep(
-                    model, optimizer, recipe.loss_fn, recipe.train_data, device=rt.device,
-                    autocast=rt.autocast, backward=rt.backward, step=call,
-                )  # fmt: skip
-                limit = config.memory_limit if isinstance(config.memory_limit, int) else None
-                limit = limit or memory_limit_bytes(rt.device)
-                if limit is None and rt.accelerator.is_host:
-                    limit = default_cpu_limit()
-                rows = num_rows(recipe.train_data)
-                start = int(config.batch_size) if config.batch_size != "auto" else 1
-                search = find_batch_size(step, device=rt.device, limit_bytes=limit, start=start, high=rows)
-    except (GpulabError, TypeError, ValueError, RuntimeError) as exc:  # dict batches, a stream, ...
-        return None, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    binds = any(not t.fits for t in search.trials)  # else the search stopped at the data's size
-    return {
-        "batch_size": search.batch_size,
-        "memory_binds": binds,
-        "cap": rows,
-        "search": search.to_json(),
-    }, ""
+    return engine_for(merge(user, knobs)).largest_batch(user, knobs)
