@@ -35,7 +35,7 @@ def inspect(
     depth: int = typer.Option(3, "--depth", min=0, help="Show nested modules down to this call depth"),
     precision: str = typer.Option(None, help=precisions.HELP),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu: whose memory the step must fit"),
-    engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
+    engine: str = typer.Option(None, "--engine", help=engines.option_help()),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and totals as JSON"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:

@@ -251,7 +251,8 @@ def _profiled_steps(step: _Step, rt, out: Path, o: ProfileOptions) -> dict[str, 
 
 def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, compiled, extra) -> dict:
     step_s = breakdown.get("step", 0.0)
-    step_median = statistics.median(s["step"] for s in timer.steps) if timer.steps else 0.0
+    kept = timer.kept_steps()  # the steps the breakdown's means are of, so the median is of them too
+    step_median = statistics.median(s["step"] for s in kept) if kept else 0.0
     fixed_fraction = min(1.0, fixed / step_median) if step_median > 0 else None
     precision = rt.precision.name
     peaks = device_peaks(rt.device, precision, measure=o.measure_peak)

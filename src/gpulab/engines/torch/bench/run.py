@@ -38,3 +38,18 @@ def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Pa
         suite = doc["suites"][name]
         log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
         write_results(doc, out)
+
+
+def bench_environment() -> dict[str, Any]:
+    """The torch side's part of results.json's environment: versions, threads, devices."""
+    import torch
+
+    from gpulab.engines.torch.train.run import environment as run_environment
+    from gpulab.hardware.devices import discover
+
+    return run_environment() | {
+        "torch_threads": torch.get_num_threads(),
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "devices": [d.to_json() for d in discover()],
+    }

@@ -27,7 +27,6 @@ import gpulab
 from gpulab.checkpoint.io import step_dir_name, step_of
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.refuse import refuse_if_changed
-from gpulab.checkpoint.rng import capture_rng, validate_rng
 from gpulab.checkpoint.save import mark_best
 from gpulab.engines.torch.checkpoint.api import (
     LoadedCheckpoint,
@@ -36,6 +35,7 @@ from gpulab.engines.torch.checkpoint.api import (
     restore_rng,
     save_checkpoint,
 )
+from gpulab.engines.torch.checkpoint.rng import capture_rng, validate_rng
 from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.redaction import redacted
