@@ -220,9 +220,7 @@ class NumpyRun(RunSteps):
 
     def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
         recipe = linear(user.get("options"))
-        # The settings are the shared RunConfig's; the engine's name is this engine's own.
-        settings = {k: v for k, v in merge(recipe.defaults, user).items() if k != "engine"}
-        return parse_config(RunConfig, settings).model_copy(update={"engine": NAME}), recipe
+        return parse_config(RunConfig, merge(recipe.defaults, user)), recipe
 
     def rank(self) -> int:
         return 0
@@ -244,6 +242,8 @@ class NumpyEngine:
 
     name = NAME
     checkpoint_layouts = (LAYOUT,)
+    lacks: dict[str, Any] = {}  # every shared setting is taken (most are ignored: this is a test's engine)
+    framework, framework_module, extra = "NumPy", "numpy", "numpy"
 
     def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
         return NumpyRun().resolve(user)

@@ -19,9 +19,11 @@ from gpulab.cli import main
 
 @pytest.fixture
 def numpy_registered(monkeypatch):
-    """The engine registry (``gpulab.engines``) and the checkpoint layouts know the NumPy engine."""
-    monkeypatch.setattr(gpulab.engines, "ENGINES", (*gpulab.engines.ENGINES, numpy_engine.NAME))
-    monkeypatch.setitem(gpulab.engines._MODULES, numpy_engine.NAME, numpy_engine.__name__)
+    """The NumPy engine registered (``engines.register``, until the test ends), and its checkpoint layout."""
+    monkeypatch.setattr(gpulab.engines, "_REGISTRY", dict(gpulab.engines._REGISTRY))
+    gpulab.engines.register(
+        numpy_engine.NAME, numpy_engine.__name__, help="NumPy gradient descent (a test's)"
+    )
     monkeypatch.setitem(
         checkpoint_io.LAYOUTS, numpy_engine.LAYOUT, (numpy_engine.WEIGHTS, checkpoint_io.META)
     )
