@@ -79,6 +79,22 @@ def test_nan_loss_stops_naming_the_step(checks):
     assert checks["nan_stop"] and "became NaN/inf at step" in checks["nan_stop"]
 
 
+def test_the_clock_leaves_checkpoints_and_validation_out_as_on_torch(checks):
+    """The shared loop's clock: once TensorFlow wrote 0.0 here, counting its checkpoints as training."""
+    loop = checks["loop_shared"]
+    assert loop["checkpoint"]
+    assert 0.0 < loop["untimed_s"] < loop["train_seconds"]
+
+
+def test_a_users_error_in_the_step_is_noted_with_its_step_and_batch_as_on_torch(checks):
+    loop = checks["loop_shared"]
+    assert "the user's loss is broken" in loop["error"]
+    assert loop["notes"] == [
+        "gpulab: the fit failed in step 1 (epoch 1, batch 1/20: (32, 20) float32, (32, 1) float32); "
+        "no checkpoint (no out_dir or checkpoint_dir to write them to)"
+    ]
+
+
 def test_chargpt_on_tensorflow_is_torchs_model(checks):
     c = checks["chargpt"]
     assert c["parameters"][0] == c["parameters"][1]  # the same architecture, the output tied to the embedding

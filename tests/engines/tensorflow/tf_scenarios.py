@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -194,6 +195,29 @@ def user_recipe(root: str):
             "wrong_err": err.getvalue()}  # fmt: skip
 
 
+def loop_shared(root: str):
+    """What the shared loop (core/loop.py) gives this engine as torch's: checkpoints and validation left
+    out of the clock (untimed_s), and a user's error noted with its step and batch."""
+    _, result = fit(validate=True, max_steps=6, batch_size=32, out_dir=root, checkpoint_every=2)
+
+    def broken_loss(y, out):
+        raise ValueError("the user's loss is broken")
+
+    recipe = mlp({"samples": 800})
+    recipe.loss_fn = broken_loss
+    try:
+        fit(recipe=recipe, max_steps=2, batch_size=32)
+    except Exception as exc:  # noqa: BLE001 -- the user's error, whatever tf.function made of it
+        error, notes = str(exc), list(getattr(exc, "__notes__", []))
+    return {
+        "untimed_s": result.extras["untimed_s"],
+        "train_seconds": result.train_seconds,
+        "checkpoint": (Path(root) / "checkpoints").is_dir(),
+        "error": error,
+        "notes": notes,
+    }
+
+
 def chargpt():
     from gpulab.engines.tensorflow.recipes import chargpt as tf_chargpt
     from gpulab.engines.torch.recipes.chargpt import build as torch_chargpt
@@ -215,4 +239,5 @@ if __name__ == "__main__":
         out = sys.argv[1]  # (cli_digits sets sys.argv as the console script has it)
         results["cli_digits"] = cli_digits(out)
         results["user_recipe"] = user_recipe(out)
+        results["loop_shared"] = loop_shared(f"{out}-loop")
     print("RESULT " + json.dumps(results))

@@ -1,6 +1,6 @@
 """``gpulab profile --engine tensorflow``: the TensorFlow engine's own training step, timed and traced.
 
-The step is the one ``gpulab train --engine tensorflow`` runs (``TfTrainer``'s set-up: model, optimizer,
+The step is the one ``gpulab train --engine tensorflow`` runs (``TfTrainer.built``: model, optimizer,
 precision, strategy, ``tf.data`` pipeline, XLA when ``compile``), driven here step by step:
 
 1. warm-up steps, not timed (at least one: tracing, and XLA's compilation);
@@ -19,10 +19,8 @@ it gives one.
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +55,11 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
 
     config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()
-    import keras
-
     exclude = {"recipe", "options", "resume", "overwrite", "out_dir"}
     trainer = TfTrainer(**config.model_dump(exclude_unset=True, exclude=exclude))
-    trainer._tf = tf
-    trainer._configure(tf, keras)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with trainer.precision.applied(tf, keras):
-        trainer._setup(tf, keras, recipe, None)
+    with trainer.built(recipe):
         report = _profile(tf, trainer, out, options)
     report = {"recipe": config.recipe, **report, **recipe.info}
     result = ProfileResult(report, out)
@@ -78,16 +71,9 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     return result
 
 
-def _batches(trainer: Any) -> Iterator[Any]:
-    """The trainer's batches, epoch after epoch, in the order its training loop takes them."""
-    for epoch in itertools.count():
-        trainer.state.epoch, trainer.state.batch_in_epoch = epoch, 0
-        yield from trainer._epoch_data()
-
-
 def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
     s = trainer.settings
-    batches = _batches(trainer)
+    batches = trainer.train_batches()
 
     def window() -> list[Any]:
         return [next(batches) for _ in range(s.accumulate)]
@@ -95,7 +81,7 @@ def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
     for _ in range(max(1, o.warmup)):  # the first pays tracing and XLA compilation
         float(trainer.step(*window()))
     flops_per_step, method = _graph_flops(tf, trainer, window())
-    trainer._reset_peak()
+    trainer.reset_peak_memory()
     data, compute = [], []
     for _ in range(o.steps):
         t0 = time.perf_counter()
@@ -104,7 +90,7 @@ def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
         float(trainer.step(*w))  # the loss read back: the step has finished on the device
         data.append(t1 - t0)
         compute.append(time.perf_counter() - t1)
-    peak, memory = trainer._memory()
+    peak, memory = trainer.memory()
     tf.profiler.experimental.start(str(out / TRACE_DIR))
     try:
         for i in range(o.active):

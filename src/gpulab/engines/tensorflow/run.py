@@ -1,11 +1,11 @@
 """``gpulab train --engine tensorflow``: recipe + settings -> TfTrainer -> summary.json and the weights.
 
-The same run directory rules as torch's run (claimed, a previous run refused without --overwrite) and the
-same summary.json fields (plus ``engine``). Worker 0 writes the shared files. The weights are written at
-the end as ``model.weights.h5`` (atomically, with ``model.weights.manifest.json``); checkpoints and
-resume: ``engines/tensorflow/checkpoints.py``. SIGTERM/SIGINT as on torch (``core/preemption.py``): the
-step finishes, every worker checkpoints that step, the run names the checkpoint and ends with ``Preempted``
-(exit 128 + N); a second signal ends at once.
+The run's story is ``gpulab.core.run`` (every engine's: the run directory claimed, a previous run refused
+without --overwrite, the same summary.json fields, plus ``engine``). Worker 0 writes the shared files. The
+weights are written at the end as ``model.weights.h5`` (atomically, with ``model.weights.manifest.json``);
+checkpoints and resume: ``engines/tensorflow/checkpoints.py``. SIGTERM/SIGINT as on torch
+(``core/preemption.py``): the step finishes, every worker checkpoints that step, the run names the
+checkpoint and ends with ``Preempted`` (exit 128 + N); a second signal ends at once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.core.run import RUN_ONLY, RunSteps
 from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.strategy import tf_config_task
@@ -24,41 +25,40 @@ WEIGHTS_FILE = "model.weights.h5"
 WEIGHTS_MANIFEST = "model.weights.manifest.json"  # its size and sha256: export verifies it before use
 
 
-def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    from gpulab.core.callbacks.preemption import StopOnSignal
-    from gpulab.core.callbacks.trackers import attach_files
-    from gpulab.core.preemption import SignalWatch, preempted_error
-    from gpulab.core.recorded import with_recorded_settings
-    from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepare
-    from gpulab.core.summary import run_files, write_summary
-    from gpulab.engines.tensorflow.trainer import TfTrainer
+class TensorFlowRun(RunSteps):
+    """The TensorFlow engine's part of ``gpulab.core.run.run``."""
 
-    config, recipe = resolve_tf_config(with_recorded_settings(user))
-    out = Path(config.out_dir or f"runs/{config.recipe}")
-    check_output_dirs(out, config.checkpoint_dir)
-    rank, _ = tf_config_task()
-    started = checkpoint_root(out, config.checkpoint_dir).is_dir()  # before the lock makes it
-    with claim(out, rank, config.checkpoint_dir), SignalWatch() as signals:
-        if rank == 0:
-            prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
-        settings = config.model_dump(exclude_unset=True, exclude={"recipe", "options", "resume", "overwrite"})
-        trainer = TfTrainer(
-            trajectory={"recipe": config.recipe, "options": config.options},
-            callbacks=[StopOnSignal(signals)],
-            **settings,
-        )
-        result = trainer.fit(recipe, resume=config.resume)
-        if "preempted" in result.extras:  # no summary or weights file: the run is not finished
-            raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
-        if not trainer.is_rank_zero:
-            return config, result, None
-        if "nothing_to_do" in result.extras:  # a finished run resumed: its files stay as they were
-            return config, result, out
+    def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
+        return resolve_tf_config(user)
+
+    def rank(self) -> int:
+        return tf_config_task()[0]
+
+    def trainer(self, config: RunConfig, callbacks: list[Any]) -> Any:
+        from gpulab.engines.tensorflow.trainer import TfTrainer
+
+        settings = config.model_dump(exclude_unset=True, exclude=set(RUN_ONLY))
+        trajectory = {"recipe": config.recipe, "options": config.options}
+        return TfTrainer(trajectory=trajectory, callbacks=callbacks, **settings)
+
+    def fit(self, trainer: Any, recipe: Any, resume: str | None) -> FitResult:
+        return trainer.fit(recipe, resume=resume)
+
+    def outputs(self, trainer: Any, recipe: Any, out: Path) -> dict[str, Any]:
+        """The weights, written at the end (rank zero) beside the summary, which names them."""
         info = {"parameters": int(trainer.model.count_params()), **recipe.info}
         info["weights"] = str(save_weights(trainer.model, out))
-        write_summary(out, config, result, info, environment())
-        attach_files(trainer.callbacks, run_files(out))
-    return config, result, out
+        return info
+
+    def environment(self) -> dict[str, Any]:
+        return environment()
+
+
+def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    """Train as ``user`` says (``gpulab.core.run.run``); the output directory on worker 0, else None."""
+    from gpulab.core import run as core_run
+
+    return core_run.run(TensorFlowRun(), user)
 
 
 def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:

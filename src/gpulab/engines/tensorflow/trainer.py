@@ -1,4 +1,5 @@
-"""``TfTrainer``: the torch Trainer's loop on TensorFlow, owned by gpulab rather than ``model.fit``.
+"""``TfTrainer``: the TensorFlow engine's part of the fit whose loop is ``gpulab.core.loop`` (every
+engine's), owned by gpulab rather than ``model.fit``.
 
 Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy ("unsupported type PerReplica"), so the
 step is written out: ``tf.GradientTape`` inside ``strategy.run``, ``tf.nn.compute_average_loss`` (the sum
@@ -13,26 +14,34 @@ of per-example losses over the *global* batch, so the replicas' gradients add up
 - preemption as torch's: ``StopOnSignal`` (given by ``gpulab train``) ends the fit at a step boundary, the
   same step on every worker (``stop_flag.py``), with a checkpoint and ``extras["preempted"]``;
 - the engine-neutral callbacks (progress, metrics.jsonl, TensorBoard) and a ``FitResult``.
+
+``gpulab profile --engine tensorflow`` drives the same step through ``built(recipe)``, ``step``,
+``train_batches()`` and ``memory()``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
-import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
+from gpulab.core.engine_step import EngineStep
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_facts, device_name
+from gpulab.engines.tensorflow.failure import describe_batch, describe_error, is_out_of_memory
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.stop_flag import StopFlag
@@ -62,10 +71,12 @@ class TfRecipe:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-class TfTrainer:
+class TfTrainer(EngineStep):
     """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
 
     _agree_on_stop = False  # fit() sets it with several workers (gpulab profile builds steps without it)
+    sample_scale = 1  # samples_seen counts the global batch
+    threads_hint = THREADS_HINT
 
     def __init__(
         self, *, callbacks: Sequence[Callback] = (), trajectory: dict[str, Any] | None = None, **settings: Any
@@ -93,21 +104,33 @@ class TfTrainer:
 
         self._configure(tf, keras)
         self._agree_on_stop = self.dist.num_workers > 1
-        self.callbacks = None
         with self.precision.applied(tf, keras):
-            try:
-                self._setup(tf, keras, recipe, resume)
-                return self._loop(tf)
-            except BaseException as error:
-                if self.callbacks is not None:
-                    self.callbacks.on_exception(self, self.state, error)
-                raise
+            return loop.fit(self, lambda: self._setup(tf, keras, recipe, resume))
+
+    @contextlib.contextmanager
+    def built(self, recipe: TfRecipe) -> Iterator[TfTrainer]:
+        """The fit's set-up without its loop (``gpulab profile`` times ``step`` on ``train_batches()``):
+        device, precision, strategy, model, optimizer, data and the compiled step, under the precision's
+        policy until the block ends; no stop agreement between workers, no resume, no callback runs."""
+        tf = self._tf = require_tensorflow()
+        import keras
+
+        self._configure(tf, keras)
+        with self.precision.applied(tf, keras):
+            self._setup(tf, keras, recipe, None)
+            yield self
+
+    def train_batches(self) -> Iterator[Any]:
+        """The training batches, epoch after epoch, in the order the fit takes them (one a micro-batch)."""
+        for epoch in itertools.count():
+            self.state.epoch, self.state.batch_in_epoch = epoch, 0
+            yield from self._epoch_data()
 
     def _configure(self, tf: Any, keras: Any) -> None:
         """Device, memory, precision, strategy and seed (``gpulab profile`` starts from here too)."""
         s = self.settings
         self.device = device_name(tf, s.device)
-        self.memory = configure_memory(tf, self.device, s.memory_limit)
+        self.memory_settings = configure_memory(tf, self.device, s.memory_limit)
         facts = device_facts(tf, self.device)
         self.precision = resolve_precision(s.precision, facts, s.init_scale, s.growth_interval)
         self.dist = make_strategy(tf, s.strategy, self.device)
@@ -118,6 +141,7 @@ class TfTrainer:
 
     def _setup(self, tf: Any, keras: Any, recipe: TfRecipe, resume: str | None) -> None:
         s, dist = self.settings, self.dist
+        self.extras["engine"] = "tensorflow"
         if s.clip_grad_norm is not None and dist.replicas > 1 and self.precision.scales_loss:
             raise ConfigError(
                 "clip_grad_norm with fp16-mixed over several replicas is not available on engine "
@@ -135,7 +159,8 @@ class TfTrainer:
                 stacklevel=3,
             )
         self.n_train = tfdata.num_samples(self.train_arrays)
-        self.per_epoch = tfdata.batches_per_epoch(self.n_train, self.global_batch)
+        self.per_epoch = self.batches_per_epoch = tfdata.batches_per_epoch(self.n_train, self.global_batch)
+        self.batches_per_step = s.accumulate
         self.state = self._plan(self.per_epoch)
         with dist.strategy.scope():
             self.model = recipe.model()
@@ -204,9 +229,7 @@ class TfTrainer:
             getattr(inner, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule
         )
 
-    def _save_checkpoint(self) -> None:
-        if self.checkpointer is None or not self.settings.checkpoints:
-            return
+    def save_checkpoint(self) -> Path:
         values = self._read_losses()  # never checkpoint NaN (raises, as the next log would)
         # The unread loss window, so a resumed run logs the numbers this one would have.
         self.loss_window = [
@@ -214,7 +237,7 @@ class TfTrainer:
             for st, v in zip(self._loss_steps, values if values is not None else [], strict=True)
         ]
         self._step_var.assign(self.state.global_step)
-        self.last_checkpoint = self.checkpointer.save(self, self.tf_checkpoint)
+        return self.checkpointer.save(self, self.tf_checkpoint)
 
     def _epoch_data(self) -> Any:
         """This epoch's batches, from the next one not yet taken (a resumed run starts mid-epoch)."""
@@ -233,120 +256,51 @@ class TfTrainer:
             return dataset
         return self.dist.strategy.experimental_distribute_dataset(dataset)
 
-    def _loop(self, tf: Any) -> FitResult:
-        from gpulab.hardware.load import OtherCpuLoad
-
-        state = self.state
-        if self.resumed_from is not None and self._done():
-            return self._nothing_left()
+    # -- the loop's steps (gpulab.core.loop.EngineStep) ---------------------------------------------------
+    def on_loop_start(self, clock: Clock) -> None:
+        """The loss window a resumed run carries on with (the checkpoint's unread losses)."""
+        tf = self._tf
         window = getattr(self, "loss_window", None) if self.resumed_from is not None else None
         self._losses = [tf.constant(v, tf.float32) for _, v in window or []]
         self._loss_steps: list[int] = [st for st, _ in window or []]
-        self._t0 = self._last_t = None
-        self._samples0 = self._last_samples = 0
-        self._data_wait = 0.0
-        self._others = OtherCpuLoad()
-        self._reset_peak()
-        val_metrics: dict[str, float] = {}
-        self.context = self._context()
-        self.callbacks.on_fit_start(self, state)
-        while not self._done():
-            self._train_epoch()
-            complete = state.batch_in_epoch >= self.per_epoch
-            finishing = self._done() and state.stop_signal is None
-            if finishing:
-                self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
-            # stays whole so that the resumed run logs what this one would have (as torch's).
-            # Checkpoint first, then validate (as torch's): a failing validation never costs the epoch.
-            if complete:
-                kept = state.epoch, state.batch_in_epoch
-                state.epoch, state.batch_in_epoch = state.epoch + 1, 0  # where the checkpoint resumes
-                self._save_checkpoint()
-                state.epoch, state.batch_in_epoch = kept  # validation still names the epoch that ended
-            elif (
-                finishing
-                and self.checkpointer is not None
-                and self.checkpointer.last_saved_step != state.global_step
-            ):
-                self._save_checkpoint()
-            if (complete or finishing) and self.val_data is not None:
-                val_metrics = self._validate_after_save()
-            if complete:
-                self.callbacks.on_epoch_end(self, state)
-                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-        if state.stop_signal is None:
-            self._flush_log()
-        if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
-            self._save_checkpoint()
-        result = self._result(val_metrics)
-        if state.stop_signal is not None:
-            result.extras["preempted"] = self._preempted()
-        self.callbacks.on_fit_end(self, state, result)  # the NVML sampler adds its report to extras
-        result.extras["diagnosis"] = self._diagnose(result).to_json()
-        return result
+        self._window: list[Any] = []  # the accumulation window's micro-batches so far
 
-    def _nothing_left(self) -> FitResult:
-        """As torch's: the checkpoint resumed from already reached the planned length, so no callback
-        starts (no metrics.jsonl line, no TensorBoard events file), nothing is saved, and ``gpulab train``
-        leaves the finished run's files as they are; one line says so."""
-        state = self.state
-        message = (
-            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
-            "raise max_steps (or epochs) to train further"
-        )
-        return FitResult(
-            device=self.device,
-            precision=self.precision.name,
-            steps=state.global_step,
-            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
-            final_loss=state.metrics.get("loss"),
-            samples_per_s=None,
-            peak_memory_bytes=0,
-            train_seconds=0.0,
-            val_loss=state.metrics.get("val_loss"),
-            accuracy=state.metrics.get("val_accuracy"),
-            strategy=self.dist.name,
-            world_size=self.dist.num_workers,
-            extras={**self.extras, "engine": "tensorflow", "nothing_to_do": message},
-        )
+    def epoch_batches(self) -> Iterable[Any]:
+        return self._epoch_data()
 
-    # -- steps ----------------------------------------------------------------------------------------
-    def _train_epoch(self) -> None:
-        """This epoch's windows of ``accumulate`` micro-batches, one optimizer step each."""
-        s, state = self.settings, self.state
-        per_epoch = self.per_epoch
-        batches = iter(self._epoch_data())
-        index = state.batch_in_epoch
-        while index < per_epoch and not self._done():
-            window, t = [], time.perf_counter()
-            for _ in range(min(s.accumulate, per_epoch - index)):
-                window.append(next(batches))
-                state.samples_seen += tfdata.batch_samples(self.n_train, self.global_batch, index)
-                index += 1
-            if self._t0 is not None:
-                self._data_wait += time.perf_counter() - t
-            loss = self.step(*window)
+    def micro_step(self, batch: Any, window: int, closes: bool) -> int:
+        """Micro-batches wait for their window: the whole window is one compiled step."""
+        self._window.append(batch)
+        samples = tfdata.batch_samples(self.n_train, self.global_batch, self.state.batch_in_epoch)
+        if closes:
+            loss = self.step(*self._window)
+            self._window = []
             if self.stop_flag is not None:
                 loss, stop = loss
                 self.stop_flag.record(stop)
-            state.batch_in_epoch = index
             self._losses.append(loss)  # a tensor: read only at the next log
-            self._loss_steps.append(state.global_step + 1)
-            self._optimizer_step()
-            if self.checkpointer is not None and self.checkpointer.due(state.global_step):
-                self._save_checkpoint()
+            self._loss_steps.append(self.state.global_step + 1)
+        return samples
 
-    def _optimizer_step(self) -> None:
-        state = self.state
-        state.global_step += 1
-        if self._t0 is None:  # the first step pays tracing and XLA compilation: not timed
-            state.first_loss = float(self._losses[-1])  # a sync, where the clock starts anyway
-            self._t0 = self._last_t = time.perf_counter()
-            self._samples0 = self._last_samples = state.samples_seen
-        if state.global_step % self.settings.log_every == 0:
-            self._flush_log()
-        self.callbacks.on_step_end(self, state)
+    def drop_window(self) -> None:
+        self._window = []
+
+    def first_step(self) -> float | None:
+        return float(self._losses[-1])  # a sync, where the clock starts anyway
+
+    def read_loss(self) -> float | None:
+        values = self._read_losses()
+        if values is None:
+            return None
+        self._losses, self._loss_steps = [], []
+        return float(values.mean())
+
+    def learning_rate(self) -> float:
+        return self._lr()
+
+    @property
+    def has_validation(self) -> bool:
+        return self.val_data is not None
 
     def _step_fn(self, tf: Any) -> Callable:
         """The step to compile: the window's loss; with ``stop_flag``, (loss, the workers' summed stop
@@ -413,26 +367,6 @@ class TfTrainer:
         return tf.reduce_sum(losses), n, tf.reduce_sum(right), tf.cast(tf.size(right), tf.float32)
 
     # -- metrics --------------------------------------------------------------------------------------
-    def _flush_log(self) -> None:
-        """Read the window's losses (one host sync), stop on NaN/inf, and hand the metrics to the loggers."""
-        values = self._read_losses()
-        if values is None:
-            return
-        loss = float(values.mean())
-        self._losses, self._loss_steps = [], []
-        state = self.state
-        metrics = {"loss": loss, "lr": self._lr()}
-        now = time.perf_counter()
-        if self._last_t is not None and state.samples_seen > self._samples0:
-            metrics["samples_per_s"] = (state.samples_seen - self._last_samples) / max(
-                now - self._last_t, 1e-9
-            )
-            self._last_t, self._last_samples = now, state.samples_seen
-        state.metrics.update(metrics)
-        if self.is_rank_zero:
-            self.callbacks.on_log(self, state, metrics)
-        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
-
     def _read_losses(self) -> Any:
         """The unread losses (one host sync; None if none), kept for the next log; NaN/inf stops the fit."""
         if not self._losses:
@@ -452,34 +386,9 @@ class TfTrainer:
         # Keras gives a schedule's value at the current iteration; read outside any replica context.
         return float(self._tf.convert_to_tensor(opt.learning_rate))
 
-    def _validate_after_save(self) -> dict[str, float]:
-        """Validation after the checkpoint; a failure names itself and the checkpoint that keeps the
-        training (the user's own traceback is the cause)."""
-        from gpulab.checkpoint.io import one_line
-        from gpulab.errors import ValidationFailed
-
-        try:
-            return self._validate()
-        except Exception as exc:
-            state, ckpt = self.state, self.checkpointer
-            saved = ckpt is not None and ckpt.last_saved_step == state.global_step
-            where = (
-                f"checkpoint {self.last_checkpoint} holds the training up to it: fix the validation, then "
-                "continue with --resume latest"
-                if saved and getattr(self, "last_checkpoint", None) is not None
-                else "no checkpoint holds this step (checkpoints are off)"
-            )
-            # A Python error while tf.function traces is a StagingError "in user code: ... KeyError: ..."
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            staged = lines[0] == "in user code:" if lines else False
-            error = lines[-1] if staged else f"{type(exc).__name__}: {one_line(exc)}"
-            raise ValidationFailed(
-                f"validation failed at step {state.global_step} (epoch {state.epoch}): {error}; {where}"
-            ) from exc
-
-    def _validate(self) -> dict[str, float]:
+    def validate(self, track: Callable[[Iterable[Any]], Iterator[Any]]) -> dict[str, float]:
         totals = [0.0, 0.0, 0.0, 0.0]  # loss sum, samples, right, predictions
-        for batch in self.val_data:
+        for batch in track(self.val_data):
             totals = [a + b for a, b in zip(totals, self.val_step(*batch), strict=True)]
         loss_sum, count, right, predictions = (float(t) for t in totals)
         if not count:
@@ -487,10 +396,6 @@ class TfTrainer:
         metrics = {"val_loss": loss_sum / count}
         if self.correct_fn is not None and predictions:
             metrics["val_accuracy"] = right / predictions
-        self.state.metrics.update(metrics)
-        self.history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
-        if self.is_rank_zero:
-            self.callbacks.on_validation_end(self, self.state, metrics)
         return metrics
 
     # -- set-up and results ---------------------------------------------------------------------------
@@ -503,13 +408,10 @@ class TfTrainer:
         total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
         return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
 
-    def _done(self) -> bool:
-        return self.state.global_step >= self.state.total_steps or self.state.should_stop
-
     def _default_callbacks(self) -> list[Callback]:
         return default_callbacks(self.settings, self.is_rank_zero)
 
-    def _context(self) -> FitContext:
+    def fit_context(self) -> FitContext:
         """What the callbacks know of this fit (TensorFlow's /GPU:N is CUDA's visible device N)."""
         on_gpu = self.device.startswith("/GPU")
         return FitContext(
@@ -526,7 +428,11 @@ class TfTrainer:
             agree_stop=self.stop_flag.lagged if self.stop_flag is not None else None,
         )
 
-    def _reset_peak(self) -> None:
+    def synchronize(self) -> None:
+        if self.device.startswith("/GPU"):
+            self._tf.test.experimental.sync_devices()
+
+    def reset_peak_memory(self) -> None:
         tf = self._tf
         if self.device.startswith("/GPU"):
             tf.config.experimental.reset_memory_stats(self.device.lstrip("/"))
@@ -535,7 +441,7 @@ class TfTrainer:
 
             reset_peak_rss()
 
-    def _memory(self) -> tuple[int, dict[str, Any]]:
+    def memory(self) -> tuple[int, dict[str, Any]]:
         tf = self._tf
         if self.device.startswith("/GPU"):
             info = tf.config.experimental.get_memory_info(self.device.lstrip("/"))
@@ -544,69 +450,41 @@ class TfTrainer:
 
         return peak_rss_bytes(), host_memory_json()
 
-    def _result(self, val_metrics: dict[str, float]) -> FitResult:
-        from gpulab.hardware.load import load_during
+    def result_facts(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "precision": self.precision.name,
+            "strategy": self.dist.name,
+            "world_size": self.dist.num_workers,
+            "batch_size": self.settings.batch_size,
+        }
 
+    def result_extras(self) -> dict[str, Any]:
         tf = self._tf
-        state = self.state
-        seconds = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
-        done = state.samples_seen - self._samples0
-        peak, memory = self._memory()
-        opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-        skipped = state.global_step - int(opt.iterations) if self.precision.scales_loss else 0
-        result = FitResult(
-            device=self.device,
-            precision=self.precision.name,
-            steps=state.global_step,
-            epochs=state.epoch + (1 if state.batch_in_epoch else 0),
-            final_loss=state.metrics.get("loss"),
-            samples_per_s=done / seconds if done and seconds > 0 else None,
-            peak_memory_bytes=peak,
-            train_seconds=seconds,
-            val_loss=val_metrics.get("val_loss"),
-            accuracy=val_metrics.get("val_accuracy"),
-            skipped_steps=skipped,
-            compiled=self.step.compiled,
-            strategy=self.dist.name,
-            world_size=self.dist.num_workers,
-            batch_size=self.settings.batch_size,
-            history=self.history,
-            extras={
-                **self.extras,
+        return {
+            "channels_last": "on (TensorFlow's own layout: its images are NHWC)",  # torch's summary field
+            "runtime": {
                 "engine": "tensorflow",
-                "channels_last": "on (TensorFlow's own layout: its images are NHWC)",  # torch's summary field
-                "runtime": {
-                    "engine": "tensorflow",
-                    "tensorflow": tf.__version__,
-                    "device": self.device,
-                    "precision": self.precision.name,
-                    "keras_policy": self.precision.policy,
-                    "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
-                    "loss_scale": float(self.optimizer.dynamic_scale) if self.precision.scales_loss else None,
-                    "strategy": self.dist.name,
-                    "replicas": self.dist.replicas,
-                    "xla": self.step.compiled,
-                    **self.memory,
-                },
-                "data_wait_s": self._data_wait,
-                # this engine's clock leaves nothing out of samples/s yet (torch's leaves out checkpoints,
-                # validation and recompiles): the shared loop of issue 30 brings one clock to both
-                "untimed_s": 0.0,
-                "memory": memory,
-                "machine_load": load_during(
-                    self._others, on_cpu=not self.device.startswith("/GPU"), threads_hint=THREADS_HINT
-                ),
+                "tensorflow": tf.__version__,
+                "device": self.device,
+                "precision": self.precision.name,
+                "keras_policy": self.precision.policy,
+                "tensor_float_32": tf.config.experimental.tensor_float_32_execution_enabled(),
+                "loss_scale": float(self.optimizer.dynamic_scale) if self.precision.scales_loss else None,
+                "strategy": self.dist.name,
+                "replicas": self.dist.replicas,
+                "xla": self.step.compiled,
+                **self.memory_settings,
             },
-        )
-        return result
+        }
 
-    def _preempted(self) -> dict[str, Any]:
-        ckpt = self.checkpointer
-        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
-        return preemption_report(self.state.stop_signal, self.state.global_step, saved)
+    def skipped_steps(self) -> int:
+        opt = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        return self.state.global_step - int(opt.iterations) if self.precision.scales_loss else 0
 
-    def _diagnose(self, result: FitResult) -> Any:
-        """What bounds this run, from its totals (the same rules as the torch Trainer's)."""
-        from gpulab.measure.diagnosis import diagnose_fit
+    def compiled(self) -> bool:
+        return bool(self.step.compiled)
 
-        return diagnose_fit(result, "cuda" if self.device.startswith("/GPU") else "cpu")
+    describe_batch = staticmethod(describe_batch)
+    describe_error = staticmethod(describe_error)
+    is_out_of_memory = staticmethod(is_out_of_memory)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from gpulab.engines.torch.train.run import default_resume
+from gpulab.core.run import default_resume
 from gpulab.engines.torch.train.trainer import Trainer
 
 

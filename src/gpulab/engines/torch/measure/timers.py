@@ -12,19 +12,19 @@ between steps, logging, the profiler's own bookkeeping) add up to the step by co
 - Elsewhere: ``time.perf_counter`` at each mark, after synchronising the device (CPU kernels finish
   before they return, so on the CPU that costs nothing).
 
-``DataWaitMeter`` is the light version for the training loop: host time spent waiting for the next
-batch, no synchronisation at all.
+``DataWaitMeter`` (``core/clock.py``, named here too) is the light version for the training loop: host time
+spent waiting for the next batch, no synchronisation at all.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
+from gpulab.core.clock import DataWaitMeter  # noqa: F401 -- the loop's meter, named here too
 from gpulab.engines.torch.runtime.memory import synchronize
 
 PHASES = ("data", "forward", "backward", "communication", "optimizer")
@@ -137,28 +137,3 @@ def phase_timer(device: torch.device | str) -> PhaseTimer:
     """The timer for ``device``'s kind: CUDA events on a GPU, synchronised ``perf_counter`` otherwise."""
     device = torch.device(device)
     return _TIMERS.get(device.type, PhaseTimer)(device)
-
-
-class DataWaitMeter:
-    """Wraps a batch iterable and adds up the host time spent waiting in ``next`` (no device sync).
-
-    For the training loop: ``for batch in meter.wrap(train): ...``; ``meter.seconds`` is the total.
-    A large share of the wall time here means the input pipeline is the bottleneck.
-    """
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.batches = 0
-
-    def wrap(self, batches: Iterable[Any]) -> Iterator[Any]:
-        iterator = iter(batches)
-        while True:
-            start = time.perf_counter()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                self.seconds += time.perf_counter() - start
-                return
-            self.seconds += time.perf_counter() - start
-            self.batches += 1
-            yield batch

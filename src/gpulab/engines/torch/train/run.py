@@ -1,27 +1,25 @@
-"""A whole run from a configuration: recipe + settings -> Trainer -> summary.json.
+"""A whole torch run from a configuration: recipe + settings -> Trainer -> summary.json.
 
-Shared by ``gpulab train`` and by scripts; settings are layered recipe defaults < YAML < flags < --set.
+The run's story is ``gpulab.core.run`` (every engine's); here: the settings resolved, this process's rank
+under a launcher, the Trainer, the environment. Shared by ``gpulab train`` and by scripts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from gpulab.config import RunConfig, merge, parse_config
-from gpulab.core.callbacks.preemption import StopOnSignal
-from gpulab.core.callbacks.trackers import attach_files
-from gpulab.core.preemption import SignalWatch, preempted_error
+from gpulab.core import run as core_run
+from gpulab.core.callbacks import Callback
 from gpulab.core.recipes.base import load_recipe
-from gpulab.core.recorded import with_recorded_settings
-from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepare
+from gpulab.core.run import RUN_ONLY, RunSteps
+from gpulab.core.run import default_resume as default_resume  # where scripts found it
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
-from gpulab.core.summary import run_files, write_summary
 from gpulab.engines.torch.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime.seed import seed_everything
 from gpulab.engines.torch.train import NAME
@@ -62,51 +60,37 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     return config, recipe
 
 
-def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``), or a SLURM job's
-    requeued attempt (``SLURM_RESTART_COUNT``), unless the user chose: a restarted attempt then continues
-    from the last one's last checkpoint instead of starting over."""
-    environ = os.environ if environ is None else environ
-    requeued = environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
-    if user.get("resume") is None and ("TORCHELASTIC_RUN_ID" in environ or requeued):
-        return {**user, "resume": "auto"}
-    return user
+class TorchRun(RunSteps):
+    """The torch engine's part of ``gpulab.core.run.run``."""
 
+    resolve = staticmethod(resolve_config)
 
-def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
-    """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None.
+    def rank(self) -> int:
+        launch = LaunchEnv.from_env()
+        return launch.rank if launch else 0
 
-    Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
-    the next step with a checkpoint and raises ``Preempted`` (exit 128 + N from the CLI).
-    """
-    config, recipe = resolve_config(with_recorded_settings(default_resume(user)))
-    out = Path(config.out_dir or f"runs/{config.recipe}")
-    check_output_dirs(out, config.checkpoint_dir)
-    launch = LaunchEnv.from_env()
-    started = checkpoint_root(out, config.checkpoint_dir).is_dir()  # before the lock makes it
-    with claim(out, launch.rank if launch else 0, config.checkpoint_dir), SignalWatch() as signals:
+    def prepares(self, rank: int) -> bool:
         # A restarted attempt of a launched job continues in the directory its first attempt made.
-        if (launch is None or launch.rank == 0) and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0:
-            prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
+        return rank == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0
+
+    def trainer(self, config: RunConfig, callbacks: list[Callback]) -> Trainer:
         # batch_size only where the user or the recipe set it: a recipe's own DataLoader keeps its batch
         # size unless told otherwise (and then says that it does).
         unset = set() if "batch_size" in config.model_fields_set else {"batch_size"}
-        settings = config.model_dump(exclude={"recipe", "options", "resume", "overwrite", *unset})
-        trainer = Trainer(
-            trajectory={"recipe": config.recipe, "options": config.options},
-            callbacks=[StopOnSignal(signals)],
-            **settings,
-        )
-        result = recipe.fit(trainer, resume=config.resume)
-        if "preempted" in result.extras:  # no summary: the run is not finished
-            raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
-        if not trainer.is_rank_zero:
-            return config, result, None
-        if "nothing_to_do" in result.extras:  # a finished run resumed: its summary stays as it was
-            return config, result, out
-        write_summary(out, config, result, recipe.info, environment())
-        attach_files(trainer.callbacks, run_files(out))
-    return config, result, out
+        settings = config.model_dump(exclude={*RUN_ONLY, *unset})
+        trajectory = {"recipe": config.recipe, "options": config.options}
+        return Trainer(trajectory=trajectory, callbacks=callbacks, **settings)
+
+    def fit(self, trainer: Trainer, recipe: Any, resume: str | None) -> FitResult:
+        return recipe.fit(trainer, resume=resume)
+
+    def environment(self) -> dict[str, Any]:
+        return environment()
+
+
+def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    """Train as ``user`` says (``gpulab.core.run.run``); the output directory on rank 0, else None."""
+    return core_run.run(TorchRun(), user)
 
 
 def environment() -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""``Trainer``: a short training loop on ``Runtime`` that reads top to bottom.
+"""``Trainer``: the torch engine's part of the fit whose loop is ``gpulab.core.loop`` (every engine's).
 
-fit = set up (runtime, model, data, schedule) -> for each epoch: train steps, validate -> result.
+fit = set up (runtime, model, data, schedule) -> the core loop, which calls back here for each micro-batch's
+forward and backward, the optimizer step, the logged loss, checkpoints, validation and device facts.
 Nothing here branches on device, precision or strategy: the Runtime owns those differences.
 Metrics stay on the device and are read every ``log_every`` steps, so steps never wait on the host.
 
@@ -15,25 +16,25 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.checkpoint.io import one_line
 from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
+from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
-from gpulab.core.preemption import preemption_report
+from gpulab.core.engine_step import EngineStep
 from gpulab.core.state import FitResult, FitState
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
 from gpulab.engines.torch.distributed.process_group import launched_world_size
-from gpulab.engines.torch.measure.timers import DataWaitMeter
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.batch_search import search_batch_size
 from gpulab.engines.torch.runtime.compile import (
@@ -71,19 +72,17 @@ from gpulab.engines.torch.runtime.step_call import (
 )
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 from gpulab.engines.torch.train.checkpointing import Checkpointer, training_rng_untouched
-from gpulab.engines.torch.train.failure import FitPosition, add_failure_note, failure_line, is_out_of_memory
+from gpulab.engines.torch.train.failure import describe_batch, is_out_of_memory
 from gpulab.engines.torch.train.graph_step import WholeStepGraph, make_graph_step
 from gpulab.engines.torch.train.items import item_counter, scale_gradients
 from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.engines.torch.train.oom_step import GuardedStep
-from gpulab.errors import ConfigError, DataError, GpulabError, GpulabWarning, ValidationFailed
-from gpulab.hardware.load import OtherCpuLoad, load_during
+from gpulab.errors import ConfigError, DataError, GpulabWarning
 from gpulab.hardware.native_dtypes import native_dtypes
-from gpulab.measure.diagnosis import Diagnosis, diagnose_fit
 
 
-class Trainer:
+class Trainer(EngineStep):
     """``Trainer(**settings).fit(model, train_data, loss_fn=..., optimizer=...) -> FitResult``.
 
     How a batch reaches the model and the loss (tuples, dicts as keyword arguments, a loss the model
@@ -121,7 +120,6 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
         self.last_checkpoint = None  # the checkpoint this fit wrote last
-        self._position = FitPosition()  # named under the traceback if the fit fails (failure.py)
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -149,18 +147,12 @@ class Trainer:
         self.settings, self.extras = self.requested, {}
         self.runtime = self._given_runtime or self._make_runtime()
         self.is_rank_zero = self.runtime.is_rank_zero
-        self.callbacks = None
         try:
             with _memory_limit(self.runtime.device, self.settings.memory_limit):
-                train, val = self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume)
-                if self.resumed_from is not None and self._done():
-                    return self._nothing_left()
-                return self._loop(train, val)
-        except BaseException as error:
-            if self.callbacks is not None:
-                self.callbacks.on_exception(self, self.state, error)
-                self._note_failure(error)
-            raise
+                return loop.fit(
+                    self,
+                    lambda: self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume),
+                )
         finally:
             if self._given_runtime is None:
                 self.runtime.teardown()
@@ -195,7 +187,6 @@ class Trainer:
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
-        self._forward_backward = self.guarded or self._accumulate
         self._compile_check = FirstStepCheck(s.compile_check, self.forward, rt.world_size, bool(self.guarded))
         loader_batch, per_step = (
             (s.batch_size * s.accumulate, 1) if self.guarded else (s.batch_size, s.accumulate)
@@ -211,9 +202,10 @@ class Trainer:
         val = None
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
-        self.train_source = train
-        self._batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.engines.torch.data.streams)
-        self.state = self._plan(self._batches_per_epoch, per_step)
+        self.train_source, self._val = train, val
+        self.batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.engines.torch.data.streams)
+        self.batches_per_step = per_step
+        self.state = self._plan(self.batches_per_epoch, per_step)
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()
         if resume:
@@ -225,7 +217,6 @@ class Trainer:
             self.extras["resumed_from"] = str(self.resumed_from)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         self._graph = self._setup_graph()
-        return train, val
 
     def _setup_graph(self) -> WholeStepGraph | None:
         """``cuda_graph``: the whole step as one graph where this fit allows it; one line says why not."""
@@ -251,122 +242,44 @@ class Trainer:
         if (on or has_conv2d(model)) and self.settings.progress is not False:  # progress=False: quiet
             self.runtime.print(f"channels_last: {why}")
 
-    def _loop(self, train, val) -> FitResult:
-        """Epochs of steps, validation at each epoch end (and at the last step), checkpoints, result."""
-        state, callbacks = self.state, self.callbacks
-        reset_peak_memory(self.runtime.device)
-        self._clock = _Clock(self.runtime.device)
-        self._recompiles = RecompileWatch(self.settings.compile, self._clock.exclude)
-        self._data_wait = DataWaitMeter()
-        self._others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
-        val_metrics: dict[str, float] = {}
-        self.context = self._context()
-        callbacks.on_fit_start(self, state)
-        while not self._done():
-            train.set_epoch(state.epoch)
-            ran_out = self._train_epoch(train)
-            self._position.between()
-            n = self._batches_per_epoch
-            epoch_complete = ran_out or (n is not None and state.batch_in_epoch >= n)
-            # Preempted (stop_signal): no final log or validation, only the checkpoint, whose loss window
-            # stays whole so that the resumed run logs what this one would have.
-            finishing = self._done() and state.stop_signal is None
-            if finishing:
-                self._flush_log()  # before the epoch counter moves, so the record names its own epoch
-            # Checkpoint first, then validate: a validation that fails (a user's metric, an eval path
-            # that differs) never costs the epoch's training.
-            # Checkpoints and validation are not training: their time is left out of the clock, so
-            # samples/s, MFU and the diagnosis describe the steps (a compiled GPT-2-small run once read
-            # "host-bound" at 8 % MFU, its validations and checkpoint writes counted as idle steps).
-            if epoch_complete:
-                with self._at_next_epoch(), self._clock.excluding():  # resumes at the next epoch's start
-                    self._save_checkpoint()
-            elif finishing and self.checkpointer is not None and not self._saved_this_step():
-                with self._clock.excluding():
-                    self._save_checkpoint()
-            if (epoch_complete or finishing) and val is not None:
-                with self._clock.excluding():
-                    val_metrics = self._validate_after_save(val)
-            if epoch_complete:
-                callbacks.on_epoch_end(self, state)
-                state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-        if state.stop_signal is None:
-            self._flush_log()
-        if self.checkpointer is not None and self.checkpointer.last_saved_step != state.global_step:
-            self._save_checkpoint()
-        result = self._result(val_metrics)
-        if self.settings.compile and self.settings.progress is not False:
-            self.runtime.print(self._recompiles.line())
-        callbacks.on_fit_end(self, state, result)  # MFU and NVML callbacks add their reports to extras
-        result.extras["diagnosis"] = self._diagnose(result).to_json()
-        return result
+    # -- the loop's steps (gpulab.core.loop.EngineStep) ---------------------------------------------------
+    def on_loop_start(self, clock: Clock) -> None:
+        self._clock = clock
+        self._recompiles = RecompileWatch(self.settings.compile, clock.exclude)
 
-    # -- steps ----------------------------------------------------------------------------------------
-    def _train_epoch(self, train) -> bool:
-        """Train on this epoch's remaining batches; True when they ran out (False: the fit is done)."""
-        state, n = self.state, self._batches_per_epoch
+    def epoch_batches(self) -> Iterable[Any]:
+        self.train_source.set_epoch(self.state.epoch)
         self.model.train()
-        batches = self._data_wait.wrap(train)
-        if n is None and self.runtime.world_size > 1:  # streams end unevenly: ranks stop together
-            batches = stop_together(batches, self.runtime.reduce_flag)
-        start = state.batch_in_epoch
-        graph = self._graph
-        for batch in self._position.track("training", batches, start):
-            batch = check_batch(batch)
-            if self._channels_last:
-                batch = channels_last_batch(batch)
-            if graph is not None and not self._compile_check.pending:  # one batch is one step here
-                with self._recompiles.watch():
-                    loss = graph.step(
-                        batch, last_in_epoch=None if n is None else state.batch_in_epoch == n - 1
-                    )
-                self._train_loss.add(loss, state.global_step + 1)
-                state.batch_in_epoch += 1
-                state.samples_seen += samples_in(batch)
-                self._after_step()
-                if self._done():
-                    return False
-                continue
+        if self.batches_per_epoch is None and self.runtime.world_size > 1:  # streams end unevenly:
+            return stop_together(self.train_source, self.runtime.reduce_flag)  # ranks stop together
+        return self.train_source
+
+    def micro_step(self, batch: Any, window: int, closes: bool) -> int:
+        state = self.state
+        batch = check_batch(batch)
+        if self._channels_last:
+            batch = channels_last_batch(batch)
+        if self._graph is not None and not self._compile_check.pending:  # one batch is one step here
+            n = self.batches_per_epoch
+            last = None if n is None else state.batch_in_epoch == n - 1
             with self._recompiles.watch():
-                loss, steps_now = self._forward_backward(batch, n)  # _accumulate, or the OOM-guarded step
-            # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
-            self._train_loss.add(loss, state.global_step + 1, self._micro_items)
-            state.batch_in_epoch += 1
-            state.samples_seen += samples_in(batch)
-            if steps_now:
-                self._optimizer_step()
-                if self._done():
-                    return False
-        if n is None:
-            self._end_of_stream(state.batch_in_epoch - start)
-        return True
+                loss = self._graph.step(batch, last_in_epoch=last)
+            self._train_loss.add(loss, state.global_step + 1)
+            return samples_in(batch)
+        with self._recompiles.watch():
+            if self.guarded is not None:  # the OOM-guarded whole step
+                loss, _ = self.guarded(batch, self.batches_per_epoch)
+            else:
+                loss = self._accumulate(batch, window, closes)
+        # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
+        self._train_loss.add(loss, state.global_step + 1, self._micro_items)
+        if closes:
+            self._optimizer_step()
+        return samples_in(batch)
 
-    def _end_of_stream(self, batches: int) -> None:
-        """A stream's epoch ended: refuse one that gave nothing (the fit would never reach max_steps), and
-        drop a partial accumulation window -- its micro-batches ran under no_sync, so dropping them needs
-        no collective, where stepping on them would."""
-        if batches == 0:
-            raise DataError(
-                f"the training stream gave no batch in epoch {self.state.epoch}, so max_steps "
-                f"({self.state.total_steps}) cannot be reached; make its __iter__ start over on each pass"
-            )
-        pending = self.state.batch_in_epoch % self.settings.accumulate
-        if pending:
-            self.optimizer.zero_grad(set_to_none=True)
-            self._window_items = None
-            if self.runtime.is_rank_zero:
-                warnings.warn(
-                    f"the training stream ended {pending} micro-batch(es) into an accumulation window of "
-                    f"{self.settings.accumulate}: their gradients were dropped (no optimizer step)",
-                    stacklevel=2,
-                )
-
-    def _accumulate(self, batch: Any, n: int | None) -> tuple[torch.Tensor, bool]:
-        """Forward and backward of one micro-batch; True when it completes the accumulation window."""
-        s, rt, i = self.settings, self.runtime, self.state.batch_in_epoch
-        # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
-        window = s.accumulate if n is None else min(s.accumulate, n - (i - i % s.accumulate))
-        steps_now = (i % s.accumulate) == window - 1
+    def _accumulate(self, batch: Any, window: int, closes: bool) -> torch.Tensor:
+        """Forward and backward of one micro-batch of a window of ``window``."""
+        rt = self.runtime
 
         def step(forward) -> torch.Tensor:
             with rt.autocast():
@@ -380,10 +293,10 @@ class Trainer:
             rt.backward(loss * items)
             return loss
 
-        with rt.no_sync(self.model, enabled=not steps_now):
+        with rt.no_sync(self.model, enabled=not closes):
             if self._compile_check.pending:  # the fit's first micro-batch, compiled and eager compared
-                return self._compile_check.run(self.model, self.forward, step), steps_now
-            return step(self.forward), steps_now
+                return self._compile_check.run(self.model, self.forward, step)
+            return step(self.forward)
 
     def _optimizer_step(self) -> None:
         s, rt = self.settings, self.runtime
@@ -396,90 +309,42 @@ class Trainer:
         if s.clip_grad_norm is not None:
             rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
         rt.step(self.optimizer, self.scheduler)
-        self._after_step()
 
-    def _after_step(self) -> None:
-        """What follows every optimizer step, eager or replayed: counters, clock, log, checkpoint."""
-        s, state = self.settings, self.state
-        state.global_step += 1
-        if self._clock.t0 is None:
-            self._clock.start(state.samples_seen)  # the first step pays compile and autotune: not timed
-            self._recompiles.armed = True  # later compilations are left out of the clock, and counted
-            self._data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
-            state.first_loss = self._train_loss.mean()  # the clock just synchronised: no extra wait
-        if state.global_step % s.log_every == 0:
-            self._flush_log()
-        if self.checkpointer is not None and self.checkpointer.due(state.global_step):
-            self._save_checkpoint()
-        self.callbacks.on_step_end(self, state)
+    def drop_window(self) -> None:
+        """Its micro-batches ran under no_sync, so dropping them needs no collective."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self._window_items = None
 
-    def _flush_log(self) -> None:
-        """Read the training metrics (one host sync) and hand them to the loggers."""
-        rt, state = self.runtime, self.state
+    def first_step(self) -> float | None:
+        self._recompiles.armed = True  # later compilations are left out of the clock, and counted
+        return self._train_loss.mean()
+
+    def read_loss(self) -> float | None:
+        rt = self.runtime
         loss = self._train_loss.mean(reduce=rt.all_reduce)
         if loss is None:
-            return
+            return None
         # A NaN/inf loss on any rank stops every rank here, together.
         self._nonfinite.check(rt, loss, self._train_loss.first_bad_step)
         self._train_loss.reset()
+        return loss
+
+    def learning_rate(self) -> float:
         lr = self.optimizer.param_groups[0]["lr"]  # a device tensor under cuda_graph: read at the log only
-        metrics = {"loss": loss, "lr": float(lr) if isinstance(lr, torch.Tensor) else lr}
-        speed = self._clock.interval_rate(state.samples_seen)
-        if speed is not None:
-            metrics["samples_per_s"] = speed * rt.world_size
-        state.metrics.update(metrics)
-        if rt.is_rank_zero:
-            self.callbacks.on_log(self, state, metrics)  # may add to metrics (mfu, GPU utilisation) ...
-        self.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})  # ... kept here
+        return float(lr) if isinstance(lr, torch.Tensor) else lr
 
-    @contextlib.contextmanager
-    def _at_next_epoch(self) -> Iterator[None]:
-        """The state as the next epoch starts (what an epoch-end checkpoint records), then back: validation
-        and ``on_epoch_end`` still see the epoch that ended."""
-        state = self.state
-        kept = state.epoch, state.batch_in_epoch
-        state.epoch, state.batch_in_epoch = state.epoch + 1, 0
-        try:
-            yield
-        finally:
-            state.epoch, state.batch_in_epoch = kept
-
-    def _validate_after_save(self, val) -> dict[str, float]:
-        """Validation after the checkpoint: it draws nothing from the training's random streams (the
-        checkpoint holds them as they are, and a resumed run continues as this one does); a failure
-        names itself and the checkpoint that keeps the training; a best metric is recorded for
-        ``keep_best`` now that it is known."""
-        try:
-            with training_rng_untouched(self):
-                metrics = self._validate(val)
-        except Exception as exc:
-            raise ValidationFailed(self._validation_failure(exc)) from exc
-        if self._saved_this_step() and self.is_rank_zero and self.settings.checkpoints:
-            self.checkpointer.record_validation(self.state.global_step, metrics)
-        return metrics
-
-    def _saved_this_step(self) -> bool:
-        return self.checkpointer is not None and self.checkpointer.last_saved_step == self.state.global_step
-
-    def _validation_failure(self, exc: BaseException) -> str:
-        state = self.state
-        where = (
-            f"checkpoint {self.last_checkpoint} holds the training up to it: fix the validation, then "
-            "continue with --resume latest"
-            if self._saved_this_step() and self.last_checkpoint is not None
-            else "no checkpoint holds this step (checkpoints are off)"
-        )
-        return (
-            f"validation failed at step {state.global_step} (epoch {state.epoch}): {type(exc).__name__}: "
-            f"{one_line(exc)}; {where}"
-        )
+    def validate(self, track: Callable[[Iterable[Any]], Iterator[Any]]) -> dict[str, float]:
+        """It draws nothing from the training's random streams (the checkpoint holds them as they are, and
+        a resumed run continues as this one does)."""
+        with training_rng_untouched(self):
+            return self._validate(track)
 
     @torch.inference_mode()
-    def _validate(self, val) -> dict[str, float]:
+    def _validate(self, track: Callable[[Iterable[Any]], Iterator[Any]]) -> dict[str, float]:
         rt = self.runtime
         self.model.eval()
         loss, correct, count = Mean(), None, 0
-        for batch in self._position.track("validation", val):
+        for batch in track(self._val):
             batch = check_batch(batch)
             if self._channels_last:
                 batch = channels_last_batch(batch)
@@ -494,11 +359,15 @@ class Trainer:
         metrics = {"val_loss": loss.read(reduce=rt.all_reduce)}
         if correct is not None:
             metrics["val_accuracy"] = float(rt.all_reduce(correct.float() / count).item())
-        self.state.metrics.update(metrics)
-        self.history.append({"step": self.state.global_step, "epoch": self.state.epoch, **metrics})
-        if rt.is_rank_zero:
-            self.callbacks.on_validation_end(self, self.state, metrics)
         return metrics
+
+    @property
+    def has_validation(self) -> bool:
+        return self._val is not None
+
+    @property
+    def has_schedule(self) -> bool:
+        return self.scheduler is not None
 
     # -- set-up and results ---------------------------------------------------------------------------
     def _make_runtime(self) -> Runtime:
@@ -575,10 +444,9 @@ class Trainer:
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
         return None if root is None else Checkpointer(root, s.checkpoint_every, s.keep_last, s.keep_best)
 
-    def _save_checkpoint(self) -> None:
-        if self.checkpointer is not None and self.settings.checkpoints:
-            self._refuse_nonfinite()
-            self.last_checkpoint = self.checkpointer.save(self)
+    def save_checkpoint(self) -> Path:
+        self._refuse_nonfinite()
+        return self.checkpointer.save(self)
 
     def _refuse_nonfinite(self) -> None:
         """Never checkpoint NaN: the unread loss window and the parameters must be finite (every rank
@@ -605,42 +473,11 @@ class Trainer:
         if saved and self.guarded is not None:
             self.guarded.load_state_dict(saved)
 
-    def _note_failure(self, error: BaseException) -> None:
-        """Under a bug's traceback (a user's forward raising, a batch of another shape, memory running
-        out), one line naming the step, the batch and the checkpoint to resume from. A GpulabError is
-        already one line that says what to do; an interrupt is not a failure. A failed validation is
-        noted on the user's own error under it (the traceback the CLI prints): its batch and shapes."""
-        if isinstance(error, ValidationFailed) and isinstance(error.__cause__, Exception):
-            error = error.__cause__
-        if not isinstance(error, Exception) or isinstance(error, GpulabError):
-            return
-        try:
-            line = failure_line(
-                self._position,
-                step=self.state.global_step,
-                epoch=self.state.epoch,
-                batches_per_epoch=self._batches_per_epoch,
-                checkpoint=self.last_checkpoint or self.resumed_from,
-                checkpoints_off=self._checkpoints_off(),
-                out_of_memory=is_out_of_memory(error),
-            )
-        except Exception:  # an odd batch we cannot describe: never put our error in place of the user's
-            return
-        add_failure_note(error, line)
-
-    def _checkpoints_off(self) -> str | None:
-        if self.checkpointer is None:
-            return "no out_dir or checkpoint_dir to write them to"
-        return None if self.settings.checkpoints else "checkpoints are off"
-
-    def _done(self) -> bool:
-        return self.state.global_step >= self.state.total_steps or self.state.should_stop
-
     def _default_callbacks(self) -> list[Callback]:
         reporters: list[Callback] = [MfuCallback()] if self.settings.mfu else []
         return default_callbacks(self.settings, self.runtime.is_rank_zero, reporters)
 
-    def _context(self) -> FitContext:
+    def fit_context(self) -> FitContext:
         rt = self.runtime
         return FitContext(
             engine=NAME,
@@ -656,37 +493,24 @@ class Trainer:
             agree_stop=rt.lagged_flag,
         )
 
-    def _result(self, val_metrics: dict[str, float]) -> FitResult:
-        rt, state = self.runtime, self.state
-        seconds, rate = self._clock.total(state.samples_seen)
-        return FitResult(
-            **self._where_and_how_far(),
-            final_loss=state.metrics.get("loss"),
-            samples_per_s=None if rate is None else rate * rt.world_size,
-            peak_memory_bytes=peak_memory_bytes(rt.device),
-            train_seconds=seconds,
-            val_loss=val_metrics.get("val_loss"),
-            accuracy=val_metrics.get("val_accuracy"),
-            skipped_steps=int(getattr(rt.precision, "skipped_steps", 0)),
-            compiled=bool(self.settings.compile and not getattr(self.forward, "fell_back", False)),
-            history=self.history,
-            extras={
-                **self.extras,
-                "runtime": rt.describe(),  # what was chosen and why (device, precision, optimizer kernels)
-                "data_wait_s": self._data_wait.seconds,
-                # left out of samples_per_s and MFU: checkpoints, validation, recompiles after step 1
-                "untimed_s": self._clock.excluded,
-                "memory": memory_stats(rt.device).to_json(),
-                "machine_load": load_during(
-                    self._others, on_cpu=rt.device.type == "cpu", threads_hint=THREADS_HINT
-                ),
-                **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
-                # recompiles after the first step, whose wall time samples_per_s leaves out
-                **({"compile": self._compile_report()} if self.settings.compile else {}),
-                **({"cuda_graph": self._graph.report()} if self._graph is not None else {}),
-                **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
-            },
-        )
+    def result_facts(self) -> dict[str, Any]:
+        rt = self.runtime
+        return {
+            "device": str(rt.device),
+            "precision": rt.precision.name,
+            "strategy": rt.strategy.name,
+            "world_size": rt.world_size,
+            "batch_size": self.settings.batch_size,
+        }
+
+    def result_extras(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime.describe(),  # what was chosen and why (device, precision, kernels)
+            **({"oom": self.guarded.summary()} if self.guarded is not None else {}),
+            # recompiles after the first step, whose wall time samples_per_s leaves out
+            **({"compile": self._compile_report()} if self.settings.compile else {}),
+            **({"cuda_graph": self._graph.report()} if self._graph is not None else {}),
+        }
 
     def _compile_report(self) -> dict:
         """Recompiles after the first step, the first-batch check's verdict, and why it fell back, if so."""
@@ -698,53 +522,37 @@ class Trainer:
             **({"fell_back": reason} if reason else {}),
         }
 
-    def _nothing_left(self) -> FitResult:
-        """The checkpoint resumed from already reached the planned length: no step, no log, no save.
+    def before_fit_end(self, result: FitResult) -> None:
+        if self.settings.compile and self.settings.progress is not False:
+            self.runtime.print(self._recompiles.line())
 
-        The result carries the checkpoint's own figures and ``extras["nothing_to_do"]``, one line saying so
-        (``gpulab train`` prints it and leaves summary.json as the finished run wrote it)."""
-        state = self.state
-        further = (  # a schedule cannot be stretched (see checkpointing.py)
-            "its LR schedule is complete: start a new run to train further"
-            if self.scheduler is not None
-            else "raise max_steps (or epochs) to train further"
-        )
-        message = (
-            f"nothing to do: {self.resumed_from} is at step {state.global_step} of {state.total_steps}; "
-            + further
-        )
-        return FitResult(
-            **self._where_and_how_far(),
-            final_loss=state.metrics.get("loss"),
-            samples_per_s=None,
-            peak_memory_bytes=0,
-            train_seconds=0.0,
-            val_loss=state.metrics.get("val_loss"),
-            accuracy=state.metrics.get("val_accuracy"),
-            extras={"nothing_to_do": message},
-        )
+    # -- device facts ---------------------------------------------------------------------------------
+    @property
+    def sample_scale(self) -> int:
+        return self.runtime.world_size  # samples_seen counts this rank's
 
-    def _where_and_how_far(self) -> dict[str, Any]:
-        """The result's fields every fit has, run or not: device, precision, strategy, progress."""
-        rt, state = self.runtime, self.state
-        return {
-            "device": str(rt.device),
-            "precision": rt.precision.name,
-            "steps": state.global_step,
-            "epochs": state.epoch + (1 if state.batch_in_epoch else 0),
-            "strategy": rt.strategy.name,
-            "world_size": rt.world_size,
-            "batch_size": self.settings.batch_size,
-        }
+    def skipped_steps(self) -> int:
+        return int(getattr(self.runtime.precision, "skipped_steps", 0))
 
-    def _preempted(self) -> dict[str, Any]:
-        ckpt = self.checkpointer
-        saved = self.last_checkpoint if ckpt and ckpt.last_saved_step == self.state.global_step else None
-        return preemption_report(self.state.stop_signal, self.state.global_step, saved)
+    def compiled(self) -> bool:
+        return bool(self.settings.compile and not getattr(self.forward, "fell_back", False))
 
-    def _diagnose(self, result: FitResult) -> Diagnosis:
-        """What bounds this run, from its totals and the callbacks' reports."""
-        return diagnose_fit(result, self.runtime.device.type, native_dtypes(self.runtime.device))
+    def synchronize(self) -> None:
+        synchronize(self.runtime.device)
+
+    def reset_peak_memory(self) -> None:
+        reset_peak_memory(self.runtime.device)
+
+    def memory(self) -> tuple[int, dict[str, Any]]:
+        device = self.runtime.device
+        return peak_memory_bytes(device), memory_stats(device).to_json()
+
+    def native_dtypes(self) -> dict[str, bool | None]:
+        return native_dtypes(self.runtime.device)
+
+    threads_hint = THREADS_HINT
+    describe_batch = staticmethod(describe_batch)
+    is_out_of_memory = staticmethod(is_out_of_memory)
 
 
 @contextlib.contextmanager
@@ -767,57 +575,3 @@ def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer, total_ste
     if scheduler is None or hasattr(scheduler, "step"):
         return scheduler
     return scheduler(optimizer, total_steps)
-
-
-class _Clock:
-    """Wall-clock throughput. The device is synchronised only here, at the start and the end of timing
-    and when metrics are read anyway, never inside a step."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.t0: float | None = None
-        self.samples0 = 0
-        self.last_t: float | None = None
-        self.last_samples = 0
-        self.excluded = self.interval_excluded = 0.0  # seconds left out (recompiles after the first step)
-
-    def exclude(self, seconds: float) -> None:
-        self.excluded += seconds
-        self.interval_excluded += seconds
-
-    @contextlib.contextmanager
-    def excluding(self) -> Iterator[None]:
-        """Leave the block's wall time out of the rates (a checkpoint, a validation: once an epoch, so the
-        device is synchronised at its edges: the steps queued before it are training time)."""
-        if self.t0 is None:  # not timing yet (before the first step, or a resume at the end)
-            yield
-            return
-        synchronize(self.device)
-        start, before = time.perf_counter(), self.excluded
-        try:
-            yield
-        finally:
-            synchronize(self.device)
-            inside = self.excluded - before  # a validation's compilation, already left out
-            self.exclude(max(time.perf_counter() - start - inside, 0.0))
-
-    def start(self, samples: int) -> None:
-        synchronize(self.device)
-        self.t0 = self.last_t = time.perf_counter()
-        self.samples0 = self.last_samples = samples
-
-    def interval_rate(self, samples: int) -> float | None:
-        if self.last_t is None:
-            return None
-        now = time.perf_counter()  # the caller just read a metric, so the device is synchronised
-        rate = (samples - self.last_samples) / max(now - self.last_t - self.interval_excluded, 1e-9)
-        self.last_t, self.last_samples, self.interval_excluded = now, samples, 0.0
-        return rate if samples > self.samples0 else None
-
-    def total(self, samples: int) -> tuple[float, float | None]:
-        synchronize(self.device)
-        if self.t0 is None:
-            return 0.0, None
-        seconds = time.perf_counter() - self.t0
-        done, working = samples - self.samples0, seconds - self.excluded
-        return seconds, (done / working if done and working > 0 else None)
