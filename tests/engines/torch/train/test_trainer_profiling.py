@@ -104,8 +104,9 @@ class SlowSamples(Dataset):
 
 
 def test_slow_dataset_is_diagnosed_input_bound():
-    # 10 ms a sample, 160 ms a batch: loading dominates even when another test process slows the step.
-    trainer, result = _fit(SlowSamples(seconds=0.01), batch_size=16, epochs=3)
+    # 30 ms a sample, 480 ms a batch (a sleep: no CPU): loading dominates even when the machine's load
+    # (12 on 2 cores, seen) slows the step's compute fivefold.
+    trainer, result = _fit(SlowSamples(seconds=0.03), batch_size=16, epochs=3)
     report = result.to_json()
     assert report["data_wait_s"] > 0.5 * result.train_seconds > 0
     diagnosis = report["diagnosis"]
