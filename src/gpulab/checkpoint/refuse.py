@@ -1,8 +1,8 @@
 """The resume refusal both engines share: a checkpoint is resumed only into the same run.
 
-Each engine passes the settings that change its trajectory (``compared``: torch's ``TRAJECTORY_SETTINGS``
-in ``train/checkpointing.py``, the TensorFlow engine's in ``engines/tensorflow/checkpoints.py``) and what
-it runs now; any difference is one ``CheckpointError`` naming every change, unless the user forces the resume.
+Each engine passes the settings that change its trajectory (``compared``: ``TRAJECTORY_SETTINGS`` below,
+which every engine has, plus its own: torch's ``micro_batch``) and what it runs now; any difference is
+one ``CheckpointError`` naming every change, unless the user forces the resume.
 """
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.errors import CheckpointError
+
+# Settings that change which samples meet which weights on every engine: a resume with any of them changed is
+# not the same run, so it is refused unless forced. An engine adds its own (torch: micro_batch).
+TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
 
 
 def refuse_if_changed(

@@ -34,15 +34,13 @@ from gpulab.checkpoint.io import (
 )
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.read import load_meta
-from gpulab.checkpoint.refuse import refuse_if_changed
+from gpulab.checkpoint.refuse import TRAJECTORY_SETTINGS, refuse_if_changed
 from gpulab.checkpoint.save import commit_checkpoint, disk_full_as_error, meta_bytes
 from gpulab.engines.tensorflow.checkpoint_files import unreadable
 from gpulab.errors import CheckpointError
 from gpulab.redaction import redacted
 
 LAYOUT = TF_LAYOUT
-# As torch's TRAJECTORY_SETTINGS (micro_batch does not exist here): a resume that changes one is refused.
-TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "seed", "precision", "clip_grad_norm")
 
 
 class TfCheckpointer:

@@ -26,6 +26,7 @@ import torch
 import gpulab
 from gpulab.checkpoint.io import step_dir_name, step_of
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
+from gpulab.checkpoint.refuse import TRAJECTORY_SETTINGS as SHARED_TRAJECTORY
 from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.save import mark_best
 from gpulab.engines.torch.checkpoint.api import (
@@ -43,9 +44,8 @@ from gpulab.redaction import redacted
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
 Trainer = Any
 
-# Settings that change which samples meet which weights: a resume with any of them changed is not the
-# same run, so it is refused unless forced.
-TRAJECTORY_SETTINGS = ("batch_size", "accumulate", "micro_batch", "seed", "precision", "clip_grad_norm")
+# The trajectory settings every engine has, and the split of a batch into micro-batches (torch's alone).
+TRAJECTORY_SETTINGS = (*SHARED_TRAJECTORY, "micro_batch")
 
 
 class Checkpointer:
