@@ -266,7 +266,7 @@ def test_trackers_after_scancel_and_sigkill_each_equal_metrics_jsonl(cluster, tm
     and MLflow's, W&B's and TensorBoard's loss histories each equal metrics.jsonl, step for step."""
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
-    sys.path.insert(0, str(ROOT / "tests" / "engines" / "torch" / "train"))
+    sys.path.insert(0, str(ROOT / "tests" / "core" / "callbacks"))
     from tracker_history import assert_equal_to_jsonl, mlflow_status
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

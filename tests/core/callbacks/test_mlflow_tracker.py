@@ -24,7 +24,7 @@ mlflow = pytest.importorskip("mlflow")
 
 from gpulab.engines.torch.train.run import run  # noqa: E402
 
-CLI_TESTS = Path(__file__).resolve().parents[3] / "cli"  # preempt_recipe.py: no LR schedule, a pause per step
+CLI_TESTS = Path(__file__).resolve().parents[2] / "cli"  # preempt_recipe.py: no LR schedule, a pause per step
 QUIET = {"device": "cpu", "progress": False, "mfu": False, "log_every": 5}
 
 
