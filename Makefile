@@ -11,7 +11,7 @@ TF_VENV ?= .venv-tf
 TF_ONLY := $(TF_VENV)/.installed-tf
 NO_TORCH = $(TF_VENV)/bin/python -c "import torch" 2>/dev/null && { echo "$(TF_VENV) has torch; it must not: rm -rf $(TF_VENV)" >&2; exit 1; } || true
 
-.PHONY: run test test-models test-tf-only lint setup clean slurm-packages
+.PHONY: run test test-models test-tf-only lint setup clean slurm-packages extras
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
@@ -23,6 +23,12 @@ $(DEV): pyproject.toml scripts/setup_env.sh
 	@touch $@ $(BASE)
 
 setup: $(DEV)
+
+# Extras into .venv, a checkout's `pip install 'gpulab[EXTRA]'`: make extras EXTRAS=tensorflow,export,mlflow
+extras:
+	@test -n "$(EXTRAS)" || { echo "make extras: name them, e.g. make extras EXTRAS=tensorflow,export (choices: tensorflow export mlflow wandb models vision)" >&2; exit 2; }
+	scripts/setup_env.sh $(VENV) torch,$(EXTRAS)
+	@touch $(BASE)
 
 # The main job: check the environment (and time a matmul), then train the digits CNN on real data.
 run: $(BASE)

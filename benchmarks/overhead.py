@@ -1,9 +1,10 @@
 """Framework overhead on the launch-bound `mlp` workload, against the seed's training loop.
 
-  (a) the seed's loop, exactly as issue 24 describes it: the seed's MLP and data (``recipes/mlp.py``
-      ``make_model``/``make_data``, 10,000 samples, data seed 1234), ``DataLoader(TensorDataset(x, y),
-      batch_size=64, shuffle=True)``, default ``torch.optim.Adam`` (lr 1e-3; on a CPU its for-loop kernels),
-      ``BCEWithLogitsLoss``, 5 epochs (the ``mlp`` recipe's default, what ``gpulab train mlp`` runs)
+  (a) the seed's loop (``engines/torch/bench/hand_mlp.py``), exactly as issue 24 describes it: the seed's
+      MLP and data (``recipes/mlp.py`` ``make_model``/``make_data``, 10,000 samples, data seed 1234),
+      ``DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)``, default ``torch.optim.Adam``
+      (lr 1e-3; on a CPU its for-loop kernels), ``BCEWithLogitsLoss``, 5 epochs (the ``mlp`` recipe's
+      default, what ``gpulab train mlp`` runs)
   (b) the Trainer with its defaults (progress bar and JSONL/TensorBoard logging on, checkpoints off),
       fed the same DataLoader; its defaults include running torch's Adam on its fused kernels
   (b0) the same, with the optimizer exactly as given (fuse_optimizer=False): the loop's own overhead
@@ -61,31 +62,26 @@ GPU_ONLY = ("c2", "cg")
 
 
 def seed_loop(device_name: str) -> dict[str, float]:
-    """The seed's loop, as issue 24 describes it (see the module docstring)."""
+    """The seed's loop, as issue 24 describes it (see the module docstring): ``hand_mlp.SeedLoop``, the
+    same loop ``gpulab bench compile`` times per step as its hand-written row."""
     import torch
-    from torch import nn
-    from torch.utils.data import DataLoader, TensorDataset
 
     from gpulab.engines.torch.recipes.mlp import make_data, make_model
+
+    SeedLoop = _hand_mlp().SeedLoop
 
     device = torch.device(device_name)
     x, y = make_data(SAMPLES, FEATURES, DATA_SEED)
     torch.manual_seed(0)
     model = make_model().to(device)
     start = time.perf_counter()  # the model is the user's on both sides: set-up starts after it
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    loss_fn = nn.BCEWithLogitsLoss()
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True)
+    loop = SeedLoop(model, x, y, device, batch_size=BATCH, lr=LR)  # optimizer, loss, DataLoader
     steps = 0
     _synchronize(device)
     t0 = time.perf_counter()
     for _ in range(EPOCHS):
-        for xb, yb in loader:
-            xb, yb = xb.to(device), yb.to(device)
-            opt.zero_grad()
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
+        for xb, yb in loop.loader:
+            loop.step(xb, yb)
             steps += 1
     _synchronize(device)
     end = time.perf_counter()
@@ -145,6 +141,20 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
     if settings.get("cuda_graph") and graph.get("mode") != "graph":
         raise RuntimeError(f"no whole-step graph: {graph.get('reason')}")
     return {"us_per_step": timer.seconds / result.steps * 1e6, "whole_s": whole, "steps": result.steps}
+
+
+def _hand_mlp():
+    """``engines/torch/bench/hand_mlp.py`` loaded from its file: imported by its package name it would run
+    the bench package's ``__init__`` (the Runtime and more) in (a)'s process, whose imports are reported."""
+    import importlib.util
+    from pathlib import Path
+
+    package = Path(importlib.util.find_spec("gpulab").origin).parent  # finds it, imports nothing
+    path = package / "engines" / "torch" / "bench" / "hand_mlp.py"
+    spec = importlib.util.spec_from_file_location("hand_mlp", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _synchronize(device) -> None:

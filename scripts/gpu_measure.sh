@@ -2,7 +2,7 @@
 # What decides issue 29 on a GPU, in one device call of under 8 minutes:
 #   scripts/gpu_measure.sh OUT_DIR [STEP...]
 # Steps: env (device, driver, torch), transformer (gpulab bench transformer at GPT-2-small, the hand-written
-# loop beside gpulab's variants, gpulab / hand and MFU per row), cuda-graph (the whole-step graph's GPU
+# loop beside gpulab's variants, compile+chunked-ce among them, gpulab / hand and MFU per row), cuda-graph (the whole-step graph's GPU
 # tests), train (gpulab train mlp with the default cuda_graph, and a compiled GPT-2-small chargpt run's
 # diagnosis), overhead (the seed's loop against gpulab's fast path, whole job, fresh processes).
 # STEP names run only those. At most 8 files land in OUT_DIR: one log per step and the bench results.
@@ -32,7 +32,7 @@ step env 30 bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --f
     $py -c 'import torch, sys; print(\"torch\", torch.__version__, \"python\", sys.version.split()[0], \
     \"cuda\", torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else \"no GPU\")'; $py scripts/sdpa_kernel_check.py"
 # gpulab's variants and the hand-written loop in one run, then MFU and gpulab / hand per row against the targets.
-STEP_TAIL=20 step transformer 250 bash -c "$py -m gpulab bench transformer ${size[*]} --device $dev \
+STEP_TAIL=22 step transformer 280 bash -c "$py -m gpulab bench transformer ${size[*]} --device $dev \
     --out $work/transformer && $py benchmarks/transformer_mfu.py $work/transformer/results.json"
 step cuda-graph 90 $py -m pytest -p no:cacheprovider -m gpu "${pytest_gpu[@]}" tests/gpu/test_cuda_graph_gpu.py
 # The default cuda_graph (auto) on the launch-bound mlp says what it chose; a compiled GPT-2-small run's

@@ -36,6 +36,7 @@ def test_every_step_of_the_gpu_script_runs_on_a_cpu(tmp_path):
     assert logs == {f"{s}.log" for s in STEPS} | {"transformer-results.json"} and len(logs) <= 8
     transformer = (tmp_path / "transformer.log").read_text()
     assert "hand-written" in transformer and "x the hand loop" in transformer
+    assert "compile+chunked-ce" in transformer  # the chunked cross-entropy's row runs in the same step
     assert "hand-loop target (gpulab / hand >= 1.00, goal 1.10): best " in transformer
     train = (tmp_path / "train.log").read_text()
     assert (

@@ -45,8 +45,16 @@ def test_an_unknown_precision_is_an_error_not_an_fp32_peak():
 
 
 def test_each_engine_has_its_strategies():
-    assert precisions.strategies_of("torch") == ("auto", "single", "ddp", "fsdp2", "dp")
-    assert precisions.strategies_of("tensorflow") == ("auto", "single", "mirrored", "multiworker")
+    """Each engine says which of the table's strategies it has (the others it lacks: refused by config)."""
+    from gpulab import engines
+
+    def of(name: str) -> tuple[str, ...]:
+        return engines.get(name).lacks["strategy"].takes
+
+    assert of("torch") == ("auto", "single", "ddp", "fsdp2", "dp")
+    assert of("tensorflow") == ("auto", "single", "mirrored", "multiworker")
+    for name in engines.names():
+        assert set(of(name)) <= set(precisions.STRATEGIES), name
 
 
 class _FakeTf:

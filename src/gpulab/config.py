@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from gpulab import engines
 from gpulab import precisions as precision_table
 from gpulab.config_bounds import MAX_DEPTH, check_bounds
 from gpulab.errors import ConfigError, choices
@@ -23,8 +24,6 @@ PRECISIONS = precision_table.NAMES
 Precision = Literal[PRECISIONS]  # the table's names (precisions.py)
 STRATEGIES = tuple(precision_table.STRATEGIES)
 Strategy = Literal[STRATEGIES]  # the table's names (precisions.py)
-ENGINES = ("torch", "tensorflow")
-Engine = Literal["torch", "tensorflow"]
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 Tracker = Literal["tensorboard", "mlflow", "wandb"]
 
@@ -53,6 +52,13 @@ def _validate_device(value: str) -> str:
         raise ValueError(f"device {value!r} is not one of auto|cpu|cuda|cuda:N|mps|xpu|xpu:N")
     if index and kind in ("auto", "cpu", "mps"):
         raise ValueError(f"device {value!r}: only cuda and xpu take an index")
+    return value
+
+
+def _validate_engine(value: str) -> str:
+    """One of the registry's names (``gpulab.engines``: the built-ins and any registered at run time)."""
+    if value not in engines.names():
+        raise ValueError(f"valid choices: {choices(engines.names())}")
     return value
 
 
@@ -253,10 +259,14 @@ class TrainerSettings(Settings):
     fsdp_reshard_after_forward: bool = Field(
         True, description="fsdp2: free gathered parameters after forward (less memory, one more all-gather)"
     )
-    engine: Engine = Field(
-        "torch", description="torch|tensorflow: the framework that trains (tensorflow: gpulab[tensorflow])"
+    engine: str = Field(
+        engines.DEFAULT,
+        description="the framework that trains: an engine's name (gpulab.engines: "
+        + "|".join(engines.names())
+        + ", or one registered there)",
     )
 
+    _check_engine = field_validator("engine")(classmethod(lambda cls, v: _validate_engine(v)))
     _check_device = field_validator("device")(classmethod(lambda cls, v: _validate_device(v)))
     _check_batch_size = field_validator("batch_size", mode="before")(
         classmethod(lambda cls, v: _validate_batch_size(v))
@@ -291,66 +301,29 @@ class RunConfig(TrainerSettings):
 
 S = TypeVar("S", bound=Settings)
 
-# What one engine lacks: setting -> the values it takes there (None: only its default). A setting the user
-# set to anything else is refused in one line naming the setting and the engine (check_engine), rather
-# than silently ignored.
-_TF_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
-_ENGINE_LACKS: dict[str, dict[str, tuple | None]] = {
-    "torch": {"strategy": precision_table.strategies_of("torch"), "data_cache": None},
-    "tensorflow": {
-        "strategy": precision_table.strategies_of("tensorflow"),
-        "device": _TF_DEVICES,
-        "mfu": (False,),
-        **dict.fromkeys(
-            [
-                "activation_checkpointing",
-                "channels_last",
-                "micro_batch",
-                "compile_mode",
-                "compile_backend",
-                "compile_check",
-                "cuda_graph",
-                "keep_best",
-                "collective_timeout_s",
-                "ddp_bucket_cap_mb",
-                "ddp_static_graph",
-                "ddp_gradient_as_bucket_view",
-                "find_unused_parameters",
-                "fsdp_shard_modules",
-                "fsdp_reshard_after_forward",
-                "num_workers",
-                "pin_memory",
-                "fuse_optimizer",
-                "model_inputs",
-                "model_output",
-            ]
-        ),
-    },
-}
-
 
 def check_engine(settings: TrainerSettings) -> None:
-    """Refuse, in one line, a setting the chosen engine does not have (it would be silently ignored)."""
-    engine = settings.engine
-    lacks = _ENGINE_LACKS[engine]
-    other = "tensorflow" if engine == "torch" else "torch"
-    if engine == "tensorflow" and settings.batch_size == "auto":
-        raise ConfigError(
-            "setting 'batch_size' = 'auto' is not available on engine 'tensorflow' (give a number); "
-            "remove it, or use --engine torch"
-        )
-    for name in sorted(settings.model_fields_set & set(lacks)):
+    """Refuse, in one line, a setting the chosen engine does not have (it would be silently ignored): the
+    engine object says what it lacks (``Engine.lacks``); the line names the engines that have it."""
+    engine = engines.get(settings.engine)
+    for name in sorted(settings.model_fields_set & set(engine.lacks)):
         value = getattr(settings, name)
         default = type(settings).model_fields[name].get_default(call_default_factory=True)
-        allowed = lacks[name]
-        if value == default if allowed is None else value in allowed:
+        lack = engine.lacks[name]
+        if lack.allows(value, default):
             continue
-        shown = "auto|cpu|cuda|cuda:N" if name == "device" else choices(allowed or ())
-        what = f"valid there: {shown}" if allowed else f"leave it unset (default {default!r})"
+        others = [
+            n for n in engines.names() if n != engine.name and _takes(engines.get(n), name, value, default)
+        ]
+        instead = f", or use --engine {choices(others)}" if others else ""
         raise ConfigError(
-            f"setting {name!r} = {value!r} is not available on engine {engine!r} ({what}); "
-            f"remove it, or use --engine {other}"
+            f"setting {name!r} = {value!r} is not available on engine {engine.name!r} "
+            f"({lack.valid(default)}); remove it{instead}"
         )
+
+
+def _takes(engine: engines.Engine, name: str, value: Any, default: Any) -> bool:
+    return name not in engine.lacks or engine.lacks[name].allows(value, default)
 
 
 def _closest(word: str, valid: list[str]) -> list[str]:

@@ -85,26 +85,19 @@ def get(name: str) -> PrecisionSpec:
 @dataclass(frozen=True)
 class StrategySpec:
     name: str
-    engines: tuple[str, ...]  # the engines that have it
     description: str
 
 
+# Every strategy name config takes; which engine has which is the engine's word (its ``lacks``).
 STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
-        StrategySpec(
-            "auto", ("torch", "tensorflow"), "the engine picks: one device, or all the launched ones"
-        ),
-        StrategySpec("single", ("torch", "tensorflow"), "one device"),
-        StrategySpec("ddp", ("torch",), "DistributedDataParallel: one process per device"),
-        StrategySpec("fsdp2", ("torch",), "FSDP2: parameters sharded over the processes"),
-        StrategySpec("dp", ("torch",), "DataParallel: one process, several GPUs"),
-        StrategySpec("mirrored", ("tensorflow",), "MirroredStrategy: the GPUs of one machine"),
-        StrategySpec("multiworker", ("tensorflow",), "MultiWorkerMirroredStrategy: TF_CONFIG's workers"),
+        StrategySpec("auto", "the engine picks: one device, or all the launched ones"),
+        StrategySpec("single", "one device"),
+        StrategySpec("ddp", "DistributedDataParallel: one process per device"),
+        StrategySpec("fsdp2", "FSDP2: parameters sharded over the processes"),
+        StrategySpec("dp", "DataParallel: one process, several GPUs"),
+        StrategySpec("mirrored", "MirroredStrategy: the GPUs of one machine"),
+        StrategySpec("multiworker", "MultiWorkerMirroredStrategy: TF_CONFIG's workers"),
     )
 }
-
-
-def strategies_of(engine: str) -> tuple[str, ...]:
-    """The strategy names ``engine`` has, in the table's order."""
-    return tuple(name for name, spec in STRATEGIES.items() if engine in spec.engines)

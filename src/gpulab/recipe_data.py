@@ -5,6 +5,8 @@ recipes wrap these arrays with ``torch.from_numpy`` (no copy); TensorFlow's read
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 from pydantic import Field
 
@@ -61,6 +63,11 @@ class CharGptOptions(Settings):
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout in attention output and MLP")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     max_chars: int | None = Field(None, ge=1000, description="use only the first N characters of the text")
+    chunked_loss: bool | Literal["auto"] = Field(
+        "auto",
+        description="torch: the cross-entropy over row chunks, never the whole logits (memory); auto is "
+        "false until a GPU measures it faster (docs/PERF.md)",
+    )
 
 
 def load_text() -> str:

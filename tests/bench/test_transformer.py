@@ -33,7 +33,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
     assert suite["status"] == "ok", suite["notes"]
     assert load_results(out / RESULTS_FILE)["schema_version"] == 1  # the schema holds
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt"]
+    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce"]
     for variant, row in rows.items():
         f, info = row["figures"], row["info"]
         assert f["step_time"]["unit"] == "ms" and f["step_time"]["repeats"] == 2
@@ -48,6 +48,7 @@ def test_every_variant_a_cpu_runs_has_tokens_step_time_and_mfu(smoke):
         # gpulab / the hand-written loop, in tokens/s: the peer's own row has none
         assert ("vs_hand" in f) == (variant != "hand-written")
     assert rows["compile+opt"]["info"]["optimizer_compiled"] is True
+    assert [v for v, r in rows.items() if r["info"].get("chunked_loss")] == ["compile+chunked-ce"]
     assert rows["compile"]["figures"]["speedup_vs_eager"]["unit"] == "x"
     hand, compiled = rows["hand-written"]["figures"], rows["compile"]["figures"]
     assert compiled["vs_hand"]["value"] == pytest.approx(
@@ -60,7 +61,9 @@ def test_every_variant_runs_on_a_cpu_through_a_fake_graph_backend(one_thread):
     ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print, graphs=_ReplayByRerun())
     suite = transformer.run(ctx)
     rows = {r.key["variant"]: r for r in suite.rows}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "cuda-graph"], suite.notes
+    assert list(rows) == [
+        "hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce", "cuda-graph"
+    ], suite.notes  # fmt: skip
     assert not any("error" in r.info for r in suite.rows), suite.notes
     assert rows["cuda-graph"].info["cuda_graph"]["mode"] == "graph"
     assert all(r.figures["tokens_per_s"].value > 0 for r in suite.rows)
@@ -78,7 +81,7 @@ def test_a_variant_that_fails_is_a_row_with_its_error_and_the_others_stay(monkey
     monkeypatch.setattr(transformer, "_one", compile_breaks)
     suite = transformer.run(BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print))
     rows = {r.key["variant"]: r for r in suite.rows}
-    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt"]
+    assert list(rows) == ["hand-written", "eager", "compile", "compile+opt", "compile+chunked-ce"]
     assert rows["compile"].figures == {}
     assert rows["compile"].info["error"] == "AttributeError: 'GraphStepper' object has no attribute 'forward'"
     assert (
@@ -91,6 +94,7 @@ def test_a_variant_that_fails_is_a_row_with_its_error_and_the_others_stay(monkey
 def test_the_cuda_only_variants_are_skipped_in_one_line_each(smoke):
     notes = smoke[0]["notes"]
     assert "cuda-graph skipped: CUDA graphs need a CUDA GPU." in notes
+    assert any(n.startswith("compile+max-autotune skipped: it is for the GPU's Triton GEMM") for n in notes)
     assert any(n.startswith("float8 skipped: Float8 training needs an H100-class GPU") for n in notes)
     assert any(n.startswith("MFU: ") and "fp32 peak" in n for n in notes)
     assert any(n.startswith("No peak memory for any row: not read on a CPU") for n in notes)
@@ -114,6 +118,7 @@ def test_skip_reasons_on_a_gpu(monkeypatch):
     monkeypatch.setattr(transformer.importlib.util, "find_spec", lambda name: object())
     assert transformer.skip_reason("float8", cuda) is None
     assert transformer.skip_reason("compile", cuda) is None
+    assert transformer.skip_reason("compile+max-autotune", cuda) is None
 
 
 def test_an_optimizer_step_that_does_not_compile_runs_eager_and_says_so(monkeypatch, one_thread):
@@ -144,6 +149,28 @@ def test_an_optimizer_step_that_does_not_compile_runs_eager_and_says_so(monkeypa
     assert row.figures["mfu_measured"].value > 0
 
 
+def test_the_max_autotune_row_compiles_with_inductors_autotuning_mode(monkeypatch, one_thread):
+    """What the GPU runs, here with the mode recorded and aot_eager doing the compiling (inductor's GEMM
+    autotuning is for a GPU): the row is built, compiled, and says its mode."""
+    modes = []
+    real = transformer.compile_model
+
+    def recorded(model, mode, backend):
+        modes.append((mode, backend))
+        return real(model, mode, "aot_eager")
+
+    monkeypatch.setattr(transformer, "compile_model", recorded)
+    ctx = BenchContext(torch.device("cpu"), "smoke", warmup=1, repeats=1, log=print)
+    cfg = {"warmup": 1, "repeats": 1, "backend": "inductor"}
+    peaks = transformer.Peaks("fp32", "cpu", None, 1e9)
+    notes: list[str] = []
+    shape = transformer.SHAPES["micro"]
+    row = transformer._one(ctx, "micro", shape, "compile+max-autotune", "fp32", cfg, 10**6, peaks, notes)
+    assert modes == [("max-autotune-no-cudagraphs", "inductor")]
+    assert row.info["compile_mode"] == "max-autotune-no-cudagraphs" and row.info["compiled"] is True
+    assert row.figures["compile_time"].value > 0 and row.figures["tokens_per_s"].value > 0 and notes == []
+
+
 @pytest.mark.slow
 def test_quick_runs_on_the_cpu_with_inductor_and_prints_the_table(tmp_path, capsys):
     code = main(
@@ -153,7 +180,7 @@ def test_quick_runs_on_the_cpu_with_inductor_and_prints_the_table(tmp_path, caps
     assert code == 0, printed
     suite = json.loads((tmp_path / RESULTS_FILE).read_text())["suites"]["transformer"]
     assert suite["status"] == "ok"
-    assert [r["key"]["model"] for r in suite["rows"]] == ["tiny"] * 4
+    assert [r["key"]["model"] for r in suite["rows"]] == ["tiny"] * 5
     assert [r["key"]["variant"] for r in suite["rows"] if not r["info"]["compiled"]] == ["eager"]
     assert "mfu measured" in printed and re.search(r"│ tiny +│ compile\+opt +│", printed)  # one line each
     assert (tmp_path / "transformer.png").is_file()
@@ -178,7 +205,7 @@ def test_the_gpu_script_prints_mfu_per_variant_and_the_issue_target(smoke):
     assert lines[-1].startswith("hand-loop target (gpulab / hand >= 1.00, goal 1.10): best ")
     # as on a GPU: a datasheet MFU per row; only gpulab's compiled rows count for the target
     gpu = json.loads(json.dumps(suite))
-    for row, mfu in zip(gpu["rows"], (70.0, 60.0, 44.0, 46.5), strict=True):
+    for row, mfu in zip(gpu["rows"], (70.0, 60.0, 44.0, 46.5, 45.5), strict=True):
         row["figures"]["mfu"] = {**row["figures"]["mfu_measured"], "value": mfu}
     assert summary({"suites": {"transformer": gpu}})[-2] == (
         "MFU target (>= 45 % with compile): best 46.5 %, MET"
@@ -192,7 +219,7 @@ def test_on_a_gpu_the_step_runs_in_bf16_with_a_datasheet_mfu(tmp_path):
     suite = run_bench(config, log=print)["suites"]["transformer"]
     assert suite["status"] == "ok", suite["notes"]
     rows = {r["key"]["variant"]: r for r in suite["rows"]}
-    assert {"eager", "compile", "compile+opt", "cuda-graph"} <= set(rows)
+    assert {"eager", "compile", "compile+opt", "compile+chunked-ce", "cuda-graph"} <= set(rows)
     graph = rows["cuda-graph"]["info"]["cuda_graph"]
     assert graph["mode"] == "graph" and graph["captures"] == 1, graph
     for row in rows.values():

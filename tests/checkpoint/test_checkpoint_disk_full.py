@@ -55,3 +55,20 @@ def test_a_full_disk_while_writing_the_state_leaves_no_temp_directory(tmp_path, 
                         meta={})  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001"]
     assert (tmp_path / "latest").read_text().strip() == "step-00000001"
+
+
+def test_a_disk_without_room_for_the_state_is_found_before_torchs_zip_writer_starts(tmp_path, monkeypatch):
+    """torch's C++ zip writer reports a full disk as its own ``unexpected pos`` error with its records half
+    written; a disk that visibly lacks the state's bytes is refused before it starts, in the one line."""
+    import shutil
+
+    save_checkpoint(tmp_path, step=1, model_state={"w": torch.ones(4)}, state={"rng": capture_rng()}, meta={})
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=100))  # 100 bytes left
+    saved = []
+    monkeypatch.setattr(torch, "save", lambda *a, **k: saved.append(a))
+    big = {"rng": capture_rng(), "optimizer": {"m": torch.ones(4096)}}
+    with pytest.raises(CheckpointError, match=r"no space left .* checkpoint step-00000002 .*needs about"):
+        save_checkpoint(tmp_path, step=2, model_state={"w": torch.ones(4)}, state=big, meta={})
+    assert saved == []  # torch's writer never started
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000001"]

@@ -61,18 +61,35 @@ def test_torch_readers_name_a_tensorflow_checkpoint_in_one_line(tmp_path):
         assert "\n" not in message
 
 
+def test_checkpoint_export_asks_the_engine_that_wrote_it(tmp_path, capsys):
+    """``gpulab checkpoint export`` reads the MANIFEST's layout and asks that engine for the weights: the
+    TensorFlow engine says in one line where its weights are."""
+    from gpulab.cli import main
+
+    final = _tf_checkpoint(tmp_path, 5)
+    assert main(["checkpoint", "export", str(final), "--to", str(tmp_path / "w.safetensors")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"gpulab: error: {final} was written by the TensorFlow engine: its weights are the run's "
+        "model.weights.h5 (checkpoint export copies a torch checkpoint's model.safetensors)"
+    )
+    assert not (tmp_path / "w.safetensors").exists()
+
+
 def test_the_storage_package_imports_neither_tensorflow_nor_an_engine():
-    """gpulab.checkpoint sits below both engines: importing every module of it loads no TensorFlow and
-    nothing from engines/ (one process; its own interpreter, as this session may hold them)."""
+    """gpulab.checkpoint sits below both engines: importing every module of it loads no TensorFlow and no
+    engine (gpulab.engines, the registry config asks, loads none; one process: its own interpreter, as this
+    session may hold them)."""
     code = (
         "import importlib, pkgutil, sys, gpulab.checkpoint as c\n"
         "names = [m.name for m in pkgutil.iter_modules(c.__path__, 'gpulab.checkpoint.')]\n"
         "[importlib.import_module(n) for n in names]\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith('gpulab.engines')]\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'tensorflow' or m.startswith('gpulab.engines.')]\n"
         "print(len(names), bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     count, bad = out.stdout.split(" ", 1)
-    # 7 modules: the torch-format api and FSDP2's shards moved to engines/torch/checkpoint/
-    assert int(count) >= 7 and bad.strip() == "[]", out.stdout
+    # 6 modules: the torch-format api, FSDP2's shards, a torch state's checks and RNG state moved to
+    # engines/torch/checkpoint/
+    assert int(count) >= 6 and bad.strip() == "[]", out.stdout

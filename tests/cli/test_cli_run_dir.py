@@ -152,7 +152,10 @@ def test_rerunning_into_a_used_out_is_refused_unless_resume_or_overwrite(tmp_pat
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
 
     # --overwrite: the old run's outputs are gone, only the new run's remain; a file of the user's stays.
+    (out / "export").mkdir()  # what `gpulab export RUN` wrote of the old run (its default place)
+    (out / "export" / "mlp.onnx").write_bytes(b"the old run's model")
     assert _train(out, "--max-steps", "2", "--set", "checkpoint_every=1", "--overwrite")[0] == 0
+    assert not (out / "export").exists()  # no artifact of the old weights beside the new run
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "latest",
         "step-00000001",

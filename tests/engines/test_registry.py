@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from gpulab import engines
-from gpulab.config import ENGINES
 from gpulab.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpulab"
@@ -37,7 +36,7 @@ def test_a_checkpoint_layout_names_the_engine_that_reads_it():
         engines.for_layout("jax")
 
 
-@pytest.mark.parametrize("name", ENGINES)
+@pytest.mark.parametrize("name", engines.names())
 def test_every_engine_offers_what_the_verbs_ask(name):
     engine = engines.get(name)
     assert engine.name == name
@@ -66,10 +65,10 @@ def _names_an_engine(node: ast.Compare) -> bool:
     if any(_is_sys_modules(s) for s in sides):
         return False  # "is this module loaded", not "which engine"
     for side in sides:
-        if isinstance(side, ast.Constant) and side.value in ENGINES:
+        if isinstance(side, ast.Constant) and side.value in engines.names():
             return True
         if isinstance(side, (ast.Tuple, ast.List, ast.Set)) and any(
-            isinstance(e, ast.Constant) and e.value in ENGINES for e in side.elts
+            isinstance(e, ast.Constant) and e.value in engines.names() for e in side.elts
         ):
             return True
     return False

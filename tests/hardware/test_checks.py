@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpulab.engines.tensorflow import doctor as tf_doctor  # the TensorFlow engine's checks
 from gpulab.hardware import checks
 from gpulab.hardware.facts import Facts
 
@@ -52,21 +53,21 @@ CASES = [
     (checks.check_threads, cuda_box(omp_num_threads="lots"), "fail", "not a positive integer"),
     (checks.check_threads, cuda_box(load_1min=3.5), "ok", "load average 3.5"),
     (checks.check_threads, cuda_box(load_1min=40.0), "warn", "OMP_NUM_THREADS=1"),
-    (checks.check_tensorflow, cuda_box(), "info", "pip install 'gpulab[tensorflow]'"),
-    (checks.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_cuda_build=True,
+    (tf_doctor.check_tensorflow, cuda_box(), "info", "pip install 'gpulab[tensorflow]'"),
+    (tf_doctor.check_tensorflow, cuda_box(tensorflow_version="2.20", tensorflow_cuda_build=True,
      tensorflow_cuda="12.5.1", tensorflow_cudnn="9"), "ok", "TensorFlow 2.20, CUDA 12.5.1 / cuDNN 9 build"),
-    (checks.check_tensorflow, cuda_box(tensorflow_error="ImportError: libcudart.so.12"), "warn", "libcudart"),
-    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=1), "ok", "both see 1"),
-    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0), "warn",
+    (tf_doctor.check_tensorflow, cuda_box(tensorflow_error="ImportError: libcudart.so.12"), "warn", "libcudart"),
+    (tf_doctor.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=1), "ok", "both see 1"),
+    (tf_doctor.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0), "warn",
      "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.20'"),
-    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0,
+    (tf_doctor.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0,
      tensorflow_cuda_build=True, tensorflow_cuda="12.5.1"), "warn", "'tensorflow[and-cuda]==2.20' (brings the CUDA 12.5.1"),
-    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0, driver_cuda=(12, 2),
+    (tf_doctor.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=0, driver_cuda=(12, 2),
      tensorflow_cuda_build=True, tensorflow_cuda="12.5.1"), "warn", "driver to one for CUDA 12.5.1+"),
-    (checks.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=2), "warn",
+    (tf_doctor.check_tensorflow_gpus, cuda_box(tensorflow_version="2.20", tensorflow_gpu_count=2), "warn",
      "torch sees 1"),
-    (checks.check_tensorflow_xla, cuda_box(tensorflow_version="2.20"), "ok", "jit_compile=True"),
-    (checks.check_tensorflow_xla, cuda_box(tensorflow_version="2.20", tensorflow_xla_error="NotFoundError: x"),
+    (tf_doctor.check_tensorflow_xla, cuda_box(tensorflow_version="2.20"), "ok", "jit_compile=True"),
+    (tf_doctor.check_tensorflow_xla, cuda_box(tensorflow_version="2.20", tensorflow_xla_error="NotFoundError: x"),
      "warn", "compile: false"),
     (checks.check_compute, cuda_box(), "ok", "cpu, cuda:0"),
     (checks.check_compute, cuda_box(compute_errors={"cpu": None, "cuda:0": "results differ"}), "fail",
@@ -86,13 +87,13 @@ def test_check(check, facts, status, phrase):
 
 
 def test_tensorflow_checks_are_not_shown_without_tensorflow():
-    for check in (checks.check_tensorflow_gpus, checks.check_tensorflow_xla):
+    for check in (tf_doctor.check_tensorflow_gpus, tf_doctor.check_tensorflow_xla):
         assert check(cuda_box()) is None
         assert check(cuda_box(tensorflow_error="ImportError: x")) is None
 
 
 def test_every_check_reaches_ok_and_a_problem():
     seen = {(c.__name__, s) for c, _, s, _ in CASES}
-    for check in checks.CHECKS:
+    for check in [*checks.CHECKS, *tf_doctor.CHECKS]:
         assert (check.__name__, "ok") in seen
         assert {(check.__name__, "warn"), (check.__name__, "fail")} & seen

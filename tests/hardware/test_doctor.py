@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 
-from gpulab.hardware.doctor import run_doctor
+from gpulab.cli.doctor import run_doctor  # the machine's checks and the engines'
 from gpulab.hardware.facts import gather_facts
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpulab.engines.torch.data.loaders import loader_memory
 from gpulab.engines.torch.measure.flops import training_step_flops
 from gpulab.engines.torch.runtime.memory_estimate import estimate_memory, example_batch
 from gpulab.engines.torch.runtime.precision import resolve_precision
@@ -25,13 +26,18 @@ def test_totals_equal_the_flop_counter_and_the_memory_estimate(recipe, options, 
     policy, _ = resolve_precision(precision, "cpu")
     flops = training_step_flops(fresh.model, fresh.loss_fn, batch, autocast=policy.autocast)
     optimizer = fresh.optimizer(fresh.model.parameters())
-    memory = estimate_memory(fresh.model, optimizer, policy, batch, loss_fn=fresh.loss_fn, batch_size=8)
+    held = loader_memory(fresh.train_data, "cpu")  # the fast path's shuffled copy of the epoch
+    memory = estimate_memory(
+        fresh.model, optimizer, policy, batch, loss_fn=fresh.loss_fn, batch_size=8,
+        data_bytes=held.resident_bytes, batches_ahead=held.batches_ahead,
+    )  # fmt: skip
 
     i = report.inspection
     assert i.failure is None and i.method == "fake tensors"
     assert i.flops_total == flops.total > 0
     assert i.flops_per_sample == flops.per_sample
     assert report.memory.predicted_peak_bytes == memory.predicted_peak_bytes > 0
+    assert report.memory.data_bytes == held.resident_bytes > 0
     assert report.params_trainable == sum(p.numel() for p in fresh.model.parameters())
     # The root row's forward FLOPs are the forward part of that count, and its params the model's.
     root = i.rows[0]

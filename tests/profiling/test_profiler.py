@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from step_figure import assert_one_step_figure
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -104,6 +105,7 @@ def test_cli_profile_prints_the_breakdown(tmp_path, capsys):
     title, top = out.splitlines()[:2]
     assert title.startswith("mlp on cpu (fp32), batch ") and " steps" in title  # whole, not wrapped
     assert top.startswith("┏")
+    assert_one_step_figure(out, json.loads((tmp_path / "profile.json").read_text()))
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert json.loads((tmp_path / "profile.json").read_text())["recipe"] == "mlp"
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from step_figure import assert_one_step_figure
 
 from gpulab.errors import ConfigError
 from gpulab.measure.profile_report import ProfileOptions
@@ -54,6 +55,7 @@ def test_profile_json_has_the_summary_fields_and_names_what_tensorflow_lacks(pro
     assert b["step"] > 0 and b["data"] >= 0 and b["compute"] > 0
     assert b["data"] + b["compute"] == pytest.approx(b["step"])
     assert report["step_s_median"] > 0 and report["samples_per_s"] > 0
+    assert_one_step_figure(proc.stdout, report)  # the table and the line under it: one step figure
     # TensorFlow's own count of the step's graph: for the 20-64-32-1 MLP at batch 64, about 3x the
     # forward's 2 x (20*64 + 64*32 + 32) = 6,720 FLOPs per sample.
     assert 10_000 < report["flops_per_sample"] < 30_000, report["flops_method"]

@@ -73,6 +73,15 @@ def test_checkpoint_inspect(run):
     assert report["recipe"] == "digits" and {f["status"] for f in report["files"]} == {"ok"}
 
 
+def test_checkpoint_export_says_where_the_weights_are(run):
+    """``checkpoint export`` asks the engine of the MANIFEST's layout: TensorFlow's names its weights file
+    in one line, without torch."""
+    proc = gpulab("checkpoint", "export", str(run), "--to", "w.safetensors", cwd=run.parent)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = proc.stderr.strip().splitlines()
+    assert "was written by the TensorFlow engine: its weights are the run's model.weights.h5" in line
+
+
 @pytest.mark.parametrize("fmt", ["savedmodel", "tflite"])
 def test_export_checks_parity_without_torch(run, fmt):
     proc = gpulab("export", str(run), "--format", fmt, cwd=run.parent)

@@ -51,11 +51,16 @@ def test_the_search_stops_at_the_budget_with_the_best_so_far(monkeypatch):
 def test_a_trial_past_the_deadline_stops_after_its_first_step_and_is_not_used():
     from gpulab.tune.trial import run_trial
 
-    trial = run_trial(
-        {"recipe": "mlp", "options": {"samples": 1000}}, {}, samples=640, deadline=0.0, label="x"
-    )
+    user = {"recipe": "mlp", "options": {"samples": 1000}}
+    # On a clock of the test's own (no SIGALRM on it), the watch stops the fit at the first step's end.
+    ticks = iter(range(10**6))
+    trial = run_trial(user, {}, samples=640, deadline=0.0, label="x", clock=lambda: float(next(ticks)))
     assert trial.status == "stopped" and trial.samples_per_s is None
     assert trial.steps == 1 and "budget" in trial.reason
+    # On the real clock SIGALRM stops it where it is, before a step ends (a long compile is one step).
+    trial = run_trial(user, {}, samples=640, deadline=0.0, label="x")
+    assert trial.status == "stopped" and trial.samples_per_s is None
+    assert trial.steps == 0 and "budget" in trial.reason
 
 
 def test_a_bad_budget_or_tolerance_is_one_line(capsys):
@@ -77,3 +82,11 @@ def test_a_fast_step_gets_longer_trials_so_each_repeat_lasts_long_enough_to_time
     # ... unless a trial would then outlast its share of the budget: at 1,000 steps/s, 7 intervals of
     # 100 steps fill 0.7 s
     assert trial_samples(30, 64, 64_000.0, 0.2, max_s=0.7) == (1 + 6 * 100) * 64
+
+
+def test_a_slow_step_gets_shorter_trials_so_one_fits_its_share_of_the_budget():
+    from gpulab.tune.search import trial_samples
+
+    # digits on a loaded 2-core VM: 66 samples/s, one step a second; 30 steps would take 29 s of a 15 s share
+    assert trial_samples(30, 64, 66.0, 0.2, max_s=15.0) == 15 * 64
+    assert trial_samples(30, 64, 6.6, 0.2, max_s=15.0) == 7 * 64  # still a warm-up step and 6 repeats

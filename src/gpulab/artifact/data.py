@@ -3,25 +3,32 @@
 those names), cut into batches.
 
 ``named_*`` serve models of any inputs (a dict batch's keys, several tuple inputs) and say how the model
-is called; the tuple-only ``from_npz``/``from_recipe`` remain for the TensorFlow side's one-input models."""
+is called; the tuple-only ``from_npz``/``from_recipe`` remain for the TensorFlow side's one-input models.
+
+The inputs are torch tensors (infer runs every artifact on them); torch is imported by the functions that
+make them, not as this module loads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from gpulab.artifact import arrays
 from gpulab.errors import DataError
 
-Inputs = tuple[torch.Tensor, ...]
+if TYPE_CHECKING:
+    import torch
+
+Inputs = tuple  # of torch tensors
 
 
 def from_npz(path: str | Path) -> tuple[Inputs, torch.Tensor | None]:
+    import torch
+
     inputs, target = arrays.from_npz(path)
     return tuple(map(torch.from_numpy, inputs)), None if target is None else torch.from_numpy(target)
 
@@ -29,6 +36,8 @@ def from_npz(path: str | Path) -> tuple[Inputs, torch.Tensor | None]:
 def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None]:
     """A recipe's ``val_data`` as tensors: a tuple ``(inputs..., target)`` of tensors or NumPy arrays, a
     ``tf.data.Dataset`` of such batches, or a generator/iterable of them (what a Keras user passes)."""
+    import torch
+
     val_data = as_torch(val_data)
     if (
         isinstance(val_data, (tuple, list))
@@ -45,6 +54,8 @@ def from_recipe(val_data: Any, recipe: str) -> tuple[Inputs, torch.Tensor | None
 def as_torch(data: Any) -> Any:
     """NumPy arrays, a ``tf.data.Dataset`` or a generator of ``(inputs..., target)`` batches as one tuple
     of torch tensors (batches concatenated, ``arrays.as_arrays``); anything else as it is."""
+    import torch
+
     found = arrays.as_arrays(data)
     if isinstance(found, tuple) and all(isinstance(a, np.ndarray) for a in found):
         return tuple(torch.from_numpy(a) for a in found)
@@ -70,6 +81,8 @@ class Named:
 
 def _collated(val_data: Any) -> Any:
     """A map-style Dataset of samples as one batch of tensors (the default collate); else as it is."""
+    import torch
+
     if isinstance(val_data, torch.utils.data.Dataset) and hasattr(val_data, "__len__"):
         from torch.utils.data import default_collate
 
@@ -80,6 +93,8 @@ def _collated(val_data: Any) -> Any:
 def named_from_recipe(val_data: Any, recipe: str, signature: Any) -> Named:
     """A recipe's validation data as named inputs: a tuple ``(inputs..., target)``, a dict of tensors
     (its target ``labels``), or a map-style Dataset of either."""
+    import torch
+
     data = _collated(val_data)
     if isinstance(data, Mapping) and data and all(isinstance(v, torch.Tensor) for v in data.values()):
         names = signature.input_names(data)
@@ -96,6 +111,8 @@ def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | N
     """An .npz's arrays as named inputs. ``names`` (an artifact's inputs): the arrays of those names, or
     the arrays in file order when none is named alike. Otherwise (an export) the arrays ``forward`` takes
     by name are passed by keyword; arrays it does not name are passed by position."""
+    import torch
+
     arrays = _read_npz(path)
     found = next((arrays.pop(t) for t in TARGET_NAMES if t in arrays), None)
     target = None if found is None else torch.from_numpy(found)
@@ -121,6 +138,8 @@ _read_npz = arrays.read_npz
 
 
 def run_batched(fn: Callable[..., torch.Tensor], inputs: Inputs, size: int, fixed: bool) -> torch.Tensor:
+    import torch
+
     with torch.no_grad():
         # torch.as_tensor: a TensorFlow runtime's runner (infer of a TF artifact) returns NumPy arrays
         chunks = arrays.batches(inputs, size, fixed, cat=torch.cat)
@@ -130,5 +149,7 @@ def run_batched(fn: Callable[..., torch.Tensor], inputs: Inputs, size: int, fixe
 
 def example(inputs: Inputs, batch: int) -> Inputs:
     """``batch`` rows to trace with (repeated when the data has fewer)."""
+    import torch
+
     index = torch.arange(batch) % len(inputs[0])
     return tuple(x[index] for x in inputs)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines import DEFAULT
 from gpulab.errors import CheckpointError
 
 SUMMARY_FILE = "summary.json"  # as core/summary.py writes it (not imported: keeps export's checks light)
@@ -25,7 +26,7 @@ def run_summary(path: Path) -> dict[str, Any] | None:
 def run_engine(path: Path) -> str:
     """``torch`` or ``tensorflow``: what trained the run (summary.json's ``engine``; torch if none)."""
     summary = run_summary(path) if path.is_dir() else None
-    return str((summary or {}).get("engine") or "torch")
+    return str((summary or {}).get("engine") or DEFAULT)
 
 
 def file_stem(recipe: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
+from gpulab.engines import DEFAULT
 from gpulab.engines import get as get_engine
 from gpulab.errors import ConfigError, choices
 from gpulab.measure.results import new_document, write_results
@@ -37,15 +38,15 @@ class BenchConfig:
     warmup: int | None = None
     memory_limit_mib: int | None = None
     threads: int | None = None  # torch's CPU threads; None leaves torch's default
-    engines: list[str] = field(default_factory=lambda: ["torch"])  # torch, tensorflow, or both in order
+    engines: list[str] = field(default_factory=lambda: [DEFAULT])  # torch, tensorflow, or both in order
 
     def engine_names(self) -> list[str]:
-        from gpulab.config import ENGINES
+        from gpulab.engines import names
 
-        unknown = [e for e in self.engines if e not in ENGINES]
+        unknown = [e for e in self.engines if e not in names()]
         if unknown or not self.engines:
             raise ConfigError(
-                f"unknown bench engine {(unknown or [''])[0]!r}; valid choices: {choices(ENGINES)} "
+                f"unknown bench engine {(unknown or [''])[0]!r}; valid choices: {choices(names())} "
                 "(comma-separated for both, e.g. --engine torch,tensorflow)"
             )
         return list(dict.fromkeys(self.engines))
@@ -98,15 +99,15 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
-    in_process = any(get_engine(name).bench_in_process for name in engines)
-    doc = new_document(settings, environment(device, torch_side=in_process))
+    in_process = [e for e in map(get_engine, engines) if e.bench_in_process]
+    doc = new_document(settings, environment(device, in_process))
     out = Path(config.out_dir)
     for engine in engines:
         get_engine(engine).bench(names, ctx, config, doc, out, log)
     if len(engines) > 1:
         from gpulab.bench.versus import add_comparison
 
-        add_comparison(doc, out)
+        add_comparison(doc, out, (engines[0], engines[1]))  # the first two side by side
     write_results(doc, out)
     write_report(doc, out)
     return doc

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulab.core.summary import environment as core_environment
 from gpulab.measure.results import gpu_readings
 
+if TYPE_CHECKING:
+    from gpulab.engines import Engine
 
-def environment(device: Any, torch_side: bool = True) -> dict[str, Any]:
-    """Versions, machine, devices, and NVML's clocks/power/temperature for the GPUs when it answers.
-    ``torch_side``: torch's versions, threads and devices too (a TensorFlow-only bench has no torch here:
-    its worker adds TensorFlow's versions and device)."""
+
+def environment(device: Any, in_process: list[Engine]) -> dict[str, Any]:
+    """Versions, machine, devices, and NVML's clocks/power/temperature for the GPUs when it answers; each
+    engine whose suites run in this process adds its own (``Engine.bench_environment``: torch's versions,
+    threads and devices); an engine whose worker picks its device adds them from there."""
     from gpulab.hardware import nvml
 
-    env = _torch_environment() if torch_side else core_environment({}, None)
+    env = core_environment({}, None)
+    for engine in in_process:
+        env |= engine.bench_environment()
     env.update(
         {
             "platform": platform.platform(),
@@ -32,17 +37,3 @@ def environment(device: Any, torch_side: bool = True) -> dict[str, Any]:
     if available:
         env["nvml"] = gpu_readings()
     return env
-
-
-def _torch_environment() -> dict[str, Any]:
-    import torch
-
-    from gpulab.engines.torch.train.run import environment as run_environment
-    from gpulab.hardware.devices import discover
-
-    return run_environment() | {
-        "torch_threads": torch.get_num_threads(),
-        "cuda_runtime": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "devices": [d.to_json() for d in discover()],
-    }

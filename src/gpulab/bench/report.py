@@ -12,6 +12,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from gpulab.bench.versus import speed_ratio
+from gpulab.engines import DEFAULT
+
 REPORT_FILE = "report.html"
 
 _STYLE = """
@@ -74,19 +77,23 @@ _SIDES = (("time", "time (ms)"), ("throughput", "throughput"), ("peak_memory", "
 
 
 def _comparison(doc: dict[str, Any], out_dir: Path) -> str:
-    """PyTorch against TensorFlow (``doc["comparison"]``, from ``bench.versus``) and the suites skipped."""
+    """Two engines side by side (``doc["comparison"]``, from ``bench.versus``: what it says of each engine,
+    the rows) and the suites skipped."""
     skipped = doc.get("skipped") or []
     comparison = doc.get("comparison")
     if comparison is None and not skipped:
         return ""
-    parts = ['<section id="comparison"><h2>PyTorch vs TensorFlow</h2>']
+    sides = (comparison or {}).get("engines") or {}
+    title = " vs ".join(side["framework"] for side in sides.values()) or "Suites skipped"
+    parts = [f'<section id="comparison"><h2>{escape(title)}</h2>']
     if comparison is not None:
+        speedups = " and ".join(f"{s['compile_speedup']} ({s['framework']})" for s in sides.values())
         parts.append(
             "<p>The same workloads on both engines. Throughput is samples/s for training steps, TFLOP/s for "
-            "matmul; compile speed-up is torch.compile over eager (PyTorch) and XLA over tf.function "
-            "(TensorFlow); n/a: the engine does not give the figure here (the row's reason on hover).</p>"
+            f"matmul; compile speed-up is {escape(speedups)}; n/a: the engine does not give the figure here "
+            "(the row's reason on hover).</p>"
         )
-        parts.append(_comparison_table(comparison["rows"]))
+        parts.append(_comparison_table(comparison["rows"], sides))
         for plot in comparison.get("plots") or []:
             parts.append(_image(plot, out_dir))
     parts += [f"<p>{escape(s['reason'])}</p>" for s in skipped]
@@ -94,19 +101,20 @@ def _comparison(doc: dict[str, Any], out_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def _comparison_table(rows: list[dict[str, Any]]) -> str:
+def _comparison_table(rows: list[dict[str, Any]], sides: dict[str, dict[str, str]]) -> str:
     if not rows:
         return "<p>No workload was measured on both engines.</p>"
+    (a, a_name), (b, b_name) = ((name, escape(side["framework"])) for name, side in sides.items())
     head = "<th>workload</th><th>throughput unit</th>"
     for _, title in (*_SIDES, ("compile_speedup", "compile speed-up (x)")):
-        head += f"<th>PyTorch {escape(title)}</th><th>TensorFlow {escape(title)}</th>"
-    head += "<th>TensorFlow speed vs PyTorch (x)</th>"
+        head += f"<th>{a_name} {escape(title)}</th><th>{b_name} {escape(title)}</th>"
+    head += f"<th>{b_name} speed vs {a_name} (x)</th>"
     body = []
     for row in rows:
-        unit = (row["torch"].get("throughput") or row["tensorflow"].get("throughput") or {}).get("unit", "")
+        unit = (row[a].get("throughput") or row[b].get("throughput") or {}).get("unit", "")
         cells = [f"<td>{escape(row['workload'])}</td>", f"<td>{escape(unit)}</td>"]
         for field, _ in (*_SIDES, ("compile_speedup", "")):
-            for engine in ("torch", "tensorflow"):
+            for engine in (a, b):
                 side = row[engine]
                 fig = side.get(field)
                 if fig is None:
@@ -114,9 +122,8 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
                     cells.append(f'<td class="num" title="{escape(why)}">n/a</td>')
                 else:
                     cells.append(_figure_cell(fig))
-        a, b = row["torch"].get("time"), row["tensorflow"].get("time")
-        ratio = a["value"] / b["value"] if a and b and b["value"] else None
-        cells.append(f'<td class="num">{format_number(ratio)}</td>')
+        ratio = speed_ratio(row, a, b)
+        cells.append(f'<td class="num">{format_number(ratio and ratio["value"])}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (
         f'<table class="results versus"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
@@ -137,7 +144,7 @@ def _suite(name: str, suite: dict[str, Any], out_dir: Path) -> str:
     parts = [
         f'<section id="suite-{escape(name)}" data-suite="{escape(name)}">',
         f"<h2>{escape(suite.get('title', name))} <small>({escape(name)}, "
-        f"{escape(suite.get('engine', 'torch'))})</small></h2>",
+        f"{escape(suite.get('engine', DEFAULT))})</small></h2>",  # older results: torch's
         f"<p>{escape(suite.get('description', ''))}</p>",
         f'<p class="meta{" error" if status != "ok" else ""}">status {escape(status)}, '
         f"{suite.get('seconds', 0):.1f} s</p>",

@@ -7,12 +7,12 @@ complete one. Which engine wrote it is the MANIFEST's layout (``full``, ``sharde
 
 - ``io``: durable file operations, the MANIFEST, the directory names and layouts (stdlib only)
 - ``read`` / ``save``: finding and deserialising a checkpoint safely; the atomic commit and pruning
-- ``contents``: what ``state.pt`` and the safetensors file may hold (``save`` checks a torch state with it)
-- ``rng``: the random generators' state a checkpoint keeps for exact resume
-- the torch-format functions (``save_checkpoint``, ``load_checkpoint``, ``inspect_checkpoint``, ...) and
-  FSDP2's sharded checkpoints are the torch engine's: ``gpulab.engines.torch.checkpoint``
+- ``inspect``: the storage's report (files and checksums) that ``gpulab checkpoint inspect`` starts from
 - ``locate``: the checkpoint a resume starts from, verified by every rank; ``refuse``: the resume refusal
+- the torch format (``save_checkpoint``, ``load_checkpoint``, ...), what its ``state.pt`` may hold
+  (``contents``), the RNG state it keeps (``rng``) and FSDP2's sharded checkpoints are the torch
+  engine's: ``gpulab.engines.torch.checkpoint``
 
-This file imports nothing, so ``import gpulab.checkpoint`` loads neither torch nor TensorFlow; no module
-here imports TensorFlow.
+No module here imports torch as it loads (``read`` and ``save`` import it to read or write a torch state)
+or TensorFlow.
 """

@@ -12,7 +12,7 @@ import warnings
 
 import typer
 
-from gpulab.errors import GpulabError, GpulabWarning
+from gpulab.errors import GpulabError, GpulabWarning, choices
 
 app = typer.Typer(
     name="gpulab",
@@ -67,8 +67,19 @@ def entry() -> None:
     sys.exit(code)
 
 
-# A framework that is an extra (pyproject.toml): its absence is one line naming the extra, exit 2.
-EXTRAS = {"torch": ("PyTorch", "tensorflow"), "tensorflow": ("TensorFlow", "torch")}  # module: (name, other)
+def _missing_framework(module: str | None) -> str | None:
+    """A framework that is an engine's extra (pyproject.toml) is missing: one line naming the extra and
+    the other engines; None for any other missing module (a bug: its traceback)."""
+    from gpulab import engines
+
+    engine = engines.for_framework(module)
+    if engine is None:
+        return None
+    others = choices([name for name in engines.names() if name != engine.name])
+    return (
+        f"{engine.framework} is not installed and this command needs it (the {engine.name} engine); "
+        f"fix: pip install 'gpulab[{engine.extra}]'" + (f", or use --engine {others}" if others else "")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,14 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except ModuleNotFoundError as exc:
-        if debug or exc.name not in EXTRAS:
+        line = None if debug else _missing_framework(exc.name)
+        if line is None:
             raise
-        label, other = EXTRAS[exc.name]
-        print(
-            f"gpulab: error: {label} is not installed and this command needs it (the {exc.name} engine); "
-            f"fix: pip install 'gpulab[{exc.name}]', or use --engine {other}",
-            file=sys.stderr,
-        )
+        print(f"gpulab: error: {line}", file=sys.stderr)
         return 2
     except GpulabError as exc:
         if debug:

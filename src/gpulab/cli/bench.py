@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpulab import engines
+
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within noise": "", "info": "dim"}
 
 
@@ -43,10 +45,10 @@ def bench(
     ),
     threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch (default: torch's)"),
     engine: str = typer.Option(
-        "torch",
+        engines.DEFAULT,
         "--engine",
-        help="torch|tensorflow|torch,tensorflow: both adds a PyTorch-vs-TensorFlow table to the report "
-        "(TensorFlow: matmul precision memory accumulate compile; other suites are skipped)",
+        help=engines.option_help() + "; several comma-separated (torch,tensorflow): the first two side "
+        "by side in the report (a suite an engine has no side of is skipped, with why)",
     ),
     smoke: bool = typer.Option(False, "--smoke", hidden=True, help="Tiny sizes, for tests."),
 ) -> None:

@@ -105,9 +105,15 @@ def export(
 
     The checkpoint is verified against its manifest first.
     """
-    from gpulab.engines.torch.checkpoint.api import export_weights
+    from gpulab import engines
+    from gpulab.checkpoint.io import manifest_layout, verify_manifest
+    from gpulab.checkpoint.read import locate
 
-    written = export_weights(_checkpoints(path)[0], to)  # weights only: no recipe is read or imported
+    directory, verified = locate(_checkpoints(path)[0])
+    if not verified:
+        verify_manifest(directory)
+    # the weights by the engine that wrote them (its MANIFEST's layout); no recipe is read or imported
+    written = engines.for_layout(manifest_layout(directory)).export_weights(directory, to)
     make_console().print(f"wrote {written}")
 
 

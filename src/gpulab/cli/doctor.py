@@ -9,8 +9,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpulab import engines
 from gpulab.cli.console import make_console
-from gpulab.hardware.doctor import Report, run_doctor
+from gpulab.hardware.doctor import Report
+from gpulab.hardware.doctor import run_doctor as machine_doctor
+from gpulab.hardware.facts import Facts
 
 _STYLE = {"ok": "green", "info": "cyan", "warn": "yellow", "fail": "bold red"}
 
@@ -42,6 +45,11 @@ def render(report: Report, console: Console) -> None:
     console.print(checks)
 
 
+def run_doctor(facts: Facts | None = None) -> Report:
+    """The machine's checks, then each engine's (``Engine.doctor``), on facts gathered once."""
+    return machine_doctor(facts, lambda f: [c for n in engines.names() for c in engines.get(n).doctor(f)])
+
+
 def doctor(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (see the README) instead."),
     peak: bool = typer.Option(
@@ -51,8 +59,9 @@ def doctor(
     """Check that this machine is right for training.
 
     Checks torch against the GPUs present, CUDA runtime and driver, CUDA_VISIBLE_DEVICES, NCCL, shared
-    memory, threads, TensorFlow (version, build, GPUs, XLA; when installed) and a compute sanity check on
-    every device, and prints the fix for what is not right. Exit 1 when a check fails.
+    memory, threads and a compute sanity check on every device, then each engine's own checks (TensorFlow:
+    version, build, GPUs, XLA, when installed), and prints the fix for what is not right. Exit 1 when a
+    check fails.
     """
     report = run_doctor()
     out = report.to_json()

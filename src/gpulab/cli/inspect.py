@@ -35,7 +35,7 @@ def inspect(
     depth: int = typer.Option(3, "--depth", min=0, help="Show nested modules down to this call depth"),
     precision: str = typer.Option(None, help=precisions.HELP),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu: whose memory the step must fit"),
-    engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
+    engine: str = typer.Option(None, "--engine", help=engines.option_help()),
     as_json: bool = typer.Option(False, "--json", help="Print the rows and totals as JSON"),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
@@ -149,11 +149,12 @@ def render(report, depth: int, console: Console) -> None:
         word = "[green]fits[/]" if report.fits else "[red]does not fit[/]"
         verdict = f"{word} under {_mib(report.limit_bytes)} ({report.limit_source})"
     during = max(m.forward_backward_peak_bytes, m.gradients_bytes + m.optimizer_step_bytes)
+    data = f"data held by the loader {_mib(m.data_bytes)} + " if m.data_bytes else ""
     console.print(
         f"predicted peak memory of a training step at batch {m.batch_size} "
         f"({report.optimizer or 'no optimizer'}): {_mib(m.predicted_peak_bytes)} = parameters "
         f"{_mib(m.parameters_bytes + m.buffers_bytes)} + optimizer state {_mib(m.optimizer_state_bytes)} + "
-        f"batch {_mib(m.batch_bytes)} + peak of forward/backward {_mib(during)}; {verdict}",
+        f"{data}batch {_mib(m.batch_bytes)} + peak of forward/backward {_mib(during)}; {verdict}",
         highlight=False,
     )
 

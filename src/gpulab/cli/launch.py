@@ -68,9 +68,7 @@ def launch(
     memory_per_node: str = typer.Option(
         None, "--memory-per-node", help="k8s: memory a pod requests, e.g. 64Gi (default: 16Gi a process)"
     ),
-    engine: str = typer.Option(
-        "torch", "--engine", help="torch (torchrun) or tensorflow (TF_CONFIG workers)"
-    ),
+    engine: str = typer.Option(engines.DEFAULT, "--engine", help=engines.option_help()),
     hosts: str = typer.Option(
         None,
         "--hosts",
@@ -151,12 +149,11 @@ def _check_command(command: list[str], module: bool) -> None:
 
 def _check_engine_options(engine: str, given: dict) -> None:
     """An unknown engine, or an option only another engine's launcher has, is one line (exit 2)."""
-    from gpulab.config import ENGINES
     from gpulab.errors import LaunchError, choices
 
-    if engine not in ENGINES:
-        raise LaunchError(f"--engine {engine!r} is not one of {choices(ENGINES)}")
-    for other in (engines.get(name) for name in ENGINES if name != engine):
+    if engine not in engines.names():
+        raise LaunchError(f"--engine {engine!r} is not one of {choices(engines.names())}")
+    for other in (engines.get(name) for name in engines.names() if name != engine):
         for option, name, default in other.launch_options:
             if given[name] != default:
                 raise LaunchError(

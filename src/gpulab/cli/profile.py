@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpulab import precisions
+from gpulab import engines, precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -50,7 +50,7 @@ def profile(
     engine: str = typer.Option(
         None,
         "--engine",
-        help="torch|tensorflow (TensorFlow: a profiler trace for TensorBoard in DIR/tf_trace)",
+        help=engines.option_help(),
     ),
     set_: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="Any other setting (repeatable)"),
 ) -> None:
@@ -58,7 +58,6 @@ def profile(
 
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
-    from gpulab import engines
     from gpulab.measure.profile_report import ProfileOptions
 
     flags = {
@@ -132,23 +131,26 @@ def render(report: dict, console: Console) -> None:
     console.print(f"fix: {d['fix']}", highlight=False)
 
 
-_TF_ROWS = (("data", "data wait"), ("compute", "forward+backward+optimizer (one graph)"))
+_STEP_ROWS = (("data", "data wait"), ("compute", "forward+backward+optimizer (one graph)"))
 
 
-def render_tf(report: dict, console: Console) -> None:
-    """TensorFlow's profile: data and compute per step, the summary, and what TensorFlow does not give."""
+def render_steps(report: dict, console: Console) -> None:
+    """An engine's profile of step times only (TensorFlow's): data and compute per step, the summary, and
+    what the engine does not give."""
+    engine = engines.get(report["engine"])
     console.print(
-        f"{report.get('recipe', '')} on {report['device']} ({report['precision']}, engine tensorflow"
-        f"{', XLA' if report['compiled'] else ''}), batch {report['batch_size']}: mean of {_kept(report)}",
+        f"{report.get('recipe', '')} on {report['device']} ({report['precision']}, engine {engine.name}"
+        f"{f', {engine.compiler}' if report['compiled'] else ''}), batch {report['batch_size']}: "
+        f"mean of {_kept(report)}",
         highlight=False,
     )
-    _breakdown(console, report, _TF_ROWS)
+    _breakdown(console, report, _STEP_ROWS)
     mem = report["memory"]
     console.print(
         f"memory ({mem.get('kind', '?')}): peak {mem['peak_bytes'] / 2**20:,.1f} MiB", highlight=False
     )
     missing = ", ".join(report["not_available"])
-    console.print(f"n/a on TensorFlow: {missing} (profile.json says why for each)", highlight=False)
+    console.print(f"n/a on {engine.framework}: {missing} (profile.json says why for each)", highlight=False)
     console.print(f"trace: tensorboard --logdir {report['trace_dir']} (Profile tab)", highlight=False)
 
 
@@ -162,8 +164,12 @@ def _breakdown(console: Console, report: dict, rows) -> None:
         table.add_row(label, f"{b.get(key, 0.0) * 1e3:.2f}", f"{frac.get(key, 0.0):.1%}")
     table.add_row("[bold]step[/]", f"[bold]{b['step'] * 1e3:.2f}[/]", "100.0%")
     console.print(table)
+    # One step figure: the table's (a mean, the one statistic whose phases add up to the step), which
+    # samples/s is taken from; the median is named as the same steps' other statistic, not a second step.
     console.print(
-        f"median step {report['step_s_median'] * 1e3:.2f} ms; {report['samples_per_s'] or 0:,.0f} samples/s; "
+        f"step {b['step'] * 1e3:.2f} ms "
+        f"(the table's mean; their median {report['step_s_median'] * 1e3:.2f} ms); "
+        f"{report['samples_per_s'] or 0:,.0f} samples/s at that step; "
         f"{_flops(report['flops_per_step'])} per step ({report['flops_method']}); "
         f"achieved {_flops(report['achieved_flops_per_s'])}/s",
         highlight=False,
@@ -194,7 +200,7 @@ def _pct(value: float | None) -> str:
 
 
 # An engine's profile_view -> how its report is drawn: a per-phase breakdown, or step times only.
-VIEWS = {"phases": render, "steps": render_tf}
+VIEWS = {"phases": render, "steps": render_steps}
 
 
 def register(app: typer.Typer) -> None:

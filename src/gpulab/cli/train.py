@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from gpulab import precisions
+from gpulab import engines, precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -23,7 +23,7 @@ def train(
     ),
     out: Path = typer.Option(None, "--out", help="Output directory [default: runs/RECIPE]"),
     config: Path = typer.Option(None, "--config", help="YAML file with any settings (flags override it)"),
-    engine: str = typer.Option(None, help="torch|tensorflow [default: torch]"),
+    engine: str = typer.Option(None, help=engines.option_help()),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
     precision: str = typer.Option(None, help=precisions.HELP),
     epochs: int = typer.Option(None, help="Passes over the training data"),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from gpulab import engines
 from gpulab.cli.console import make_console
 from gpulab.config import layer_settings
 
@@ -27,7 +28,7 @@ def tune(
         None, "--out", help="Where tuned.yaml, tune.json and tune.png go [default: runs/tune-RECIPE]"
     ),
     device: str = typer.Option(None, help="auto|cpu|cuda|cuda:N|mps|xpu"),
-    engine: str = typer.Option(None, "--engine", help="torch|tensorflow [default: torch]"),
+    engine: str = typer.Option(None, "--engine", help=engines.option_help()),
     tolerance: float = typer.Option(
         0.10, "--tolerance", help="A trial's loss may exceed the default's by this fraction, no more"
     ),

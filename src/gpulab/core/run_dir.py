@@ -45,6 +45,7 @@ RUN_OUTPUTS = (
     "model.weights.manifest.json",
     "trackers.json",  # the MLflow / W&B run ids a resume continues (core/callbacks/trackers.py)
     "wandb",  # W&B's own files for this run
+    "export",  # `gpulab export RUN`'s default place: an artifact of the run the overwrite removes
 )
 
 

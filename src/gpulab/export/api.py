@@ -15,7 +15,6 @@ from gpulab import engines
 from gpulab.artifact import formats
 from gpulab.artifact.run_record import run_engine
 from gpulab.artifact.sidecar import ExportResult
-from gpulab.config import ENGINES
 from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.errors import CheckpointError, ConfigError, choices
 
@@ -41,7 +40,7 @@ def check_engine(path: Path, fmt: str) -> Engine:
     naming the formats it does export to."""
     engine = engines.get(run_engine(path) if path.is_dir() else None)
     if fmt not in engine.export_formats:
-        owner = next(e for e in map(engines.get, ENGINES) if fmt in e.export_formats)
+        owner = next(e for e in map(engines.get, engines.names()) if fmt in e.export_formats)
         raise ConfigError(
             f"format {fmt} {owner.export_refusal} and {path} was trained with the {engine.name} engine; "
             f"valid for it: {choices(engine.export_formats)}"

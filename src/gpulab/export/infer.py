@@ -13,7 +13,6 @@ import numpy as np
 from gpulab import engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
-from gpulab.artifact.arrays import by_names
 from gpulab.artifact.atomic import write_atomically
 from gpulab.artifact.input_check import check_inputs
 from gpulab.artifact.loader_choice import choose_format
@@ -125,17 +124,7 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, na
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
     name = check_recorded(str(sidecar["recipe"]), str(sidecar_path(artifact)), trust)
-    # The recipe's data in its engine's layout (TensorFlow's images are NHWC).
+    # The recipe's data in its engine's layout (TensorFlow's images are NHWC), as the artifact's inputs.
     engine = engines.get(sidecar.get("engine"))
     recipe = engine.recipe(name, sidecar.get("options") or {})
-    if engine.export_named_inputs and names and None not in names:  # the artifact's inputs, by name
-        from gpulab.engines.torch.runtime.signature import Signature
-
-        data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
-        return data.inputs, data.target
-    if names and None not in names:  # (inputs, target) arrays whose inputs the artifact names (Keras's)
-        import torch
-
-        inputs, target = by_names(recipe.val_data, names, name)
-        return tuple(map(torch.from_numpy, inputs)), torch.from_numpy(target)
-    return export_data.from_recipe(recipe.val_data, name)
+    return engine.recipe_inputs(recipe, name, names if names and None not in names else None)

@@ -29,7 +29,7 @@ def _wheel_for(driver_cuda: tuple[int, int] | None) -> str:
     return fitting[-1] if fitting else CUDA_WHEELS[0][1]
 
 
-def _install_fix(driver_cuda: tuple[int, int] | None) -> str:
+def install_fix(driver_cuda: tuple[int, int] | None) -> str:
     tag = _wheel_for(driver_cuda)
     return f"pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/{tag}"
 
@@ -55,7 +55,7 @@ def check_torch(f: Facts) -> Check:
             "torch",
             "fail",
             f"torch {f.torch_version} is a CPU-only build but NVML sees {gpus} NVIDIA GPU(s)",
-            _install_fix(f.driver_cuda),
+            install_fix(f.driver_cuda),
         )
     if (
         f.torch_build in ("cuda", "rocm")
@@ -67,7 +67,7 @@ def check_torch(f: Facts) -> Check:
             "torch",
             "fail",
             f"torch {f.torch_version} was built for CUDA but sees no GPU although NVML sees {gpus}",
-            "check the driver with `nvidia-smi`, then " + _install_fix(f.driver_cuda),
+            "check the driver with `nvidia-smi`, then " + install_fix(f.driver_cuda),
         )
     where = f"{f.torch_cuda_count} GPU(s) visible" if f.torch_cuda_count else "no GPU"
     return Check("torch", "ok", f"torch {f.torch_version} ({f.torch_build} build), {where}")
@@ -86,7 +86,7 @@ def check_cuda_driver(f: Facts) -> Check:
     major, minor = (int(x) for x in f.torch_cuda.split(".")[:2])
     drv = f.driver_cuda
     detail = f"torch CUDA runtime {major}.{minor}, driver {f.driver_version} supports CUDA {drv[0]}.{drv[1]}"
-    fix = f"upgrade the NVIDIA driver to one for CUDA {major}.{minor}+, or {_install_fix(drv)}"
+    fix = f"upgrade the NVIDIA driver to one for CUDA {major}.{minor}+, or {install_fix(drv)}"
     if (major, minor) <= drv:
         return Check(name, "ok", detail)
     if major > drv[0]:
@@ -148,7 +148,7 @@ def check_nccl(f: Facts) -> Check:
         "nccl",
         "fail",
         f"{f.torch_cuda_count} GPUs but torch has no NCCL: multi-GPU training cannot use the fast backend",
-        _install_fix(f.driver_cuda),
+        install_fix(f.driver_cuda),
     )
 
 
@@ -193,78 +193,6 @@ def check_threads(f: Facts) -> Check:
     return Check("threads", "ok", detail)
 
 
-TF_INSTALL = "pip install 'gpulab[tensorflow]' (with NVIDIA GPUs: pip install 'tensorflow[and-cuda]')"
-
-
-def _tf_build(f: Facts) -> str:
-    if not f.tensorflow_cuda_build:
-        return "CPU-only build"
-    return f"CUDA {f.tensorflow_cuda or '?'} / cuDNN {f.tensorflow_cudnn or '?'} build"
-
-
-def check_tensorflow(f: Facts) -> Check:
-    """Installed? Which version and build (tf.sysconfig.get_build_info). Absent is only information."""
-    if f.tensorflow_error is not None:
-        return Check(
-            "tensorflow",
-            "warn",
-            f"TensorFlow is installed but does not import: {f.tensorflow_error}",
-            "pip install --force-reinstall 'gpulab[tensorflow]' (or tensorflow[and-cuda] with GPUs)",
-        )
-    if f.tensorflow_version is None:
-        return Check("tensorflow", "info", "not installed (needed only for --engine tensorflow)", TF_INSTALL)
-    return Check("tensorflow", "ok", f"TensorFlow {f.tensorflow_version}, {_tf_build(f)}")
-
-
-def check_tensorflow_gpus(f: Facts) -> Check | None:
-    """The GPUs TensorFlow sees against the GPUs torch sees; not shown without a working TensorFlow."""
-    name = "tensorflow-gpus"
-    if f.tensorflow_version is None or f.tensorflow_gpu_count is None:
-        return None
-    tf_n, torch_n = f.tensorflow_gpu_count, f.torch_cuda_count
-    if tf_n == torch_n:
-        seen = (
-            f"TensorFlow and torch both see {tf_n} GPU(s)"
-            if tf_n
-            else "neither TensorFlow nor torch sees a GPU"
-        )
-        return Check(name, "ok", seen)
-    detail = f"TensorFlow {f.tensorflow_version} sees {tf_n} GPU(s), torch sees {torch_n}"
-    if tf_n > torch_n:  # torch is the one missing them: its own check says more
-        return Check(name, "warn", detail, _install_fix(f.driver_cuda))
-    if not f.tensorflow_cuda_build:
-        fix = f"pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]=={f.tensorflow_version}'"
-        return Check(name, "warn", f"{detail}: a CPU-only build of TensorFlow", fix)
-    built = f.tensorflow_cuda or "?"
-    try:
-        wanted = tuple(int(x) for x in built.split(".")[:2])
-    except ValueError:
-        wanted = None
-    if wanted and f.driver_cuda and wanted > f.driver_cuda:
-        drv = f"{f.driver_cuda[0]}.{f.driver_cuda[1]}"
-        fix = f"upgrade the NVIDIA driver to one for CUDA {built}+ (this one supports CUDA {drv})"
-    else:  # the wheel's CUDA libraries are missing or do not match: the and-cuda extra pins them
-        fix = (
-            f"pip install 'tensorflow[and-cuda]=={f.tensorflow_version}' (brings the CUDA {built} libraries)"
-        )
-    return Check(name, "warn", f"{detail} (built for CUDA {built})", fix)
-
-
-def check_tensorflow_xla(f: Facts) -> Check | None:
-    """XLA (what compile: true uses on TensorFlow) compiled and ran a function; not shown without TF."""
-    if f.tensorflow_version is None:
-        return None
-    if f.tensorflow_xla_error is None:
-        return Check("tensorflow-xla", "ok", "XLA available: tf.function(jit_compile=True) compiled and ran")
-    return Check(
-        "tensorflow-xla",
-        "warn",
-        f"XLA does not work: {f.tensorflow_xla_error}",
-        "train with compile: false on --engine tensorflow, or "
-        "pip install --force-reinstall 'gpulab[tensorflow]'",
-    )
-
-
 def check_compute(f: Facts) -> Check:
     if not f.compute_errors:
         if f.torch_version is None:  # the probe runs on torch; TensorFlow's own is tensorflow-xla's
@@ -285,7 +213,8 @@ def check_compute(f: Facts) -> Check:
     )
 
 
-# A check returning None does not apply to this machine and is not shown.
+# A check returning None does not apply to this machine and is not shown. Each engine adds its own
+# (``Engine.doctor``: TensorFlow's in engines/tensorflow/doctor.py); these are the machine's and torch's.
 CHECKS: list[Callable[[Facts], Check | None]] = [
     check_torch,
     check_cuda_driver,
@@ -293,8 +222,5 @@ CHECKS: list[Callable[[Facts], Check | None]] = [
     check_nccl,
     check_shm,
     check_threads,
-    check_tensorflow,
-    check_tensorflow_gpus,
-    check_tensorflow_xla,
     check_compute,
 ]

@@ -6,6 +6,7 @@ the machine once; each function in ``checks.CHECKS`` is a pure function of those
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -58,7 +59,10 @@ def _tensorflow_json(f: Facts) -> dict[str, Any] | None:
     }
 
 
-def run_doctor(facts: Facts | None = None) -> Report:
+def run_doctor(
+    facts: Facts | None = None, engine_checks: Callable[[Facts], list[Check]] = lambda facts: []
+) -> Report:
+    """The machine's checks, then the engines' (``engine_checks``: the CLI asks each engine's ``doctor``)."""
     facts = gather_facts() if facts is None else facts
     results = (check(facts) for check in CHECKS)
-    return Report(facts, [c for c in results if c is not None])  # None: not applicable, not shown
+    return Report(facts, [c for c in results if c is not None] + engine_checks(facts))  # None: not shown

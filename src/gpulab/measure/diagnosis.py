@@ -15,6 +15,11 @@ rough but stated):
 4. memory-bound: the peak holds more than 90 % of the memory (capacity), or the device is busy but at
    under 20 % of its measured matmul peak (bandwidth: element-wise work moving bytes, not multiplying).
 5. compute-bound: otherwise.
+
+Each fix is in the words of the engine that ran (``diagnosis_advice.py``: torch's DataLoader workers and
+torch.compile, TensorFlow's tf.data cache and XLA), and names only settings that engine accepts: they are
+in ``Diagnosis.settings``, which tests/measure/test_diagnosis_settings.py walks through each engine's
+settings validation.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulab.measure.diagnosis_advice import Advice, advice_for
 from gpulab.precisions import PRECISIONS
 
 INPUT_FRACTION = 0.10
@@ -42,6 +48,9 @@ class Diagnosis:
     reason: str  # the numbers that decided it
     fix: str  # what to change, concretely
     fractions: dict[str, float] = field(default_factory=dict)  # share of the step per phase
+    settings: dict[str, Any] = field(
+        default_factory=dict
+    )  # the settings the fix names, as the engine takes them
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,19 +67,22 @@ def diagnose(
     precision: str = "fp32",
     compiled: bool = False,
     native: dict[str, bool | None] | None = None,
+    engine: str | None = None,
 ) -> Diagnosis:
     """Name the bound of a run from its step ``breakdown`` (seconds per phase and ``step``), the GPU's
     mean utilisation (None on a CPU or without NVML), the peak memory over the capacity or limit, MFU
     against the measured peak, and the time of a one-sample step over the real step's (each None if
     unknown). ``native``: ``hardware.native_dtypes.native_dtypes`` of the device (None: a GPU is assumed
-    to have fast bf16 and fp16, a CPU neither)."""
+    to have fast bf16 and fp16, a CPU neither). ``engine``: whose words and settings the fix uses (torch
+    unless named)."""
     step = breakdown.get("step") or 0.0
     fractions = {k: v / step for k, v in breakdown.items() if k != "step"} if step > 0 else {}
     on_gpu = device_type == "cuda"
     fast = _fast_low_precision(native, on_gpu)
+    words = advice_for(engine)
 
-    def verdict(bound: str, reason: str, fix: str) -> Diagnosis:
-        return Diagnosis(bound, reason, fix, fractions)
+    def verdict(bound: str, reason: str, fix: tuple[str, dict[str, Any]]) -> Diagnosis:
+        return Diagnosis(bound, reason, fix[0], fractions, fix[1])
 
     spec = PRECISIONS.get(precision)
     dtype = spec.peak_dtype if spec is not None and spec.mixed else None
@@ -78,31 +90,30 @@ def diagnose(
         return verdict(
             "compute-bound",
             f"{precision} on a device without native {dtype}: every {dtype} operation is emulated",
-            f"--precision fp32 (often many times faster here){'; or ' + fast if fast else ''}",
+            (
+                f"--precision fp32 (often many times faster here){'; or ' + fast if fast else ''}",
+                {"precision": "fp32"},
+            ),
         )
 
     data = fractions.get("data", 0.0)
     if data > INPUT_FRACTION:
-        return verdict("input-bound", f"waiting for data takes {data:.0%} of the step", _input_fix(on_gpu))
+        return verdict("input-bound", f"waiting for data takes {data:.0%} of the step", words.input(on_gpu))
     comm = fractions.get("communication", 0.0)
     if comm > COMMUNICATION_FRACTION:
         return verdict(
             "communication-bound",
             f"collectives take {comm:.0%} of the step",
-            "more work per collective: a larger batch per rank or gradient accumulation (fewer all-reduces), "
-            "bf16 gradients, bigger DDP buckets (ddp_bucket_cap_mb); or fewer, faster-connected ranks",
+            words.communication,
         )
     host = _host_bound(fractions, gpu_utilization_pct, fixed_cost_fraction, on_gpu)
     if host is not None and not (mfu is not None and mfu >= BUSY_MFU):
-        return verdict("host-bound", host, _host_fix(on_gpu, compiled))
+        return verdict("host-bound", host, _host_fix(words, on_gpu, compiled))
     if memory_peak_fraction is not None and memory_peak_fraction > MEMORY_FULL_FRACTION:
         return verdict(
             "memory-bound",
             f"the peak holds {memory_peak_fraction:.0%} of the memory",
-            "free memory: "
-            + (f"{fast} (half the activations), " if fast and _full_width(precision) else "")
-            + "activation checkpointing of the large blocks, micro_batch: auto (smaller micro-batches, "
-            "same effective batch), or FSDP to shard the state",
+            _capacity_fix(words, fast if fast and _full_width(precision) else None),
         )
     if (
         mfu is not None
@@ -113,11 +124,11 @@ def diagnose(
         return verdict(
             "memory-bound",
             f"MFU {mfu:.0%} of the measured peak{busy}: time goes to moving bytes, not multiplying",
-            _bandwidth_fix(precision, compiled, fast),
+            _bandwidth_fix(words, precision, compiled, fast),
         )
     mfu_text = f" at {mfu:.0%} of the measured peak" if mfu is not None else ""
     reason = f"the device computes most of the step{mfu_text}"
-    return verdict("compute-bound", reason, _compute_fix(precision, on_gpu, fast))
+    return verdict("compute-bound", reason, _compute_fix(words, precision, on_gpu, fast))
 
 
 def _host_bound(
@@ -133,31 +144,22 @@ def _host_bound(
     return None
 
 
-def _input_fix(on_gpu: bool) -> str:
+def _host_fix(words: Advice, on_gpu: bool, compiled: bool) -> tuple[str, dict[str, Any]]:
+    hint, settings = words.fewer_launches(compiled)
     if on_gpu:
-        return (
-            "feed faster: more DataLoader workers (--set num_workers=N), pinned memory (pin_memory) and "
-            "a deeper prefetch (prefetch_factor); or give tensors (kept on the GPU) instead of a per-sample "
-            "Dataset, and decode/augment once ahead of training or on the GPU"
-        )
-    return (
-        "feed faster: DataLoader workers (--set num_workers=N) so samples load in parallel with "
-        "compute; cache decoded samples, or give tensors instead of a per-sample Dataset"
-    )
+        syncs = f"no host syncs ({words.host_sync}) inside the step"
+        return f"launch less per sample: a larger batch, {hint}, and {syncs}", settings
+    if compiled:  # the step is compiled already: only more work per step is left
+        return "less Python per sample: a larger batch (the step is compiled already)", {}
+    text = f"less Python per sample: a larger batch, or {words.compile} to fuse small operations"
+    return text, {"compile": True}
 
 
-def _host_fix(on_gpu: bool, compiled: bool) -> str:
-    compile_hint = (
-        "CUDA graphs (torch.compile mode='reduce-overhead')"
-        if compiled
-        else "torch.compile (--compile; mode='reduce-overhead' adds CUDA graphs)"
-    )
-    if on_gpu:
-        return (
-            f"launch less per sample: a larger batch, {compile_hint}, and no host syncs (.item(), "
-            "printing tensors) inside the step"
-        )
-    return "less Python per sample: a larger batch, or torch.compile (--compile) to fuse small operations"
+def _capacity_fix(words: Advice, fast: str | None) -> tuple[str, dict[str, Any]]:
+    text, settings = words.capacity
+    if fast:
+        return f"free memory: {fast} (half the activations), {text}", {**settings, "precision": fast}
+    return f"free memory: {text}", settings
 
 
 def _full_width(precision: str) -> bool:
@@ -175,29 +177,33 @@ def _fast_low_precision(native: dict[str, bool | None] | None, on_gpu: bool) -> 
     return "fp16-mixed" if on_gpu and native.get("fp16") else None
 
 
-def _bandwidth_fix(precision: str, compiled: bool, fast: str | None) -> str:
-    parts = []
+def _bandwidth_fix(words: Advice, precision: str, compiled: bool, fast: str | None) -> tuple[str, dict]:
+    parts, settings = [], {}
     if _full_width(precision) and fast:
         parts.append(f"{fast} (half the bytes per element)")
+        settings["precision"] = fast
     if not compiled:
-        parts.append("torch.compile (--compile) to fuse element-wise operations")
+        parts.append(f"{words.compile} to fuse element-wise operations")
+        settings["compile"] = True
     parts.append("a larger batch or wider layers (more FLOPs per byte)")
-    return "raise arithmetic intensity: " + ", ".join(parts)
+    return "raise arithmetic intensity: " + ", ".join(parts), settings
 
 
-def _compute_fix(precision: str, on_gpu: bool, fast: str | None) -> str:
+def _compute_fix(words: Advice, precision: str, on_gpu: bool, fast: str | None) -> tuple[str, dict]:
     if on_gpu and precision == "fp32" and fast:
         tf32 = " (or tf32)" if fast == "bf16-mixed" else ""
-        return f"use the tensor cores: {fast}{tf32}, several times the fp32 peak"
+        return f"use the tensor cores: {fast}{tf32}, several times the fp32 peak", {"precision": fast}
     if on_gpu:
-        return "already compute-bound: add GPUs (DDP/FSDP), or cut FLOPs (fused attention, a smaller model)"
+        text, settings = words.scale_out
+        return f"already compute-bound: {text}, or cut FLOPs (fused attention, a smaller model)", settings
     if precision == "fp32" and fast:
         # Native is not always faster on a CPU (digits: bf16-mixed 0.84-1.04x here): say so, and how to know.
         return (
             f"the CPU's arithmetic is the limit: train on a GPU, or try {fast} (native on this CPU; "
-            "gpulab tune measures whether it pays)"
+            "gpulab tune measures whether it pays)",
+            {"precision": fast},
         )
-    return "the CPU's arithmetic is the limit: train on a GPU, or cut FLOPs (a smaller model)"
+    return "the CPU's arithmetic is the limit: train on a GPU, or cut FLOPs (a smaller model)", {}
 
 
 def diagnose_run(
@@ -211,6 +217,7 @@ def diagnose_run(
     precision: str = "fp32",
     compiled: bool = False,
     native: dict[str, bool | None] | None = None,
+    engine: str | None = None,
 ) -> Diagnosis:
     """``diagnose`` for a whole training run, from the Trainer's totals (no per-phase timing)."""
     return diagnose(
@@ -222,6 +229,7 @@ def diagnose_run(
         precision=precision,
         compiled=compiled,
         native=native,
+        engine=engine,
     )
 
 
@@ -240,6 +248,7 @@ def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] |
         precision=result.precision,
         compiled=result.compiled,
         native=native,
+        engine=extras.get("engine"),  # the TensorFlow trainer's result names it; torch's is the default
     )
 
 

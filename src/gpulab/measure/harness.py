@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpulab.hardware.host_memory import proc_status_bytes
+from gpulab.measure.device_seam import DeviceSeam, seam_of
 from gpulab.measure.results import Figure, Row, spread_of
 
 if TYPE_CHECKING:
     import torch
 
-# torch is imported inside the functions that need a device's clock or allocator: the TensorFlow engine's
-# bench (its parent process and its worker's CPU timings) measures with this harness and no torch.
+# The harness imports no framework: a device is asked through its engine's seam (measure/device_seam.py),
+# so the TensorFlow engine's bench (its parent process and its worker's CPU timings) loads no torch.
 
 MIB = 2**20
 
@@ -67,7 +69,7 @@ class Timing:
 def measure(
     fn: Callable[[], Any],
     *,
-    device: torch.device | str,
+    device: DeviceSeam | str,
     warmup: int = 2,
     repeats: int = 5,
     min_sample_s: float = 0.0,
@@ -78,7 +80,7 @@ def measure(
     nothing else. Calls too short for the clock (a small kernel on a GPU) are batched: with
     ``min_sample_s`` each sample times as many back-to-back calls as fill it, and reports the mean.
     """
-    device = _torch_device(device)
+    device = seam_of(device)
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats=}, {warmup=}")
     for _ in range(warmup):
@@ -90,25 +92,12 @@ def measure(
     return Timing(tuple(_timed(fn, device, inner) for _ in range(repeats)), inner)
 
 
-def _torch_device(device: torch.device | str) -> torch.device | str:
-    """``device`` as torch's device, or ``"cpu"`` as it is: a CPU clock needs no torch."""
-    if isinstance(device, str) and device == "cpu":
-        return device
-    import torch
-
-    return torch.device(device)
+def synchronize(device: DeviceSeam | str) -> None:
+    """Wait for the work queued on ``device`` (its seam's ``synchronize``; the CPU has none queued)."""
+    seam_of(device).synchronize()
 
 
-def synchronize(device: torch.device | str) -> None:
-    """Wait for the work queued on ``device``; ``"cpu"`` has none queued (and needs no torch)."""
-    if isinstance(device, str) and device == "cpu":
-        return
-    from gpulab.engines.torch.runtime.memory import synchronize as torch_synchronize
-
-    torch_synchronize(device)
-
-
-def _timed(fn: Callable[[], Any], device: torch.device | str, inner: int) -> float:
+def _timed(fn: Callable[[], Any], device: DeviceSeam, inner: int) -> float:
     synchronize(device)
     start = time.perf_counter()
     for _ in range(inner):
@@ -145,24 +134,24 @@ def missing_memory_note(rows: list[Row], name: Callable[[Row], str]) -> list[str
     return [f"No peak memory for {who}: {why}."]
 
 
-def memory_kind(device: torch.device) -> str:
-    if device.type == "cuda":
-        return "peak bytes allocated by tensors on the GPU (torch.cuda.max_memory_allocated)"
+def memory_kind(device: DeviceSeam | str) -> str:
+    seam = seam_of(device)
+    if seam.allocator_peaks:
+        return seam.peak_description
     return (
         "peak growth of the process's resident memory during the call (VmHWM reset per repeat, "
         "glibc told to return large blocks to the OS so RSS follows live tensors)"
     )
 
 
-def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: int = 2) -> MemoryReading:
-    """Peak memory of one call of ``fn`` in MiB, once per repeat (call ``fn`` once before, to warm up)."""
-    import torch
-
-    device = torch.device(device)
+def peak_memory(fn: Callable[[], Any], *, device: DeviceSeam | str, repeats: int = 2) -> MemoryReading:
+    """Peak memory of one call of ``fn`` in MiB, once per repeat (call ``fn`` once before, to warm up):
+    the allocator's peak where the device's seam has one, else the CPU's resident-set growth."""
+    device = seam_of(device)
     kind = memory_kind(device)
-    if device.type == "cuda":
-        samples = [_cuda_peak(fn, device) for _ in range(repeats)]
-    elif device.type == "cpu" and cpu_peak_supported():
+    if device.allocator_peaks:
+        samples = [_allocator_peak(fn, device) for _ in range(repeats)]
+    elif device.is_host and cpu_peak_supported():
         with _malloc_returns_large_blocks():
             samples = [cpu_peak_rss_growth(fn) for _ in range(repeats)]
         if min(samples) / MIB < CPU_RESOLUTION_MIB:  # noise only adds: the smallest is the honest one
@@ -172,14 +161,12 @@ def peak_memory(fn: Callable[[], Any], *, device: torch.device | str, repeats: i
     return MemoryReading(Figure.from_samples([s / MIB for s in samples], "MiB", "lower"), kind)
 
 
-def _cuda_peak(fn: Callable[[], Any], device: torch.device) -> int:
-    import torch
-
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
+def _allocator_peak(fn: Callable[[], Any], device: DeviceSeam) -> int:
+    device.synchronize()
+    device.reset_peak_memory()
     fn()
-    torch.cuda.synchronize(device)
-    return int(torch.cuda.max_memory_allocated(device))
+    device.synchronize()
+    return device.peak_memory_bytes()
 
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -193,8 +180,6 @@ def cpu_peak_supported() -> bool:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return False
-    from gpulab.engines.torch.runtime.memory import proc_status_bytes
-
     return proc_status_bytes("VmHWM") is not None
 
 
@@ -208,8 +193,6 @@ def cpu_peak_rss_growth(fn: Callable[[], Any]) -> int:
     """
     # Free memory glibc still holds resident would be trimmed during ``fn`` (the trim threshold is low in
     # here), lowering the resident set below ``start``: the growth would read short. Give it back first.
-    from gpulab.engines.torch.runtime.memory import proc_status_bytes
-
     _libc_malloc_trim()
     start = proc_status_bytes("VmRSS") or 0
     _CLEAR_REFS.write_text("5")  # VmHWM := current RSS
@@ -279,10 +262,16 @@ class BenchContext:
     memory_limit_bytes: int | None = None
     log: Callable[[str], None] = print
     graphs: Any = None  # the CUDA-graph backend of the cuda-graph variants; None: torch's (tests: a fake)
+    accelerator: Any = None  # the device's seam from its engine (device_seam.py); None: the host's (a CPU)
 
     @property
     def on_gpu(self) -> bool:
         return str(self.device).partition(":")[0] == "cuda"
+
+    @property
+    def seam(self) -> DeviceSeam:
+        """What the harness asks of ``device``: its engine's seam, or the host's for a CPU."""
+        return seam_of(self.device if self.accelerator is None else self.accelerator)
 
     def pick(self, by_profile: dict[str, Any]) -> Any:
         """This profile's entry of a suite's ``{"full": ..., "quick": ..., "smoke": ...}`` table."""
@@ -291,7 +280,7 @@ class BenchContext:
     def measure(self, fn: Callable[[], Any], **kwargs: Any) -> Timing:
         kwargs.setdefault("warmup", self.warmup)
         kwargs.setdefault("repeats", self.repeats)
-        kwargs.setdefault("device", self.device)
+        kwargs.setdefault("device", self.seam)
         return measure(fn, **kwargs)
 
 

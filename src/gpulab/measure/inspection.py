@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpulab.engines import DEFAULT
 from gpulab.errors import GpulabError
 
 
@@ -92,7 +93,7 @@ class InspectReport:
     limit_bytes: int | None = None
     limit_source: str = ""
     notes: list[str] = field(default_factory=list)
-    engine: str = "torch"
+    engine: str = DEFAULT
 
     @property
     def fits(self) -> bool | None:

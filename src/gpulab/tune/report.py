@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpulab.tune import plot
-from gpulab.tune.search import TuneResult, ratio
+from gpulab.tune.search import TuneResult, vs_default
 from gpulab.tune.trial import Trial
 
 TUNED_FILE, JSON_FILE = "tuned.yaml", "tune.json"
@@ -54,7 +54,7 @@ def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tu
         "tolerance": result.tolerance,
         "samples_per_trial": result.samples_per_trial,
         "speedup": _speedup(result),
-        "reverted": {"pick": result.reverted[0].label, "measured": result.reverted[1]}
+        "reverted": {"pick": result.reverted[0].label, "measured": result.reverted[1]}  # None: no time
         if result.reverted
         else None,
         "tuned": settings,
@@ -79,9 +79,15 @@ def _speedup(result: TuneResult) -> dict[str, Any] | None:
 def summary_lines(result: TuneResult) -> list[str]:
     """The verdict, then one sentence per knob."""
     b, d = result.compared or (result.best, result.default)
-    r, lo, hi = result.ratio or ratio(b.samples_per_s, d.samples_per_s)
+    r, lo, hi = vs_default(b, result)  # the table's figure for that trial
     speed = f"default {_fig(d)} samples/s"
-    if result.reverted is not None:
+    if result.reverted is not None and result.reverted[1] is None:
+        pick = result.reverted[0]
+        verdict = (
+            f"the defaults stand: the search's pick ({pick.label}, {vs_default(pick, result)[0]:.2f}x in "
+            f"the search) could not be re-measured against the default in the budget ({speed})"
+        )
+    elif result.reverted is not None:
         pick, measured = result.reverted
         verdict = (
             f"the defaults stand: the search's pick ({pick.label}) measured {measured:.2f}x the default "
@@ -92,7 +98,7 @@ def summary_lines(result: TuneResult) -> list[str]:
         others = [t for t in result.trials[1:] if t.samples_per_s and not t.label.endswith("(again)")]
         runner_up = max(others, key=lambda t: t.rate, default=None)
         if runner_up is not None:
-            r = ratio(runner_up.samples_per_s, d.samples_per_s)[0]
+            r = vs_default(runner_up, result)[0]
             why = f"{runner_up.status}: {runner_up.reason}" if runner_up.reason else runner_up.status
             verdict += f"; the fastest other trial: {runner_up.label} at {r:.2f}x ({why})"
     else:
@@ -136,7 +142,7 @@ def print_report(
         )
     fastest = max(t.rate for t in result.trials)
     for i, t in enumerate(result.trials, 1):
-        vs = f"{ratio(t.samples_per_s, result.default.samples_per_s)[0]:.2f}x" if t.samples_per_s else "-"
+        vs = f"{vs_default(t, result)[0]:.2f}x" if t.samples_per_s else "-"
         verdict = "best" if t is result.best else t.status
         table.add_row(
             str(i),

@@ -6,27 +6,46 @@ A trial only becomes the best when it is accepted (it ran, its loss is finite an
 default's at the same samples by more than ``tolerance``) and its median samples/s beats the best's by
 more than ``MIN_GAIN``: a fast config that diverges is never chosen, and noise does not pick a knob.
 Pruning: a batch that did not fit rules out larger ones at the same precision; a compile mode that
-failed rules out the other modes. When the budget runs out, the best so far stands; with time left, the
-default and the best are measured once more, back to back, and the ratio comes from that pair; a pick
-that is not faster there is undone.
+failed rules out the other modes.
+
+The budget: every trial after the default stops at the walk's deadline or after ``TRIAL_CAP`` of the
+budget, whichever comes first (``trial.py``: at a step's end, or inside a long compile by SIGALRM); the walk
+ends early enough to leave the final re-measure its time. That re-measure runs the default and the best
+once more, back to back, and the ratio comes from that pair; a pick that is not faster there, or that
+could not be re-measured in the budget, is undone: nothing is recommended unmeasured. Every ratio printed
+(table, sentences, verdict) is one trial's samples/s over the default's (``vs_default``).
+All of it on one clock (``clock``: time.monotonic; a test gives a stub).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulab.engines import DEFAULT
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure
-from gpulab.tune.trial import INTERVALS, Trial, engine_for, largest_batch, run_trial
+from gpulab.tune.trial import (
+    INTERVALS,
+    Trial,
+    TrialStopped,
+    Watch,
+    engine_for,
+    largest_batch,
+    run_trial,
+    stop_at_deadline,
+)
 
 MIN_GAIN = 0.03  # a knob must beat the best by more than this to be chosen (see ``beats``)
 MIN_INTERVAL_S = 0.2  # the shortest repeat worth timing (see ``trial_samples``)
 TRIAL_SHARE = 8  # a trial lengthened for timing lasts at most budget / TRIAL_SHARE
+TRIAL_CAP = 0.25  # no trial after the default runs past this share of the budget (a compile, say)
+CONFIRM_MARGIN = 1.2  # the final re-measure is given this many times its two trials' walls
 UNSET = {"prefetch_factor": "AUTOTUNE", "num_workers": "auto"}  # what a knob left unset means
 
 
@@ -56,13 +75,22 @@ class TuneResult:
     elapsed_s: float = 0.0
     out_of_budget: bool = False
     largest: dict[str, Any] | None = None  # the batch search's outcome
-    reverted: tuple[Trial, float] | None = None  # the pick the final re-measure undid, and its ratio
-    engine: str = "torch"
+    # the pick the final re-measure undid, and its ratio (None: no time was left to re-measure it)
+    reverted: tuple[Trial, float | None] | None = None
+    engine: str = DEFAULT
 
 
 def ratio(a: Figure, b: Figure) -> tuple[float, float, float]:
     """a/b as (median ratio, worst case, best case) from the two figures' spreads."""
     return a.value / b.value, a.low / b.high, a.high / b.low
+
+
+def vs_default(trial: Trial, result: TuneResult) -> tuple[float, float, float]:
+    """A trial's samples/s over the default's: the one figure the table, the sentences and the verdict
+    print. The final re-measure's tuned trial is set against the default re-measured beside it."""
+    if result.compared is not None and trial is result.compared[0]:
+        return ratio(trial.samples_per_s, result.compared[1].samples_per_s)
+    return ratio(trial.samples_per_s, result.default.samples_per_s)
 
 
 def beats(trial: Trial, best: Trial) -> bool:
@@ -113,13 +141,18 @@ def trial_samples(
     """Samples per trial: ``steps`` default batches, or more where a log interval (one repeat) would
     be shorter than ``min_interval_s`` at ``rate`` (the warm-up's samples/s) -- the harness's
     ``min_sample_s`` rule: a repeat of a few milliseconds measures the clock and the neighbours --
-    but not so many that a trial would last over ``max_s`` (a share of the budget)."""
+    but not so many that a trial would last over ``max_s`` (a share of the budget): a slow step gets
+    fewer than ``steps``, down to one per timed interval."""
     if not rate:
         return steps * batch
     per_interval = math.ceil(min_interval_s * rate / batch)
     cap = max_s * rate / (batch * (1 + INTERVALS))  # steps per interval that fill max_s
     per_interval = min(per_interval, int(cap)) if math.isfinite(cap) else per_interval
-    return max(steps, 1 + INTERVALS * max(1, per_interval)) * batch
+    n = max(steps, 1 + INTERVALS * max(1, per_interval))
+    fill = max_s * rate / batch  # steps that fill max_s: a slow step gets fewer than ``steps``
+    if n > fill:
+        n = max(1 + INTERVALS, int(fill))  # still a warm-up step and a repeat per interval
+    return n * batch
 
 
 def _same(a: dict[str, Any], b: dict[str, Any], *keys: str) -> bool:
@@ -136,6 +169,7 @@ class Search:
         steps: int = 30,
         min_interval_s: float = MIN_INTERVAL_S,
         log: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if budget_s <= 0:
             raise ConfigError(f"--budget must be a positive number of seconds, got {budget_s}")
@@ -146,7 +180,8 @@ class Search:
         self.engine = engine_for(user)
         self.largest: dict[str, Any] | None = None  # the batch search's outcome (torch)
         self.largest_failed = ""
-        self.start = time.monotonic()
+        self.clock = clock
+        self.start = clock()
         self.deadline = self.start + budget_s
         self.trials: list[Trial] = []
         self.skipped: list[dict[str, str]] = []
@@ -163,9 +198,10 @@ class Search:
         # The process's first fit pays one-time start-up (thread pools, lazy kernels, caches) in its timed
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
         self.log("warm-up: a short fit of the default config, not measured ...")
-        warm = run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up")
+        warm = run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up", clock=self.clock)
         batch, share = int(knobs["batch_size"]), self.budget_s / TRIAL_SHARE
-        self.samples = trial_samples(self.steps, batch, warm.rate, self.min_interval_s, share)
+        rate = warm.clock_rate or warm.rate  # on the search's clock, which the shares are of
+        self.samples = trial_samples(self.steps, batch, rate, self.min_interval_s, share)
         default = self._trial("default", knobs, deadline=math.inf)  # the yardstick always runs whole
         if not default.ok:
             raise ConfigError(
@@ -189,7 +225,7 @@ class Search:
             engine=self.engine.name,
         )
         self._confirm(result)
-        result.elapsed_s = time.monotonic() - self.start
+        result.elapsed_s = self.clock() - self.start
         result.out_of_budget = any(s["reason"].startswith("budget") for s in self.skipped) or any(
             t.status == "stopped" for t in self.trials
         )
@@ -223,8 +259,11 @@ class Search:
 
     def _trial(self, label: str, settings: dict[str, Any], deadline: float | None = None) -> Trial:
         self.log(f"trial {len(self.trials) + 1}: {label} ...")
-        deadline = self.deadline if deadline is None else deadline
-        trial = run_trial(self.user, settings, samples=self.samples, deadline=deadline, label=label)
+        if deadline is None:  # the walk's end, and no trial longer than its cap
+            deadline = min(self._walk_deadline(), self.clock() + TRIAL_CAP * self.budget_s)
+        trial = run_trial(
+            self.user, settings, samples=self.samples, deadline=deadline, label=label, clock=self.clock
+        )
         if self.trials:
             guard(trial, self.default, self.tolerance)
         self.trials.append(trial)
@@ -257,12 +296,28 @@ class Search:
             self.largest_failed = "budget: no time left for the batch search"
             return None
         self.log("batch search: the largest batch that fits ...")
-        found, why = largest_batch(self.user, knobs)
+        watch = Watch(self._walk_deadline(), self.clock)  # its real steps are stopped at the walk's end too
+        found, why = None, ""
+        with contextlib.suppress(TrialStopped), stop_at_deadline(watch):
+            found, why = largest_batch(self.user, knobs)
+        if watch.stopped:  # raised through torch, it may come back as the search's own failure
+            self.largest_failed = "budget: the batch search was stopped at the walk's deadline"
+            return None
         self.largest_failed = f"the batch search failed: {why}"
         return found
 
+    def _walk_deadline(self) -> float:
+        """The budget's end less the final re-measure's time (the default's and the best's walls again)."""
+        if not self.trials:
+            return self.deadline
+        default = self.trials[0]
+        best = getattr(self, "best", default)
+        pair = default.wall_s + (best.wall_s if best is not default else default.wall_s)
+        return self.deadline - CONFIRM_MARGIN * pair
+
     def _no_time(self, cand: Candidate | None) -> str | None:
-        left = self.deadline - time.monotonic()
+        now = self.clock()
+        left, kept = self._walk_deadline() - now, self.deadline - self._walk_deadline()
         # the quickest trial without compile: the first one also pays the process's one-time start-up
         plain = [t.wall_s for t in self.trials if not t.settings.get("compile")]
         need = min(plain) if plain else 0.0
@@ -270,7 +325,8 @@ class Search:
             done = [t.warmup_s for t in self.trials if t.settings.get("compile") and t.warmup_s]
             need += max(done) if done else self.engine.compile_guess_s
         if left < need:
-            return f"budget: {left:.0f} s left, a trial needs about {need:.0f} s"
+            total = f"{max(self.deadline - now, 0.0):.0f} s left, {kept:.0f} s of it for the final re-measure"
+            return f"budget: {total}; a trial needs {need:.0f} s"
         return None
 
     def _skip_group(self, group: Group) -> None:
@@ -287,10 +343,14 @@ class Search:
             old = incumbent.settings.get("compile_mode") or "default" if old else "off"
         elif group.knob == "precision" and old != incumbent.precision:
             old = f"{old} ({incumbent.precision})"  # auto, as it resolved here
+        default = self.default.samples_per_s
         if winner is not None:
             cand = next(c for c, t, _ in tried if t is winner)
-            r, lo, hi = ratio(winner.samples_per_s, incumbent.samples_per_s)
-            text = f"{cand.label.split('=', 1)[1]} over {old}: {r:.2f}x ({lo:.2f}-{hi:.2f}) on {self.where}"
+            r, lo, hi = ratio(winner.samples_per_s, default)
+            text = f"{cand.label.split('=', 1)[1]} over {old}: {r:.2f}x the default ({lo:.2f}-{hi:.2f})"
+            if incumbent is not self.default:  # the knob's own step: from the best before it
+                text += f", {incumbent.label} before it {ratio(incumbent.samples_per_s, default)[0]:.2f}x"
+            text += f" on {self.where}"
             text += self._payback(winner, incumbent) if group.knob == "compile" else ""
             return Decision(group.knob, cand.settings, True, f"{group.knob}: {text}.")
         parts = []
@@ -299,9 +359,7 @@ class Search:
                 note = f" ({trial.reason})" if trial.reason else ""
                 if group.knob == "compile" and trial.warmup_s is not None:
                     note += f" (first step {trial.warmup_s:.1f} s)"
-                parts.append(
-                    f"{cand.label} {ratio(trial.samples_per_s, incumbent.samples_per_s)[0]:.2f}x{note}"
-                )
+                parts.append(f"{cand.label} {ratio(trial.samples_per_s, default)[0]:.2f}x the default{note}")
             else:
                 parts.append(f"{cand.label} {trial.status if trial else 'skipped'} ({why})")
         return Decision(group.knob, None, False, f"{group.knob}: kept {old}: " + "; ".join(parts) + ".")
@@ -316,33 +374,42 @@ class Search:
         return text + (f", pays back after {math.ceil(extra / saved):,} steps" if saved > 0 else "")
 
     def _confirm(self, result: TuneResult) -> None:
-        """The default and the best once more, back to back, when time is left: the ratio is then taken
-        from that pair, so drift in the machine's load over the search (a shared machine) moves both."""
+        """The default and the best once more, back to back: the ratio is then taken from that pair, so
+        drift in the machine's load over the search (a shared machine) moves both. A pick that cannot be
+        re-measured in the budget, or is not faster there, is undone."""
         best, default = result.best, result.default
-        ratio_of = ratio(best.samples_per_s, default.samples_per_s)
         result.compared = (best, default)
-        left = self.deadline - time.monotonic()
-        if best is not default and left > 1.2 * (best.wall_s + default.wall_s):
-            again_d = self._trial("default (again)", default.settings)
-            again_b = self._trial("tuned (again)", best.settings)
-            if again_d.ok and again_b.ok:
-                ratio_of = ratio(again_b.samples_per_s, again_d.samples_per_s)
-                result.compared = (again_b, again_d)
-                result.ratio_from = "default and tuned re-measured back to back at the end"
-                if ratio_of[0] < 1 + MIN_GAIN:
-                    self._revert(result, ratio_of[0])
-                    return
-        result.ratio = ratio_of
+        if best is default:
+            result.ratio = ratio(best.samples_per_s, default.samples_per_s)
+            return
+        left = self.deadline - self.clock()
+        if left < best.wall_s + default.wall_s:
+            self._revert(result, None)
+            return
+        again_d = self._trial("default (again)", default.settings, deadline=self.deadline)
+        again_b = self._trial("tuned (again)", best.settings, deadline=self.deadline)
+        if not (again_d.ok and again_b.ok):
+            self._revert(result, None)
+            return
+        result.compared = (again_b, again_d)
+        result.ratio_from = "default and tuned re-measured back to back at the end"
+        measured = ratio(again_b.samples_per_s, again_d.samples_per_s)
+        if measured[0] < 1 + MIN_GAIN:
+            self._revert(result, measured[0])  # no speed-up to report
+        else:
+            result.ratio = measured
 
-    def _revert(self, result: TuneResult, measured: float) -> None:
-        """The search's pick did not beat the default back to back at the end: the defaults stand, and
-        each knob's sentence says its win did not hold."""
+    def _revert(self, result: TuneResult, measured: float | None) -> None:
+        """The search's pick did not beat the default back to back at the end (``measured``), or could not
+        be re-measured in the budget (None): the defaults stand, and each knob's sentence says why."""
         result.reverted = (result.best, measured)
         result.best = result.default
+        why = (
+            f"the tuned config measured {measured:.2f}x the default back to back at the end"
+            if measured is not None
+            else "no time was left in the budget to re-measure it against the default"
+        )
         for decision in result.decisions:
             if decision.changed:
                 decision.changed = False
-                decision.sentence = decision.sentence.rstrip(".") + (
-                    f"; not kept: the tuned config measured {measured:.2f}x the default back to back "
-                    "at the end."
-                )
+                decision.sentence = decision.sentence.rstrip(".") + f"; not kept: {why}."

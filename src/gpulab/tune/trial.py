@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import sys
+import signal
+import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,9 +29,6 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError
 from gpulab.measure.harness import Timing
 from gpulab.measure.results import Figure
-
-# torch and the torch engine's runtime are imported by ``largest_batch`` (torch's batch search) only: a
-# TensorFlow engine's tune runs its trials without torch.
 
 # Settings every trial runs with: no files, no progress display, no MFU count (it costs a second), no
 # tracker (a trial is no run of the user's: it would be one MLflow / W&B run per trial).
@@ -61,7 +60,8 @@ class Trial:
     batch_size: int | None = None
     precision: str | None = None
     warmup_s: float | None = None  # the first step: compile, autotuning, worker start-up
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # on the search's clock
+    clock_rate: float | None = None  # samples/s after the first step, on the search's clock
     cpu_used_by_others: float | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -79,25 +79,68 @@ class Trial:
         return out
 
 
-class _Watch(Callback):
-    """Times the first step (warm-up) and ends the fit at the tune's deadline."""
+class TrialStopped(Exception):
+    """A trial that reached its deadline: the fit ends there (no validation, no end of epoch), unused."""
+
+
+class Watch(Callback):
+    """Times the first step (warm-up), measures the rate on the search's clock, and stops the fit at the
+    trial's deadline: at a step's end, or inside a long step (a compile) by SIGALRM (``stop_at_deadline``)."""
 
     graph_safe = True  # on_step_end reads the clock, no tensor: cuda_graph may capture the step
 
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
+    def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.deadline, self.clock = deadline, clock
         self.started = 0.0
         self.first_step_s: float | None = None
         self.stopped = False
+        self.steps = 0
+        self.after_first: tuple[float, int] | None = None  # (clock, samples) at the first step's end
+        self.clock_rate: float | None = None  # samples/s after the first step, on the search's clock
 
     def on_fit_start(self, trainer, state) -> None:
         self.started = time.perf_counter()
 
     def on_step_end(self, trainer, state) -> None:
+        self.steps += 1
+        now = self.clock()
         if self.first_step_s is None:  # the Trainer's clock synchronised the device just before
             self.first_step_s = time.perf_counter() - self.started
-        if time.monotonic() > self.deadline:
-            state.should_stop, self.stopped = True, True
+            self.after_first = (now, state.samples_seen)
+        elif now > self.after_first[0]:
+            self.clock_rate = (state.samples_seen - self.after_first[1]) / (now - self.after_first[0])
+        if now > self.deadline:
+            self.stopped = True
+            raise TrialStopped()
+
+
+@contextlib.contextmanager
+def stop_at_deadline(watch: Watch) -> Iterator[None]:
+    """SIGALRM at the watch's deadline, raising ``TrialStopped`` wherever the trial is (a torch.compile
+    of tens of seconds is one step; TensorFlow's C++ compile raises as it returns to Python): a trial
+    never outlasts its share by a whole compile. Only on the real clock, in the main thread, on POSIX."""
+    left = watch.deadline - time.monotonic()
+    usable = (
+        watch.clock is time.monotonic
+        and math.isfinite(left)
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def stop(signum, frame) -> None:
+        watch.stopped = True
+        raise TrialStopped()
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def engine_for(user: dict[str, Any]) -> Any:
@@ -114,34 +157,37 @@ def plan_steps(samples: int, batch_size: int) -> tuple[int, int]:
 
 
 def run_trial(
-    user: dict[str, Any], knobs: dict[str, Any], *, samples: int, deadline: float, label: str
+    user: dict[str, Any],
+    knobs: dict[str, Any],
+    *,
+    samples: int,
+    deadline: float,
+    label: str,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Trial:
-    """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it."""
+    """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it;
+    stopped at ``deadline`` on ``clock`` (the search's)."""
     trial = Trial(label, dict(knobs))
-    begun = time.monotonic()
-    watch = _Watch(deadline)
+    begun = clock()
+    watch = Watch(deadline, clock)
     caught: list[warnings.WarningMessage] = []
     printed = io.StringIO()  # the run's own lines (channels_last, ...): kept in tune.json, not shown
     try:
         with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
             warnings.simplefilter("always")
-            result = _fit(user, knobs, samples, watch, trial)
-    except NonFiniteLossError as exc:
-        trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
-    except _torch_out_of_memory():
-        trial.status, trial.reason = "failed", "does not fit: out of memory"
-    except GpulabError as exc:
-        trial.status, trial.reason = "failed", str(exc)
-    except Exception as exc:  # a knob this model cannot take (a compile error, say): named, not fatal
-        line = (str(exc).strip().splitlines() or [""])[0][:200]
-        trial.status, trial.reason = "failed", f"{type(exc).__name__}: {line}"
-        if type(exc).__name__ == "ResourceExhaustedError":  # TensorFlow's out-of-memory (not imported here)
-            trial.reason = f"does not fit: out of memory ({line})"
-        trial.extras["traceback"] = traceback.format_exc(limit=-3)
+            with stop_at_deadline(watch):
+                result = _fit(user, knobs, samples, watch, trial)
+    except Exception as exc:
+        if not watch.stopped:  # raised by the trial itself, not by its deadline
+            _failed(trial, exc, user, knobs)
+        else:
+            trial.steps = watch.steps
+            trial.status, trial.reason = "stopped", "the budget ran out during this trial"
     else:
         _read(trial, result, watch, knobs)
     finally:
-        trial.wall_s = time.monotonic() - begun
+        trial.wall_s = clock() - begun
+        trial.clock_rate = watch.clock_rate
     if printed.getvalue().strip():
         trial.extras["printed"] = printed.getvalue()[-2000:]
     notes = [str(w.message) for w in caught if "compile" in str(w.message).lower()]
@@ -150,14 +196,23 @@ def run_trial(
     return trial
 
 
-def _torch_out_of_memory() -> tuple[type[BaseException], ...]:
-    """torch's out-of-memory error where torch is loaded (a trial of the torch engine), else none: a
-    TensorFlow trial never raises it, and does not import torch to say so."""
-    torch = sys.modules.get("torch")
-    return (torch.OutOfMemoryError,) if torch is not None else ()
+def _failed(trial: Trial, exc: Exception, user: dict[str, Any], knobs: dict[str, Any]) -> None:
+    """Why a trial failed, from what it raised (a knob this model cannot take is named, not fatal)."""
+    line = (str(exc).strip().splitlines() or [""])[0][:200]
+    oom = None
+    if isinstance(exc, NonFiniteLossError):
+        trial.status, trial.reason = "rejected", f"loss not finite: {exc}"
+    elif isinstance(exc, GpulabError):
+        trial.status, trial.reason = "failed", str(exc)
+    else:  # the engine knows its framework's out-of-memory error; else a compile error, say
+        oom = engine_for(merge(user, knobs)).out_of_memory(exc)
+        trial.status, trial.reason = "failed", oom or f"{type(exc).__name__}: {line}"
+    if oom is None and not isinstance(exc, (GpulabError, NonFiniteLossError)):
+        # an out-of-memory error's traceback says nothing the reason does not
+        trial.extras["traceback"] = "".join(traceback.format_exception(exc, limit=-3))
 
 
-def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: _Watch, trial: Trial):
+def _fit(user: dict[str, Any], knobs: dict[str, Any], samples: int, watch: Watch, trial: Trial):
     merged = merge(user, knobs)
     engine = engine_for(merged)
     config, recipe, _ = engine.resolve(merged)  # seeded, the model built afresh
@@ -175,7 +230,7 @@ def _trial_settings(config: Any, samples: int, trial: Trial, *, exclude_unset: b
     return settings
 
 
-def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> None:
+def _read(trial: Trial, result: Any, watch: Watch, knobs: dict[str, Any]) -> None:
     trial.steps, trial.precision = result.steps, result.precision
     trial.samples = result.steps * (result.batch_size or 0)
     trial.warmup_s = watch.first_step_s
@@ -183,9 +238,6 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
     trial.loss = result.val_loss if result.val_loss is not None else result.final_loss
     trial.accuracy = result.accuracy
     trial.cpu_used_by_others = (result.extras.get("machine_load") or {}).get("cpu_used_by_others")
-    if watch.stopped:
-        trial.status, trial.reason = "stopped", "the budget ran out during this trial"
-        return
     if knobs.get("compile") and not result.compiled:
         trial.status = "failed"
         trial.reason = engines.get(result.extras.get("engine")).compile_failure
@@ -203,53 +255,7 @@ def _read(trial: Trial, result: Any, watch: _Watch, knobs: dict[str, Any]) -> No
 
 
 def largest_batch(user: dict[str, Any], knobs: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """The largest batch that fits with ``knobs``: ``find_batch_size`` (``runtime/batch_search.py``: real
-    steps, grown from the config's batch then bisected, under the memory limit; on a CPU without one,
-    half the RAM available) capped at the training data's size.
-
-    The Trainer's ``batch_size: auto`` starts from the memory estimate instead, which on a CPU traces
-    candidate batches up to millions of rows (half of RAM) and took 30 s for the mlp recipe on a busy
-    2-core machine; starting from the config's batch costs a few real steps.
-
+    """The largest batch that fits with ``knobs``: the engine's batch search (its tuner's
+    ``largest_batch``; torch's only, the search asks it from torch's knob walk).
     Returns ({batch_size, cap, memory_binds, search}, "") or (None, why it could not run)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from gpulab.engines.torch.runtime import Runtime
-            from gpulab.engines.torch.runtime.batch_search import (
-                TrialStep,
-                default_cpu_limit,
-                find_batch_size,
-            )
-            from gpulab.engines.torch.runtime.compile import apply_activation_checkpointing
-            from gpulab.engines.torch.runtime.memory import memory_limit_bytes
-            from gpulab.engines.torch.runtime.memory_estimate import num_rows
-            from gpulab.engines.torch.runtime.step_call import loss_step
-            from gpulab.engines.torch.train.run import resolve_config
-
-            config, recipe = resolve_config(merge(user, knobs))
-            apply_activation_checkpointing(recipe.model, config.activation_checkpointing)
-            with Runtime.from_settings(config) as rt:
-                model, optimizer = rt.setup(recipe.model, recipe.optimizer)
-                # The Trainer's call of the model (a dict batch's keys by forward's signature).
-                call = loss_step(recipe.model, recipe.loss_fn, config.model_inputs, config.model_output)
-                step = TrialStep(
-                    model, optimizer, recipe.loss_fn, recipe.train_data, device=rt.device,
-                    autocast=rt.autocast, backward=rt.backward, step=call,
-                )  # fmt: skip
-                limit = config.memory_limit if isinstance(config.memory_limit, int) else None
-                limit = limit or memory_limit_bytes(rt.device)
-                if limit is None and rt.device.type == "cpu":
-                    limit = default_cpu_limit()
-                rows = num_rows(recipe.train_data)
-                start = int(config.batch_size) if config.batch_size != "auto" else 1
-                search = find_batch_size(step, device=rt.device, limit_bytes=limit, start=start, high=rows)
-    except (GpulabError, TypeError, ValueError, RuntimeError) as exc:  # dict batches, a stream, ...
-        return None, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    binds = any(not t.fits for t in search.trials)  # else the search stopped at the data's size
-    return {
-        "batch_size": search.batch_size,
-        "memory_binds": binds,
-        "cap": rows,
-        "search": search.to_json(),
-    }, ""
+    return engine_for(merge(user, knobs)).largest_batch(user, knobs)

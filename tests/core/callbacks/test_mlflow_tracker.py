@@ -74,6 +74,8 @@ def test_a_run_appears_in_mlflow_with_its_settings_per_step_loss_and_artifacts(t
     assert mlflow_losses(client, run_id) == sorted(jsonl_losses(out).items())
     assert [s for s, _ in mlflow_losses(client, run_id)] == [5, 10, 15, 20, 25, 30]
     assert found.data.metrics["val_loss"] == pytest.approx(result.val_loss)
+    # samples_per_s holds each interval's rate; the figure gpulab prints (summary.json's) is run/samples_per_s
+    assert found.data.metrics["run/samples_per_s"] == pytest.approx(result.samples_per_s)
 
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"summary.json", "metrics.jsonl", "checkpoints"} <= artifacts

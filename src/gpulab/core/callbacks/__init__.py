@@ -1,4 +1,7 @@
-"""Callbacks, one per file: the base hooks, the progress bar, JSONL and TensorBoard loggers."""
+"""Callbacks, one per file: the base hooks (``base``) and the default list (``defaults``), the progress bar,
+the log lines, the JSONL logger, the NVML sampler, preemption, and the trackers (``trackers`` picks them:
+TensorBoard, MLflow, W&B), which hand their records over in batches alike (``hand_over``), share their run
+ids and settings (``tracker_record``) and replay what a resume missed (``tracker_replay``)."""
 
 from gpulab.core.callbacks.base import Callback, CallbackList
 from gpulab.core.callbacks.defaults import default_callbacks

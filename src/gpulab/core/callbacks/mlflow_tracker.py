@@ -4,7 +4,8 @@ Through an ``MlflowClient`` only (no fluent ``mlflow.start_run``): a user's own 
 process-wide state, are left alone. Parameters are the resolved settings and the recipe, flattened
 (``mlflow.tracking_uri``, ``options.width``); metrics are what the JSONL logger writes, at each logged step,
 handed to MLflow in batches at most every ``hand_over_s`` seconds and at the end, written by MLflow's own
-asynchronous-logging thread (the values were read from the device already: nothing here synchronises it).
+asynchronous-logging thread (the values were read from the device already: nothing here synchronises it);
+at the end, the fit's own figures (summary.json's samples/s, train seconds, ...) under ``run/``.
 At the end of a fit the last checkpoint becomes an artifact (``checkpoints/step-N/``) when it is at most
 ``mlflow.checkpoint_max_mb``; ``gpulab train`` attaches summary.json and metrics.jsonl once written.
 
@@ -22,8 +23,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from gpulab.core.callbacks.base import Callback
-from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
+from gpulab.core.callbacks.hand_over import HandOverLogger
+from gpulab.core.callbacks.tracker_record import (
+    TrackerIds,
+    cannot_start,
+    closing,
+    flat_settings,
+    numeric,
+    run_figures,
+)
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.errors import GpulabError, GpulabWarning
 from gpulab.redaction import redact
@@ -34,18 +42,16 @@ _BATCH_PARAMS = 100
 _PARAM_CHARS = 6000
 
 
-class MlflowLogger(Callback):
+class MlflowLogger(HandOverLogger):
     def __init__(self, settings: Any, out_dir: str | None, hand_over_s: float = 5.0) -> None:
+        super().__init__(hand_over_s)
         self.settings = settings
         self.ids = TrackerIds(out_dir)
         self.out_dir = out_dir
-        self.hand_over_s = hand_over_s
         self.client = None
         self.run_id: str | None = None
-        self._pending: list[Any] = []
         self._queued: list[Any] = []  # MLflow's RunOperations of batches still being written
         self._acked = Acked()
-        self._last = 0.0
 
     # -- the run --------------------------------------------------------------------------------------
     def on_fit_start(self, trainer, state):
@@ -149,17 +155,14 @@ class MlflowLogger(Callback):
         now = int(time.time() * 1000)
         values = self._acked.missing(step, numeric(metrics))
         self._pending += [Metric(k, v, now, step) for k, v in values.items()]
-        if time.monotonic() - self._last >= self.hand_over_s:
-            self._hand_over()
+        self._due()
 
-    def _hand_over(self) -> None:
+    def _write(self, pending: list[Any]) -> None:
         # MLflow's asynchronous logging: its own thread writes the batch. Synchronous, a batch cost the
         # training loop 64-245 ms (1-100 records, SQLite store, the 2-core VM at load 15); queued, 0.4-10 ms.
-        pending, self._pending = self._pending, []
         for i in range(0, len(pending), _BATCH_METRICS):
             batch = pending[i : i + _BATCH_METRICS]
             self._queued.append(self.client.log_batch(self.run_id, metrics=batch, synchronous=False))
-        self._last = time.monotonic()
 
     def _flush(self) -> None:
         """Every record written (and a failed write raised) before the run is ended."""
@@ -168,17 +171,12 @@ class MlflowLogger(Callback):
         for operation in queued:
             operation.wait()
 
-    def on_log(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
-
-    def on_validation_end(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
-
     # -- the end --------------------------------------------------------------------------------------
     def on_fit_end(self, trainer, state, result):
         if self.client is None or self.run_id is None:
             return
         preempted = state.stop_signal is not None
+        self._record(state.global_step, run_figures(result))  # the figures gpulab prints, under run/
         closing("mlflow", self._flush)
         checkpoint = getattr(trainer, "last_checkpoint", None)
         if checkpoint is not None and not preempted:  # a preempted job has seconds left: no upload

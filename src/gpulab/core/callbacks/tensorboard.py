@@ -3,7 +3,8 @@
 Records are handed to the event file writer in batches, at most every ``hand_over_s`` seconds (and at the
 end of the fit): its writer thread then wakes once per batch rather than once per logged step, which kept
 taking the GIL from the training loop (measured ~10 us per step at log_every=50 on a 250 us CPU step).
-TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere.
+TensorBoard itself flushes events to disk only every two minutes, so the delay shows nowhere. At the end,
+the fit's own figures (summary.json's samples/s, train seconds, final loss, ...) go under ``run/``.
 The writer is TensorBoard's own (what torch's SummaryWriter wraps), so no engine's framework is imported.
 
 TensorBoard's import (protobuf and its writer, about 0.3 s on the 2-core VM) runs in a thread started at
@@ -26,21 +27,20 @@ import types
 from pathlib import Path
 from typing import Any
 
-from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.hand_over import HandOverLogger
+from gpulab.core.callbacks.tracker_record import run_figures
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 
 
-class TensorBoardLogger(Callback):
+class TensorBoardLogger(HandOverLogger):
     def __init__(
         self, log_dir: str | Path, hand_over_s: float = 5.0, out_dir: str | Path | None = None
     ) -> None:
+        super().__init__(hand_over_s)
         self.log_dir = Path(log_dir)
         self.out_dir = out_dir  # where metrics.jsonl is, for a resume's catching up
         self._acked = Acked()
-        self.hand_over_s = hand_over_s
         self._writer = None
-        self._pending: list[tuple[int, dict]] = []
-        self._last = 0.0
         self._opening: threading.Thread | None = None
         self._opened: dict[str, Any] = {}
 
@@ -81,15 +81,16 @@ class TensorBoardLogger(Callback):
         return self._writer is not None
 
     def _record(self, step: int, metrics: dict) -> None:
-        self._pending.append((step, dict(metrics)))
-        if time.monotonic() - self._last >= self.hand_over_s:
-            self._hand_over()
+        self._pending.append((step, dict(metrics)))  # filtered at the hand-over: the held events are read
+        self._due()  # by then
 
     def _hand_over(self) -> None:
-        if not self._ready():
-            return
+        if self._ready():
+            super()._hand_over()
+
+    def _write(self, pending: list[tuple[int, dict]]) -> None:
         # One event per step holding all its scalars: a third of the cost of an add_scalar per metric.
-        for step, metrics in self._pending:
+        for step, metrics in pending:
             numbers = {
                 k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
             }
@@ -99,17 +100,10 @@ class TensorBoardLogger(Callback):
             ]
             if values:
                 self._writer.add_summary(self._summary(value=values), step)
-        self._pending.clear()
-        self._last = time.monotonic()
-
-    def on_log(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
-
-    def on_validation_end(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
 
     def on_fit_end(self, trainer, state, result):
         if self._ready():
+            self._pending.append((state.global_step, run_figures(result)))  # gpulab's figures, under run/
             self._hand_over()
             self._writer.close()
             self._writer = None

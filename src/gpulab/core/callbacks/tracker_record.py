@@ -88,6 +88,16 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
     }
 
 
+RUN_PREFIX = "run/"  # the fit's own figures, as summary.json holds them (see ``run_figures``)
+
+
+def run_figures(result: Any) -> dict[str, float]:
+    """The fit's figures (``FitResult``: samples/s over the whole timed fit, train seconds, final loss, ...)
+    under ``run/``: a tracker's ``samples_per_s`` series holds each log interval's rate, and its last value
+    (what a tracker's run table shows) is one interval, not the run's figure gpulab prints."""
+    return {f"{RUN_PREFIX}{k}": v for k, v in numeric(result.to_json()).items()}
+
+
 def closing(tracker: str, close: Callable[[], None]) -> None:
     """Close a tracker's run; a failure is one warning, so that the trackers after it still close and the
     run ends with its own line (metrics.jsonl has the records; a resume sends the tracker what it lacks)."""

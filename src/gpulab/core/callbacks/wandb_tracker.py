@@ -4,7 +4,8 @@ The run's files go under ``OUT/wandb/`` (``WANDB_MODE=offline`` or ``wandb.mode:
 run there, for ``wandb sync`` later, and needs no network). The config is the resolved settings and the
 recipe, flattened; metrics are what the JSONL logger writes, handed over in batches at most every
 ``hand_over_s`` seconds (W&B's own process then sends them); the FitResult's figures become the run's
-summary. A run of its own (``reinit="create_new"``): a user's run in the same process is left alone.
+summary (the last row committed first: see ``_commit_last``). A run of its own (``reinit="create_new"``): a
+user's run in the same process is left alone.
 
 Resume: the run id goes to ``OUT/trackers.json``; a resumed fit opens the same W&B run id again
 (``resume="allow"``), first sends the rows ``metrics.jsonl`` holds and W&B lacks (the steps in the run's
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpulab.core.callbacks.base import Callback
+from gpulab.core.callbacks.hand_over import HandOverLogger
 from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.core.callbacks.wandb_history import held_steps
@@ -33,16 +34,15 @@ from gpulab.core.callbacks.wandb_service import start_outside_the_run
 DEFAULT_PROJECT = "gpulab"
 
 
-class WandbLogger(Callback):
+class WandbLogger(HandOverLogger):
     def __init__(self, settings: Any, out_dir: str | None, hand_over_s: float = 5.0) -> None:
+        super().__init__(hand_over_s)
         self.settings = settings
         self.ids = TrackerIds(out_dir)
         self.out_dir = out_dir
-        self.hand_over_s = hand_over_s
         self.run = None
-        self._pending: list[tuple[int, dict[str, float]]] = []
         self._acked = Acked()
-        self._last = 0.0
+        self._logged: int | None = None  # the last step handed to W&B
 
     def on_fit_start(self, trainer, state):
         import wandb
@@ -92,26 +92,26 @@ class WandbLogger(Callback):
             self._pending[-1][1].update(values)
         else:
             self._pending.append((step, values))
-        if time.monotonic() - self._last >= self.hand_over_s:
-            self._hand_over()
+        self._due()
 
-    def _hand_over(self) -> None:
-        pending, self._pending = self._pending, []
+    def _write(self, pending: list[tuple[int, dict[str, float]]]) -> None:
         for step, values in pending:
             self.run.log(values, step=step)
-        self._last = time.monotonic()
+            self._logged = step
 
-    def on_log(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
-
-    def on_validation_end(self, trainer, state, metrics):
-        self._record(state.global_step, metrics)
+    def _commit_last(self) -> None:
+        """W&B keeps the last step's row open for more values and writes it, and its last values into the
+        run's summary, at ``finish``: after, and over, the summary gpulab sets (a run showed its last
+        interval's 30,301 samples/s for the 2,493 gpulab measured). Committed first, ours stand."""
+        self._hand_over()
+        if self._logged is not None:
+            self.run.log({}, step=self._logged, commit=True)
 
     def on_fit_end(self, trainer, state, result):
         if self.run is None:
             return
         run, preempted = self.run, state.stop_signal is not None
-        closing("wandb", self._hand_over)
+        closing("wandb", self._commit_last)
         closing("wandb", lambda: run.summary.update(numeric(result.to_json())))
         if preempted:  # W&B shows the run as preempted until a resume continues it
             closing("wandb", run.mark_preempting)

@@ -7,26 +7,70 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulab.engines.tensorflow.trainer import THREADS_HINT
+from gpulab.engines import Lack
+from gpulab.engines.tensorflow.bench import TF_PREFIX
+
+# The settings it lacks (torch's): refused in one line (config.check_engine) rather than ignored.
+_DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
+_TORCH_ONLY = (
+    "activation_checkpointing",
+    "channels_last",
+    "micro_batch",
+    "compile_mode",
+    "compile_backend",
+    "compile_check",
+    "cuda_graph",
+    "keep_best",
+    "collective_timeout_s",
+    "ddp_bucket_cap_mb",
+    "ddp_static_graph",
+    "ddp_gradient_as_bucket_view",
+    "find_unused_parameters",
+    "fsdp_shard_modules",
+    "fsdp_reshard_after_forward",
+    "num_workers",
+    "pin_memory",
+    "fuse_optimizer",
+    "model_inputs",
+    "model_output",
+)
 
 
 class TensorFlowEngine:
     name = "tensorflow"
+    framework = "TensorFlow"
+    framework_module = "tensorflow"
+    extra = "tensorflow"
+    lacks = {
+        "strategy": Lack(("auto", "single", "mirrored", "multiworker")),
+        "device": Lack(_DEVICES, said="valid there: auto|cpu|cuda|cuda:N"),
+        "batch_size": Lack(refuses=("auto",), said="give a number"),  # no batch search
+        "mfu": Lack((False,)),
+        **dict.fromkeys(_TORCH_ONLY, Lack()),
+    }
     export_formats = ("savedmodel", "tflite")
     export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
     export_precisions = ("fp32",)
     export_model = "the float32 Keras model"
-    export_named_inputs = False  # one input tensor, in file order
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
     bench_in_process = False  # a worker process of its own, which picks the device as TensorFlow sees it
+    bench_prefix = TF_PREFIX
+    bench_compile = ("graph", "xla")
+    bench_speedup = ("speedup_vs_graph", "XLA over tf.function")
+    compiler = "XLA"
     profile_view = "steps"
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
-    threads_hint = THREADS_HINT
     checkpoint_layouts = ("tensorflow",)
+
+    @property
+    def threads_hint(self) -> str:  # read by the train report, after the trainer ran
+        from gpulab.engines.tensorflow.trainer import THREADS_HINT
+
+        return THREADS_HINT
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -42,6 +86,11 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.run import environment
 
         return environment()
+
+    def doctor(self, facts: Any) -> list[Any]:
+        from gpulab.engines.tensorflow.doctor import CHECKS
+
+        return [c for c in (check(facts) for check in CHECKS) if c is not None]
 
     def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
         from gpulab.engines.tensorflow.profile import profile_tf
@@ -68,6 +117,18 @@ class TensorFlowEngine:
 
         return keras_recipe(name, dict(options))
 
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import data as export_data
+
+        if names is None:
+            return export_data.from_recipe(recipe.val_data, name)
+        import torch  # infer runs every artifact's inputs as torch tensors (artifact/data.py)
+
+        from gpulab.artifact.arrays import by_names
+
+        inputs, target = by_names(recipe.val_data, names, name)  # (inputs, target) arrays, by the names
+        return tuple(map(torch.from_numpy, inputs)), torch.from_numpy(target)
+
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         from gpulab.engines.tensorflow.launch import launch_tf
         from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT
@@ -79,6 +140,9 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.bench.launch import require_tensorflow_installed
 
         require_tensorflow_installed()
+
+    def bench_environment(self) -> dict[str, Any]:
+        return {}  # its suites run in a worker, which adds TensorFlow's versions and device (bench/worker.py)
 
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
@@ -106,6 +170,14 @@ class TensorFlowEngine:
             return
         if why is not None:
             report["problems"].append(why)
+
+    def export_weights(self, directory: Path, out: Path) -> Path:
+        from gpulab.errors import CheckpointError
+
+        raise CheckpointError(
+            f"{directory} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
+            "(checkpoint export copies a torch checkpoint's model.safetensors)"
+        )
 
 
 ENGINE = TensorFlowEngine()

@@ -118,6 +118,7 @@ def _profile(tf: Any, trainer: Any, out: Path, o: Any) -> dict[str, Any]:
     # epoch's last, shorter batch, which traces the step once more.
     keep = [i for i, t in enumerate(steps) if t <= 3 * median]
     step_s = statistics.fmean(steps[i] for i in keep)
+    median = statistics.median(steps[i] for i in keep)  # of the steps the table's mean is of
     samples = trainer.global_batch * s.accumulate
     breakdown = {
         "data": statistics.fmean(data[i] for i in keep),

@@ -97,6 +97,11 @@ def chargpt(options: dict[str, Any]) -> TfRecipe:
     from gpulab.recipe_data import chargpt_text, windows
 
     o, vocab, ids, cut = chargpt_text(options)
+    if o.chunked_loss is True:
+        raise ConfigError(
+            "options.chunked_loss=true: the TensorFlow engine's chargpt computes the whole logits; set "
+            "options.chunked_loss to auto or false, or train with --engine torch"
+        )
 
     def model() -> Any:
         from gpulab.engines.tensorflow.chargpt_model import CharGPT

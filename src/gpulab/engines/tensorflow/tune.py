@@ -21,6 +21,13 @@ class TensorFlowTuner:
     compile_guess_s = 10.0  # XLA's first compile of a step: seconds
     settings_set_only = True  # the engine refuses a torch-only setting a full dump would carry
 
+    def out_of_memory(self, exc: BaseException) -> str | None:
+        """A trial's failure as the reason tune.json gives, where it is TensorFlow's out-of-memory error
+        (by its name: TensorFlow is not imported to ask)."""
+        if type(exc).__name__ != "ResourceExhaustedError":
+            return None
+        return f"does not fit: out of memory ({(str(exc).strip().splitlines() or [''])[0][:200]})"
+
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any, DeviceName]:
         from gpulab.engines.tensorflow.devices import device_name
         from gpulab.engines.tensorflow.importing import require_tensorflow

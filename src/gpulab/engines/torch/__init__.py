@@ -4,7 +4,8 @@
 - ``runtime/``: ``Runtime`` = device x precision x strategy (``strategies/``), compile, CUDA graphs, memory
 - ``data/``: loaders, the tensor fast path, the prefetcher, transfers
 - ``recipes/``: the built-in recipes (mlp, digits, chargpt)
-- ``checkpoint/``: the torch checkpoint format and FSDP2's shards, on the shared ``gpulab.checkpoint``
+- ``checkpoint/``: the torch checkpoint format, its state's checks and RNG state, FSDP2's shards, on the
+  shared ``gpulab.checkpoint``
 - ``distributed/``: process groups and the collective watchdog
 - ``measure/``: a torch step's FLOPs and its timers
 - each verb's torch part: profile.py, inspect.py (+ inspect_model.py), export.py (with rebuild.py and
@@ -19,16 +20,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulab.engines import Lack
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
 class TorchEngine:
     name = NAME
+    framework = "PyTorch"
+    framework_module = "torch"
+    extra = "torch"
+    # the settings it lacks: the strategies it has not (precisions.STRATEGIES), the tf.data cache
+    lacks = {"strategy": Lack(("auto", "single", "ddp", "fsdp2", "dp")), "data_cache": Lack()}
     export_formats = ("exported", "onnx", "torchscript", "aoti")
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
     export_model = "the torch model"
-    export_named_inputs = True  # artifacts take the batch's keys as input names (runtime/signature.py)
     launch_options = (
         ("--rdzv-endpoint", "rdzv_endpoint", None),
         ("--rdzv-id", "rdzv_id", None),
@@ -38,6 +44,10 @@ class TorchEngine:
     launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
     launch_by_torchrun = True
     bench_in_process = True
+    bench_prefix = ""
+    bench_compile = ("eager", "default")
+    bench_speedup = ("speedup_vs_eager", "torch.compile over eager")
+    compiler = "torch.compile"
     profile_view = "phases"
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")
@@ -60,6 +70,9 @@ class TorchEngine:
 
         return environment()
 
+    def doctor(self, facts: Any) -> list[Any]:
+        return []  # the machine's checks (hardware/checks.py) are torch's: its probe runs them
+
     def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
         from gpulab.engines.torch.profile import profile_recipe
 
@@ -80,6 +93,16 @@ class TorchEngine:
 
         return load_recipe(name, dict(options))
 
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import data as export_data
+        from gpulab.engines.torch.runtime.signature import Signature
+
+        if names is None:
+            return export_data.from_recipe(recipe.val_data, name)
+        # the batch's keys (or forward's parameters) are the artifact's input names (runtime/signature.py)
+        data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
+        return data.inputs, data.target
+
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         from gpulab.distributed.launch import launch
 
@@ -87,6 +110,11 @@ class TorchEngine:
 
     def check_bench(self) -> None:
         return None
+
+    def bench_environment(self) -> dict[str, Any]:
+        from gpulab.engines.torch.bench.run import bench_environment
+
+        return bench_environment()
 
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.torch.bench.run import run_torch_suites
@@ -102,6 +130,11 @@ class TorchEngine:
         from gpulab.engines.torch.checkpoint.api import read_torch_files
 
         read_torch_files(directory, meta, report)
+
+    def export_weights(self, directory: Path, out: Path) -> Path:
+        from gpulab.engines.torch.checkpoint.api import copy_weights
+
+        return copy_weights(directory, out)
 
 
 ENGINE = TorchEngine()

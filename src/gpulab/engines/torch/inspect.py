@@ -20,6 +20,8 @@ from gpulab.measure.inspection import InspectReport, first_line
 
 def inspect_torch(user: dict[str, Any]) -> InspectReport:
     """The torch engine's inspect (``gpulab.engines.torch``)."""
+    from gpulab.engines.torch.data.loaders import loader_memory
+    from gpulab.engines.torch.data.streams import is_stream
     from gpulab.engines.torch.runtime.memory_estimate import estimate_memory, example_batch
     from gpulab.engines.torch.runtime.precision import resolve_precision
     from gpulab.engines.torch.runtime.runtime import takes_model
@@ -67,6 +69,13 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
         optimizer = optimizer(model if takes_model(optimizer) else model.parameters())  # state is lazy
     report.optimizer = type(optimizer).__name__ if optimizer is not None else None
     try:
+        # What the Trainer's loader keeps on the device beside the step (its make_loader call's settings).
+        held = loader_memory(
+            recipe.train_data,
+            device,
+            shuffle=not is_stream(recipe.train_data),
+            policy=_policy(config, device),
+        )
         report.memory = estimate_memory(
             model,
             optimizer,
@@ -74,6 +83,8 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
             batch,
             batch_size=config.batch_size,
             step=loss_step(model, recipe.loss_fn, config.model_inputs, config.model_output),
+            data_bytes=held.resident_bytes,
+            batches_ahead=held.batches_ahead,
         )
     except ConfigError as exc:
         report.memory_note = str(exc)
@@ -83,19 +94,29 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     return report
 
 
+def _policy(config: Any, device: str) -> Any:
+    from gpulab.engines.torch.data.loaders import LoaderPolicy
+
+    return LoaderPolicy.for_device(device).overridden(
+        num_workers=config.num_workers, pin_memory=config.pin_memory, prefetch_factor=config.prefetch_factor
+    )
+
+
 def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:
     """The bytes a training step may use on ``device``: the run's memory_limit, else what
     ``batch_size: auto`` aims under (all of a GPU; half the RAM available now on a CPU)."""
     from gpulab.engines.torch.runtime.batch_search import default_cpu_limit
+    from gpulab.engines.torch.runtime.devices import accelerator
     from gpulab.engines.torch.runtime.memory import memory_stats
 
-    dev = torch.device(device)
-    total = memory_stats(dev).total_bytes if dev.type in ("cpu", "cuda") else None
+    acc = accelerator(device)
+    known = acc.is_host or acc.allocator_peaks  # RAM, or the allocator's device
+    total = memory_stats(acc.device).total_bytes if known else None
     if memory_limit is not None and total:
         if isinstance(memory_limit, float):
             return int(memory_limit * total), f"memory_limit {memory_limit:g} of {device}"
         return int(memory_limit), f"memory_limit on {device}"
-    if dev.type == "cpu":
+    if acc.is_host:
         return default_cpu_limit(), "half the RAM available now"
     if total:
         return total, f"{device}'s memory"

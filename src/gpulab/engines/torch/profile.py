@@ -210,24 +210,25 @@ def _fixed_cost(step: _Step, batch: Any, device: torch.device, repeats: int = 5)
 def _profiled_steps(step: _Step, rt, out: Path, o: ProfileOptions) -> dict[str, str]:
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    if rt.device.type != "cuda":
+    acc = rt.accelerator
+    if acc.profiler_activity is None:
         # Kineto prints "USDT: ... profiler_start/stop" at every level below 6, the level that also hides
         # its errors: so only where no CUPTI error can matter. A level the user set is kept.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     activities = [ProfilerActivity.CPU]
-    if rt.device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
+    if acc.profiler_activity is not None:
+        activities.append(getattr(ProfilerActivity, acc.profiler_activity))
     suffix = "" if rt.rank == 0 else f".rank{rt.rank}"
     trace = out / f"trace{suffix}.json"
     table = out / f"key_averages{suffix}.txt"
-    sort = "self_cuda_time_total" if rt.device.type == "cuda" else "self_cpu_time_total"
+    sort = f"self_{(acc.profiler_activity or 'CPU').lower()}_time_total"
 
     def on_ready(prof) -> None:
         prof.export_chrome_trace(str(trace))
         table.write_text(prof.key_averages().table(sort_by=sort, row_limit=40) + "\n")
 
     snapshot = out / (SNAPSHOT_FILE if rt.rank == 0 else f"memory_snapshot{suffix}.pickle")
-    record = o.memory_snapshot and rt.device.type == "cuda"
+    record = o.memory_snapshot and acc.memory_snapshot
     with (
         memory_snapshot(rt.device, snapshot) if record else nullcontext(),
         profile(
@@ -250,7 +251,8 @@ def _profiled_steps(step: _Step, rt, out: Path, o: ProfileOptions) -> dict[str, 
 
 def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, compiled, extra) -> dict:
     step_s = breakdown.get("step", 0.0)
-    step_median = statistics.median(s["step"] for s in timer.steps) if timer.steps else 0.0
+    kept = timer.kept_steps()  # the steps the breakdown's means are of, so the median is of them too
+    step_median = statistics.median(s["step"] for s in kept) if kept else 0.0
     fixed_fraction = min(1.0, fixed / step_median) if step_median > 0 else None
     precision = rt.precision.name
     peaks = device_peaks(rt.device, precision, measure=o.measure_peak)
@@ -298,7 +300,7 @@ def _report(rt, breakdown, timer, flops, batch_size, memory, nvml, fixed, o, com
         "memory": memory.to_json(),
         "nvml": nvml.to_json(),
         "diagnosis": diag.to_json(),
-        "timer": "cuda events" if rt.device.type == "cuda" else "perf_counter (device synchronised)",
+        "timer": rt.accelerator.kernel_timer,
         "machine_load": machine_load(),
         "environment": environment(),
         "date_unix": time.time(),

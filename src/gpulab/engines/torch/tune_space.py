@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.measure.knobs import Candidate, Group
 
 # The keys tune may change; everything else in the user's config is left as it is.
@@ -42,7 +43,7 @@ def compile_group(device: torch.device) -> Group:
         group.candidates.append(
             Candidate(f"compile={mode or 'default'}", {"compile": True, "compile_mode": mode})
         )
-    if device.type == "cpu":
+    if accelerator(device).is_host:
         group.skipped["max-autotune, reduce-overhead"] = "GPU only (Triton autotuning, CUDA graphs)"
     return group
 
@@ -61,7 +62,7 @@ def loader_group(data: Any, device: torch.device) -> Group:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     for workers in sorted({0, 2, min(8, max(cores - 1, 0))}):
         group.candidates.append(Candidate(f"num_workers={workers}", {"num_workers": workers}))
-    if device.type == "cuda":
+    if accelerator(device).pin_memory:
         group.candidates += [Candidate(f"pin_memory={pin}", {"pin_memory": pin}) for pin in (True, False)]
     return group
 
@@ -90,7 +91,7 @@ def channels_last_group(model: nn.Module, device: torch.device, current: bool | 
     if not any(isinstance(m, nn.Conv2d) for m in model.modules()):
         group.reason = "the model has no Conv2d"
     else:
-        now = device.type == "cuda" if current == "auto" else bool(current)
+        now = accelerator(device).channels_last_fast if current == "auto" else bool(current)
         group.candidates.append(
             Candidate(f"channels_last={str(not now).lower()}", {"channels_last": not now})
         )

@@ -8,9 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from gpulab.cli.doctor import run_doctor  # the machine's checks and the engines'
 from gpulab.hardware import facts as F
 from gpulab.hardware import tf_probe
-from gpulab.hardware.doctor import run_doctor
 
 
 def _child(code: str) -> tf_probe.TFProbe:

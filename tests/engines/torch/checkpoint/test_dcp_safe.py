@@ -91,9 +91,9 @@ def test_a_byte_item_with_a_payload_is_refused_and_never_runs(tmp_path):
 
 def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(tmp_path):
     from gpulab.checkpoint.io import write_manifest
-    from gpulab.checkpoint.rng import capture_rng
     from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
     from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
+    from gpulab.engines.torch.checkpoint.rng import capture_rng
 
     tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
     dcp.save(_state(), checkpoint_id=tmp)
@@ -115,9 +115,9 @@ def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(t
 
 def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_as_resume_does(tmp_path):
     """The manifest verifies and .metadata is clean: only reading the byte item, as resume does, finds it."""
-    from gpulab.checkpoint.rng import capture_rng
     from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
     from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
+    from gpulab.engines.torch.checkpoint.rng import capture_rng
 
     marker = tmp_path / "ran"
     tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}

@@ -15,6 +15,7 @@ from gpulab.engines.torch.runtime.batch_search import (
 )
 from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, estimate_memory, optimizer_memory
 from gpulab.errors import ConfigError, DeviceError
+from gpulab.hardware.host_memory import reset_peak_rss
 
 CPU = torch.device("cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -61,7 +62,7 @@ def test_cpu_peak_sees_an_allocation_and_resets():
     del big
     M.release_cached_memory(CPU)
     assert during - before > 40 * 2**20
-    if M._reset_cpu_high_water_mark():  # Linux lets a process reset its high-water mark
+    if reset_peak_rss():  # Linux lets a process reset its high-water mark
         assert M.peak_memory_bytes(CPU) < during - 40 * 2**20
 
 

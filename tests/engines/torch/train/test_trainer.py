@@ -197,7 +197,7 @@ def test_logs_written_only_with_out_dir(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # no out_dir: nothing written anywhere
 
     out = tmp_path / "run"
-    _fit(epochs=1, log_every=2, out_dir=str(out))
+    _, result = _fit(epochs=1, log_every=2, out_dir=str(out))
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 4  # 8 steps, one record every 2
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
@@ -211,6 +211,9 @@ def test_logs_written_only_with_out_dir(tmp_path, monkeypatch):
     assert [(e.step, pytest.approx(e.value)) for e in board.Scalars("loss")] == [
         (r["step"], r["loss"]) for r in logged if "loss" in r
     ]
+    # The fit's own samples/s (summary.json's), not the last interval's, under run/ at the last step.
+    (final,) = board.Scalars("run/samples_per_s")
+    assert (final.step, final.value) == (result.steps, pytest.approx(result.samples_per_s))
 
     quiet = tmp_path / "quiet"
     _fit(epochs=1, out_dir=str(quiet), tensorboard=False)

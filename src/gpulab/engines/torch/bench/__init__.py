@@ -1,7 +1,8 @@
 """The bench suites, one module each, and the training workload several of them time.
 
 Each suite module has ``run(ctx: BenchContext) -> SuiteResult`` and a ``PROFILES`` table of its sizes
-for the "full", "quick" and "smoke" profiles; ``gpulab.bench.SUITES`` maps names to them.
+for the "full", "quick" and "smoke" profiles (``gpulab.measure.bench_profiles``); ``run.SUITES`` maps
+names to them, and ``run.run_torch_suites`` runs them for ``gpulab bench``.
 
 A ``Stepper`` is one training step of a built-in recipe's model through a ``Runtime`` (so precision
 policies and strategies are the project's own), over batches already on the device: the suites time

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.precision import TF32
-from gpulab.hardware.devices import cpu_model
 from gpulab.measure import bench_profiles, matmul_sweep
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.results import SuiteResult
@@ -41,16 +41,16 @@ def _time_product(ctx: BenchContext, device: torch.device, dtype: str, n: int):
         policy.setup()
     try:
         with torch.inference_mode():
-            return ctx.measure(lambda: torch.matmul(a, b, out=c), device=device, min_sample_s=MIN_SAMPLE_S)
+            product = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+            return ctx.measure(product, device=accelerator(device), min_sample_s=MIN_SAMPLE_S)
     finally:
         if policy:
             policy.teardown()
 
 
 def _device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return accelerator(device).name()
 
 
 def _release(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    accelerator(device).release_cached_memory()

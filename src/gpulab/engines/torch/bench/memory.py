@@ -12,6 +12,7 @@ import psutil
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.measure import bench_profiles
 from gpulab.measure.bench_plots import memory_plot
 from gpulab.measure.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory
@@ -59,8 +60,10 @@ def _largest(rows: list[Row], stop: str, limit: int) -> list[str]:
 
 
 def default_limit(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
+    """All of a device whose allocator counts its memory; else a quarter of the RAM available now."""
+    acc = accelerator(device)
+    if acc.allocator_peaks:
+        return acc.capacity_bytes()
     return int(psutil.virtual_memory().available // 4)
 
 
@@ -92,7 +95,7 @@ def _measure(ctx: BenchContext, cfg: dict, batch: int, limit: int) -> Row:
     with single_runtime(ctx.device, "fp32") as rt:
         stepper = Stepper(work, rt)
         timing = ctx.measure(stepper.step, warmup=1, repeats=cfg["repeats"])
-        memory = peak_memory(stepper.step, device=ctx.device, repeats=2)
+        memory = peak_memory(stepper.step, device=ctx.seam, repeats=2)
         state = _state_bytes(stepper)
     _free(ctx.device)
     figures = {"step_time": timing.seconds("ms"), "samples_per_s": timing.rate(batch, "samples/s")}
@@ -129,16 +132,13 @@ def _state_bytes(stepper: Stepper) -> int:
 
 
 def _free(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    accelerator(device).release_cached_memory()
 
 
 def _kind(ctx: BenchContext) -> str:
     if ctx.on_gpu:
-        return memory_kind(ctx.device)
-    return (
-        memory_kind(ctx.device) + "; the model and optimizer state is added before comparing with the limit"
-    )
+        return memory_kind(ctx.seam)
+    return memory_kind(ctx.seam) + "; the model and optimizer state is added before comparing with the limit"
 
 
 def _prediction(rows: list[Row], limit: int) -> str:

@@ -28,6 +28,7 @@ from torch import nn
 from gpulab.engines.torch.distributed.process_group import exit_without_teardown
 from gpulab.engines.torch.recipes import mlp
 from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.hardware.load import usable_cores
 from gpulab.measure.harness import BenchContext, Timing, measure
 from gpulab.measure.plots import Panel, Plot, series_from_rows
@@ -170,7 +171,7 @@ def _single(job: Job, device: torch.device, *, data_parallel: bool = False) -> t
     model, optimizer, x, y = _setup(job, device)
     forward = nn.DataParallel(model) if data_parallel else model
     step = _stepper(forward, optimizer, x, y, job.global_batch, slice(None))
-    timing = measure(step, device=device, warmup=job.warmup, repeats=job.steps - job.warmup)
+    timing = measure(step, device=accelerator(device), warmup=job.warmup, repeats=job.steps - job.warmup)
     return timing, _params(model)
 
 
@@ -218,7 +219,7 @@ def _ddp_worker(rank: int, world: int, port: int, job: Job) -> None:
         ddp, optimizer = rt.setup(model, optimizer)
         local = job.global_batch // world
         step = _stepper(ddp, optimizer, x, y, job.global_batch, slice(rank * local, (rank + 1) * local), rt)
-        timing = measure(step, device=rt.device, warmup=job.warmup, repeats=job.steps - job.warmup)
+        timing = measure(step, device=rt.accelerator, warmup=job.warmup, repeats=job.steps - job.warmup)
         rt.barrier()
         if rt.is_rank_zero:
             saved = {"samples": torch.tensor(timing.samples, dtype=torch.float64), "params": _params(model)}

@@ -46,7 +46,7 @@ def _one(ctx: BenchContext, model: str, precision: str, cfg: dict, notes: list[s
         loss_before = stepper.eval_loss()
         timing = ctx.measure(stepper.step, warmup=cfg["warmup"], repeats=cfg["steps"] - cfg["warmup"])
         loss_after = stepper.eval_loss()
-        memory = peak_memory(stepper.step, device=ctx.device, repeats=2)
+        memory = peak_memory(stepper.step, device=ctx.seam, repeats=2)
         skipped = int(getattr(rt.precision, "skipped_steps", 0))
     diverged = not math.isfinite(loss_after) or loss_after >= loss_before
     if diverged:
@@ -77,7 +77,7 @@ def _notes(ctx: BenchContext, rows: list[Row]) -> list[str]:
         "" if ctx.on_gpu else ": the step's working memory, not the model and optimizer state held before it"
     )
     if any("peak_memory" in r.figures for r in rows):
-        notes.append(f"Peak memory: {memory_kind(ctx.device)}{cpu}.")
+        notes.append(f"Peak memory: {memory_kind(ctx.seam)}{cpu}.")
     notes += missing_memory_note(rows, lambda r: f"{r.key['model']} {r.key['precision']}")
     notes += launch_bound_notes(rows) if ctx.on_gpu else []
     if not any(r.info["diverged"] for r in rows):

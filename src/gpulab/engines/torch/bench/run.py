@@ -28,9 +28,28 @@ def suites() -> dict[str, Callable]:
 
 def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
     """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
+    from gpulab.engines.torch.runtime.devices import accelerator
+
+    if ctx.accelerator is None and ctx.device is not None:
+        ctx.accelerator = accelerator(ctx.device)  # what the harness asks of the device
     for name in names:
         log(f"[{name}] running on {ctx.device} ({config.profile})")
         doc["suites"][name] = run_suite(name, ctx, out, suites()[name], engine=NAME)
         suite = doc["suites"][name]
         log(f"[{name}] {suite['status']}: {len(suite['rows'])} rows in {suite['seconds']:.1f} s")
         write_results(doc, out)
+
+
+def bench_environment() -> dict[str, Any]:
+    """The torch side's part of results.json's environment: versions, threads, devices."""
+    import torch
+
+    from gpulab.engines.torch.train.run import environment as run_environment
+    from gpulab.hardware.devices import discover
+
+    return run_environment() | {
+        "torch_threads": torch.get_num_threads(),
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "devices": [d.to_json() for d in discover()],
+    }

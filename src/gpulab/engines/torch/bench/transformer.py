@@ -29,6 +29,7 @@ from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_ste
 from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.train.graph_step import WholeStepGraph
@@ -59,14 +60,21 @@ SHAPES = {
     "tiny": Shape(n_layer=2, n_head=4, n_embd=64, block_size=64, vocab=512, batch=8),
     "micro": Shape(n_layer=1, n_head=2, n_embd=32, block_size=32, vocab=128, batch=4),
 }
-VARIANTS = ("eager", "compile", "compile+opt", "cuda-graph", "float8")
+VARIANTS = (
+    "eager", "compile", "compile+opt", "compile+chunked-ce", "compile+max-autotune", "cuda-graph", "float8"
+)  # fmt: skip
+CHUNKED = "compile+chunked-ce"  # compile with chargpt's chunked_loss=true: the logits never whole
+# Inductor's GEMM autotuning alone: without its CUDA graphs, so the row compares with compile's directly.
+AUTOTUNE, AUTOTUNE_MODE = "compile+max-autotune", "max-autotune-no-cudagraphs"
 HAND = "hand-written"  # the peer: a GPT-2 loop as a user writes it by hand (hand_gpt2.py)
 PROFILES = {
     "full": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 5, "repeats": 10, "backend": "inductor"},
-    "quick": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 3, "repeats": 5, "backend": "inductor"},
+    # quick leaves max-autotune out: its tuning adds minutes, more than gpu_measure.sh's transformer step has
+    "quick": {"gpu": "gpt2-small", "cpu": "tiny", "warmup": 3, "repeats": 5, "backend": "inductor",
+              "without": (AUTOTUNE,)},
     # aot_eager: no code generation, so the test of the compiled path takes seconds, not a minute.
     "smoke": {"gpu": "micro", "cpu": "micro", "warmup": 1, "repeats": 2, "backend": "aot_eager"},
-}
+}  # fmt: skip
 BATCHES = 4  # distinct batches the steps take in turn
 # A CPU reading sets glibc's mmap threshold for the rest of the process (harness.peak_memory): every later
 # large tensor is then mapped and unmapped, which slowed the next variant's steps here (eager tiny: 37 ms
@@ -93,11 +101,14 @@ def run(ctx: BenchContext) -> SuiteResult:
         description=f"The chargpt model at {shape_name} size ({shape.n_layer} layers, {shape.n_head} heads, "
         f"{shape.n_embd} wide, context {shape.block_size}, vocabulary {shape.vocab}), batch {shape.batch}, "
         f"{precision}, fused AdamW: tokens/s, step time and MFU per variant (compile+opt: the optimizer step "
-        "compiled too); compile time shown apart.",
+        "compiled too; compile+chunked-ce: the cross-entropy over row chunks, never the whole logits; "
+        f"compile+max-autotune: inductor's {AUTOTUNE_MODE}); compile time shown apart.",
     )
     flops, peaks = _flops_and_peaks(ctx, shape, precision)
     for variant in (HAND, *VARIANTS):
         reason = skip_reason(variant, ctx.device, ctx.graphs)
+        if reason is None and variant in cfg.get("without", ()):
+            reason = f"not in the {ctx.profile} profile (its autotuning takes minutes: run the full profile)"
         if reason:
             result.notes.append(f"{variant} skipped: {reason}.")
             continue
@@ -148,22 +159,30 @@ def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str |
     backend (a CPU test passes a fake that can)."""
     if variant == "cuda-graph" and (graphs or CudaGraphs()).unsupported(device):
         return "CUDA graphs need a CUDA GPU"
+    if variant == AUTOTUNE and device.type != "cuda":
+        return (
+            "it is for the GPU's Triton GEMM autotuning; on a CPU it would spend minutes tuning C++ GEMMs "
+            "that say nothing about a GPU"
+        )
     if variant == "float8":
-        if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        capability = accelerator(device).compute_capability()
+        if capability is None or capability < (9, 0):
             return "Float8 training needs an H100-class GPU (compute capability 9.0 or higher)"
         if importlib.util.find_spec("torchao") is None:
             return "Float8 training needs torchao (pip install torchao)"
     return None
 
 
-def workload(shape: Shape, seed: int = 0) -> Workload:
-    """The chargpt model at ``shape`` (dropout off), AdamW, and ``BATCHES`` batches of random token ids."""
+def workload(shape: Shape, seed: int = 0, chunked_loss: bool = False) -> Workload:
+    """The chargpt model at ``shape`` (dropout off), AdamW, and ``BATCHES`` batches of random token ids;
+    ``chunked_loss``: its cross-entropy chunk by chunk (``options.chunked_loss=true``)."""
     options = CharGptOptions(
         n_layer=shape.n_layer,
         n_head=shape.n_head,
         n_embd=shape.n_embd,
         block_size=shape.block_size,
         dropout=0.0,
+        chunked_loss=chunked_loss,
     )
     with torch.random.fork_rng(devices=[]):  # the same weights and batches for every variant
         torch.manual_seed(seed)
@@ -204,12 +223,15 @@ def _one(
     notes: list[str],
 ) -> Row:
     torch._dynamo.reset()  # each variant compiles from scratch
-    work = workload(shape)
+    work = workload(shape, chunked_loss=variant == CHUNKED)
     if variant == "float8":
         _to_float8(work.model)
     compiled = variant not in ("eager", "cuda-graph")  # cuda-graph: the eager model, one graph per step
-    forward = (lambda m: compile_model(m, None, cfg["backend"])) if compiled else None
+    mode = AUTOTUNE_MODE if variant == AUTOTUNE and cfg["backend"] == "inductor" else None
+    forward = (lambda m: compile_model(m, mode, cfg["backend"])) if compiled else None
     info: dict = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision}
+    info["chunked_loss"] = work.model.chunked_loss  # the cross-entropy over row chunks (CHUNKED)
+    info["compile_mode"] = mode
     with single_runtime(ctx.device, precision) as rt:
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
@@ -247,7 +269,7 @@ def _memory(ctx: BenchContext, variant: str, step: Callable[[], Any]) -> MemoryR
         return CPU_NO_MEMORY
     if variant == "cuda-graph":
         return GRAPH_NO_MEMORY
-    return peak_memory(step, device=ctx.device, repeats=2)
+    return peak_memory(step, device=ctx.seam, repeats=2)
 
 
 def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> Row:
@@ -436,7 +458,7 @@ def _notes(
             f"Recompiled after the first step: {', '.join(recompiled)} (see recompiles in results.json)."
         )
     if any("peak_memory" in r.figures for r in rows):
-        notes.append(f"Peak memory: {memory_kind(ctx.device)}.")
+        notes.append(f"Peak memory: {memory_kind(ctx.seam)}.")
     notes += missing_memory_note(rows, lambda r: r.key["variant"])
     return notes
 

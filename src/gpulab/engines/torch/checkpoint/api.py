@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from gpulab.checkpoint.contents import weights_for_file
 from gpulab.checkpoint.inspect import inspect_checkpoint as storage_report
 from gpulab.checkpoint.inspect import named_recipe, recipe_in_meta
 from gpulab.checkpoint.io import (
@@ -50,7 +49,6 @@ from gpulab.checkpoint.read import (
     locate,
     step_dirs,
 )
-from gpulab.checkpoint.rng import capture_rng, restore_rng
 from gpulab.checkpoint.save import (
     check_extra_files,
     check_save_args,
@@ -60,6 +58,8 @@ from gpulab.checkpoint.save import (
     payload_bytes,
     save_weights,
 )
+from gpulab.engines.torch.checkpoint.contents import check_state, weights_for_file
+from gpulab.engines.torch.checkpoint.rng import capture_rng, restore_rng
 from gpulab.errors import CheckpointError
 
 __all__ = [
@@ -108,6 +108,7 @@ def save_checkpoint(
     """
     root = Path(root)
     check_save_args(step, state, keep_last, keep_best)
+    check_state(state)
     extra_files = check_extra_files(extra_files or {})
     tensors = weights_for_file(model_state)
     meta_json = meta_bytes(step, state, meta)
@@ -231,6 +232,12 @@ def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
         verify_manifest(directory)
     if manifest_layout(directory) == TF_LAYOUT:
         read_verified_checkpoint(directory)  # raises: a TensorFlow checkpoint, one line saying where to look
+    return copy_weights(directory, to_file)
+
+
+def copy_weights(directory: Path, to_file: str | os.PathLike) -> Path:
+    """``gpulab checkpoint export``: a verified torch checkpoint's ``model.safetensors`` copied to
+    ``to_file`` (atomically replaced)."""
     if manifest_layout(directory) != "full":
         raise CheckpointError(
             f"{directory} holds sharded (fsdp2) weights; convert them to one file with "

@@ -38,6 +38,7 @@ from gpulab.checkpoint.save import (
     meta_bytes,
     payload_bytes,
 )
+from gpulab.engines.torch.checkpoint.contents import check_state
 from gpulab.engines.torch.checkpoint.dcp_safe import (
     SafeFileSystemReader,
     SafeLoadPlanner,
@@ -66,6 +67,7 @@ def save_sharded_checkpoint(
 
     def prepare() -> str:
         check_save_args(step, state, keep_last, keep_best)
+        check_state(state)
         root.mkdir(parents=True, exist_ok=True)
         remove_stale_tmp(root)
         tmp = root / f"{TMP_PREFIX}{name}-{os.getpid()}"

@@ -54,8 +54,10 @@ from gpulab.engines.torch.data.tensor_batches import (
     len_or_none,
     num_batches,
     rank_span,
+    resident_copy_bytes,
 )
-from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
+from gpulab.engines.torch.data.transfer import DeviceLike, is_on_device, resolve_device
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError, DataError
 
 ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
@@ -122,7 +124,7 @@ class LoaderPolicy:
         - persistent workers (no re-fork each epoch) and a prefetch depth of 2 batches per worker
           whenever there are workers; DataLoader rejects both without workers.
         """
-        cuda = torch.device(device).type == "cuda"
+        cuda = accelerator(device).pin_memory  # a GPU fed from pinned host memory
         cores = physical_cores if physical_cores is not None else usable_physical_cores()
         workers = max(0, min(8, cores - 1)) if cuda else 0
         return cls(
@@ -440,6 +442,31 @@ def _warn_unsharded(data: IterableDataset, rank: int, world_size: int) -> None:
             "rank trains on the same samples (the Trainer stops all ranks when the first one runs out)",
             stacklevel=3,
         )
+
+
+@dataclass(frozen=True)
+class LoaderMemory:
+    """What ``make_loader``'s source holds on the device beside the step's batch: ``resident_bytes`` for
+    the whole run (the fast path's dataset copy and epoch copy), ``batches_ahead`` batches in flight (the
+    prefetcher copies the next batch while the step runs)."""
+
+    resident_bytes: int = 0
+    batches_ahead: int = 0
+
+
+def loader_memory(
+    data: Any, device: DeviceLike, *, shuffle: bool = True, policy: LoaderPolicy | None = None
+) -> LoaderMemory:
+    """``LoaderMemory`` of the source ``make_loader(data, device=device, shuffle=shuffle)`` would build,
+    without building it (nothing is copied)."""
+    policy = policy if policy is not None else LoaderPolicy.for_device(device)
+    tensors = None if isinstance(data, DataLoader) or is_sample_list(data) else as_tensors(data)
+    resident = 0
+    if tensors is not None and tensors and all(isinstance(t, torch.Tensor) for t in tensors):
+        resident = resident_copy_bytes(tensors, device, shuffle, policy.resident_fraction)
+        if resident or is_on_device(tensors, device):
+            return LoaderMemory(resident, 0)  # batches are views of what is resident: none in flight
+    return LoaderMemory(resident, 1 if accelerator(device).streams else 0)
 
 
 def as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:

@@ -20,6 +20,7 @@ from gpulab.engines.torch.data.transfer import (
     resolve_device,
     to_device,
 )
+from gpulab.engines.torch.runtime.devices import accelerator
 
 
 class DevicePrefetcher:
@@ -33,14 +34,15 @@ class DevicePrefetcher:
     def __init__(self, iterable: Iterable[Any], device: DeviceLike) -> None:
         self.iterable = iterable
         self.device = resolve_device(device)
+        self.accelerator = accelerator(self.device)
 
     def __len__(self) -> int:
         return len(self.iterable)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
-        if self.device.type == "cpu":
+        if self.accelerator.is_host:
             return iter(self.iterable)
-        if self.device.type != "cuda":
+        if not self.accelerator.streams:
             return (to_device(batch, self.device) for batch in self.iterable)
         return self._cuda_iter()
 

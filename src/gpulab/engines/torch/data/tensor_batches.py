@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import psutil
 import torch
 
 from gpulab.engines.torch.data.prefetch import DevicePrefetcher
 from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import CheckpointError, ConfigError, DataError
 
 STATE_KEYS = ("epoch", "batches_consumed")
@@ -281,9 +281,27 @@ def room_for_copy(tensors: Sequence[torch.Tensor], fraction: float) -> bool:
 def fits_on_device(tensors: Sequence[torch.Tensor], device: torch.device, fraction: float) -> bool:
     """Whether to keep the whole dataset on ``device``: always on the CPU, and on CUDA when its bytes
     not already there are at most ``fraction`` of the free memory (the rest is for the model)."""
-    if device.type != "cuda":
+    free = None if accelerator(device).is_host else _free_bytes(device)
+    if free is None:
         return True
-    return _nbytes(t for t in tensors if t.device != device) <= fraction * _free_bytes(device)
+    return _nbytes(t for t in tensors if t.device != device) <= fraction * free
+
+
+def resident_copy_bytes(
+    tensors: Sequence[torch.Tensor], device: DeviceLike, shuffle: bool, fraction: float
+) -> int:
+    """Bytes ``TensorBatches`` keeps on ``device`` for the whole run beside the step's own memory, decided
+    as it decides them: the dataset's copy there (the part not there already) when it stays resident, and
+    the epoch's shuffled copy when there is room for one (batches are views of it). ``gpulab inspect``
+    adds them to the step's predicted peak."""
+    device = resolve_device(device)
+    if not fits_on_device(tensors, device, fraction):
+        return 0  # batches are gathered per step in host memory: the step's own batch
+    moved = _nbytes(t for t in tensors if t.device != device)
+    free = _free_bytes(device)
+    copy = _nbytes(tensors)
+    room = shuffle and free is not None and copy <= fraction * (free - moved)  # free after the move
+    return moved + (copy if room else 0)
 
 
 def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -293,8 +311,4 @@ def _nbytes(tensors: Iterable[torch.Tensor]) -> int:
 
 def _free_bytes(device: torch.device) -> int | None:
     """Free memory for new tensors on ``device``: the GPU's, the host's available RAM; None if unknown."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type == "cpu":
-        return psutil.virtual_memory().available
-    return None
+    return accelerator(device).free_bytes()

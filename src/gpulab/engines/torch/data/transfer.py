@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import DataError
 
 DeviceLike = str | torch.device | int
@@ -23,10 +24,7 @@ def resolve_device(device: DeviceLike) -> torch.device:
     ``torch.device("cuda") != torch.device("cuda:0")``, so a bare "cuda" is pinned to the current device
     when a GPU is visible; without one it stays bare (a policy can still be built for it).
     """
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
+    return accelerator(device).canonical()
 
 
 def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
@@ -75,8 +73,8 @@ def to_device(batch: Any, device: DeviceLike, non_blocking: bool = True) -> Any:
     ``non_blocking`` only overlaps when the source is pinned host memory; it is dropped for a CPU
     target because a non-blocking device->host copy may return before the data has arrived.
     """
-    device = resolve_device(device)
-    non_blocking = non_blocking and device.type != "cpu"
+    acc = accelerator(device)
+    device, non_blocking = acc.canonical(), non_blocking and acc.non_blocking
     return map_tensors(lambda t: t.to(device, non_blocking=non_blocking), batch)
 
 

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import torch
 
-from gpulab.engines.torch.formats.base import Runner, export_program, output_path
+from gpulab.engines.torch.formats.base import (
+    Runner,
+    export_program,
+    output_path,
+    torch_internal_warnings_quiet,
+)
 from gpulab.errors import MissingPackageError
 
 NAME, SUFFIX, RUNTIME = "aoti", ".aoti.pt2", "AOTInductor (aoti_load_package)"
@@ -34,7 +39,8 @@ def available() -> None:
 
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
     program, sequence = export_program(model, example, dynamic, NAME)
-    torch._inductor.aoti_compile_and_package(program, package_path=str(output_path(out)))
+    with torch_internal_warnings_quiet():  # torch's LeafSpec deprecation, from its copy of the program
+        torch._inductor.aoti_compile_and_package(program, package_path=str(output_path(out)))
     return {"compiler": compiler(), "sequence_dim": sequence}
 
 

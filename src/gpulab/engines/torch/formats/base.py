@@ -7,8 +7,10 @@ Python model it came from), so parity compares what a serving system would compu
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,16 @@ def symbolic_sequence(program) -> bool:
 def output_path(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
+
+
+# torch's own deprecation, raised inside torch when it copies an ExportedProgram (AOTInductor's packaging
+# deep-copies it; its pytree LeafSpec warns on construction): nothing a user's code or gpulab's calls
+# can change, so it is silenced there, and only it.
+TORCH_LEAFSPEC = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+@contextlib.contextmanager
+def torch_internal_warnings_quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TORCH_LEAFSPEC, category=FutureWarning)
+        yield

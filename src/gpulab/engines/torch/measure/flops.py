@@ -168,18 +168,20 @@ def device_peaks(device: torch.device | str, precision: str, *, measure: bool = 
     The measured one comes from ``hardware.peaks.measure_peak`` with its defaults and its cache, the very
     figure ``gpulab doctor --peak`` shows: one peak per device, dtype, thread count and torch version.
     """
+    from gpulab.engines.torch.runtime.devices import accelerator
     from gpulab.hardware.peaks import cpu_name, datasheet_peak, measure_peak
 
     device = torch.device(device)
+    acc = accelerator(device)
     dtype = precisions.get(precision).peak_dtype  # an unknown precision is an error: no fp32 guess
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
+    if acc.datasheet:
+        name = acc.name()
         sheet = datasheet_peak(name, dtype)
     else:
         name, sheet = cpu_name(), None
         dtype = "fp32" if dtype == "tf32" else dtype  # no TF32 units on a CPU
     measurement = None
-    if measure and device.type in ("cpu", "cuda"):
+    if measure and (acc.is_host or acc.datasheet):  # the devices measure_peak has a timer for
         try:
             measurement = measure_peak(str(device), dtype)
         except Exception:  # a peak that cannot be measured here only leaves that MFU blank

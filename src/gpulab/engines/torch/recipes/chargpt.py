@@ -2,6 +2,11 @@
 
 Its size is a setting, so the same recipe is a 10-second CPU smoke test and a GPU throughput/MFU load:
 ``--set options.n_layer=12 --set options.n_embd=768 --set options.block_size=1024``.
+
+``options.chunked_loss=true``: in training the model returns its head's input (``HeadInput``) instead of the
+logits, and ``next_char_loss`` computes the cross-entropy chunk by chunk (``linear_cross_entropy.py``), so
+a large vocabulary's logits never exist whole. ``auto`` is false: on a CPU only the memory is measured
+(docs/PERF.md); it turns on where a GPU measures it faster. Evaluation always returns the logits.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from gpulab.core.recipes.base import Recipe, param_count
+from gpulab.engines.torch.linear_cross_entropy import HeadInput, linear_cross_entropy
 from gpulab.recipe_data import CharGptOptions, chargpt_text, windows
 
 
@@ -52,18 +58,25 @@ class CharGPT(nn.Module):
         self.ln = nn.LayerNorm(o.n_embd)
         self.head = nn.Linear(o.n_embd, vocab, bias=False)
         self.head.weight = self.tok.weight  # weight tying, as in GPT-2
+        self.chunked_loss = o.chunked_loss is True  # auto: false until a GPU measures it faster
         self.apply(_init_weights)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor) -> torch.Tensor | HeadInput:
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
             x = block(x)
+        if self.chunked_loss and self.training:  # the loss applies the head, chunk by chunk
+            # A view, not the parameter itself: tools that hook a module's outputs (FlopCounterMode's module
+            # tracker, under `gpulab inspect`'s autograd.grad) refuse a leaf tensor.
+            return HeadInput(self.ln(x), self.head.weight.view_as(self.head.weight))
         return self.head(self.ln(x))
 
 
-def next_char_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+def next_char_loss(output: torch.Tensor | HeadInput, targets: torch.Tensor) -> torch.Tensor:
+    if isinstance(output, HeadInput):
+        return linear_cross_entropy(output.hidden, output.weight, targets)
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), targets.reshape(-1))
 
 
 def make_windows(ids, block: int) -> tuple[torch.Tensor, torch.Tensor]:

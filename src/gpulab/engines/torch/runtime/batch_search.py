@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
-from gpulab.engines.torch.runtime.memory import memory_limit_bytes, release_cached_memory, synchronize
+from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.runtime.memory import memory_limit_bytes, release_cached_memory
 from gpulab.engines.torch.runtime.memory_estimate import (
     AllReduce,
     LiveBytes,
@@ -205,15 +206,15 @@ class TrialStep:
     def __call__(self, batch_size: int) -> int | None:
         batch = tree_map(lambda t: t.to(self.device), _take(self.data, batch_size))
         saved = _snapshot(self.model, self.optimizer)
-        cuda = self.device.type == "cuda"
+        acc = accelerator(self.device)
         try:
-            with torch.random.fork_rng(devices=[self.device] if cuda else []):
-                if cuda:
-                    synchronize(self.device)
-                    torch.cuda.reset_peak_memory_stats(self.device)
+            with torch.random.fork_rng(devices=acc.rng_devices()):
+                if acc.allocator_peaks:  # the allocator counts the step's tensors itself
+                    acc.synchronize()
+                    acc.reset_peak_memory()
                     self._step(batch)
-                    synchronize(self.device)
-                    return int(torch.cuda.max_memory_allocated(self.device))
+                    acc.synchronize()
+                    return acc.peak_memory_bytes()
                 batch_tensors = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor)]
                 resident = _resident_bytes(self.model, self.optimizer) + tensor_bytes(batch_tensors)
                 ignore = [*_all_tensors(self.optimizer), *self.model.buffers(), *batch_tensors]
@@ -293,7 +294,7 @@ def search_batch_size(
         )
     device = runtime.device
     limit = limit_bytes if limit_bytes is not None else memory_limit_bytes(device)
-    if limit is None and device.type == "cpu":
+    if limit is None and accelerator(device).is_host:
         limit = default_cpu_limit()
     rows = num_rows(data)
     cap = high or (max(1, rows // runtime.world_size) if rows else None)

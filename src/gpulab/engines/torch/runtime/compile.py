@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
 
@@ -189,7 +190,7 @@ def inductor_options(mode: str | None, on_cpu: bool, check: bool = False) -> dic
 
 def _on_cpu(model: nn.Module) -> bool:
     first = next(itertools.chain(model.parameters(), model.buffers()), None)
-    return first is None or first.device.type == "cpu"
+    return first is None or accelerator(first.device).is_host
 
 
 def apply_activation_checkpointing(model: nn.Module, class_names: list[str]) -> int:

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpulab.engines.torch.runtime.devices import accelerator
+
 # Set on an optimizer once ``prepare_optimizer`` ran: its state tensors are a graph's static buffers.
 STATIC_MARK = "_gpulab_static_state"
 
@@ -49,7 +51,7 @@ class CudaGraphs:
     """torch.cuda's graphs: the real backend."""
 
     def unsupported(self, device: torch.device) -> str | None:
-        if device.type != "cuda":
+        if not accelerator(device).cuda_graphs:
             return f"the device is {device.type} (CUDA graphs need a CUDA device)"
         return None
 
@@ -102,7 +104,7 @@ def prepare_optimizer(optimizer: torch.optim.Optimizer, device: torch.device, ca
     """Make ``optimizer``'s step capturable: LR a device tensor, ``capturable`` on, step counters on the
     device. Called once, after any checkpoint was loaded (a load replaces groups and state)."""
     # float64 on the CPU: the fused CPU kernels take the LR as a double, so results stay bit-identical.
-    dtype = torch.float32 if device.type == "cuda" else torch.float64
+    dtype = torch.float32 if accelerator(device).cuda_graphs else torch.float64
     for group in optimizer.param_groups:
         lr = group["lr"]
         if not isinstance(lr, torch.Tensor) or lr.device != device:

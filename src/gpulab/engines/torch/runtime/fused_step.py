@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks, _to_scalar
 
+from gpulab.engines.torch.runtime.devices import accelerator
+
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a DTensor or another tensor subclass
 
 DIRECT_CLASSES = (torch.optim.Adam, torch.optim.AdamW)
@@ -71,7 +73,11 @@ def direct_step(optimizer: torch.optim.Optimizer) -> bool:
         for group, decoupled, params, grads, avgs, avg_sqs, max_sqs, steps in calls:
             beta1, beta2 = group["betas"]
             lr = group["lr"]
-            if isinstance(lr, torch.Tensor) and lr.device != params[0].device and lr.device.type != "cpu":
+            if (
+                isinstance(lr, torch.Tensor)
+                and lr.device != params[0].device
+                and not accelerator(lr.device).is_host
+            ):
                 lr = lr.to(params[0].device)  # as torch's _fused_adam moves a device lr
             kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
             torch._foreach_add_(steps, 1)

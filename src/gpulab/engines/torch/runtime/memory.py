@@ -23,22 +23,15 @@ its own start-up long before the limit meant anything.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import gc
 import pickle
-import sys
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-import psutil
 import torch
 
-from gpulab.errors import ConfigError, DeviceError
-from gpulab.hardware.host_memory import peak_rss_bytes, proc_status_bytes
-from gpulab.hardware.host_memory import reset_peak_rss as _reset_cpu_high_water_mark
+from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.runtime.devices.base import MemoryStats
+from gpulab.errors import ConfigError
 
 # Recorded limits for devices whose allocator cannot enforce one (the CPU): device string -> bytes.
 _LIMITS: dict[str, int] = {}
@@ -50,11 +43,7 @@ _LIMITS: dict[str, int] = {}
 
 def reset_peak_memory(device: torch.device) -> None:
     """Start a new peak: the allocator's on CUDA; on Linux CPUs, the resident set's high-water mark."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    elif device.type == "cpu":
-        _reset_cpu_high_water_mark()
+    accelerator(device).reset_peak_memory()
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -63,79 +52,21 @@ def peak_memory_bytes(device: torch.device) -> int:
     The CPU figure covers the whole process (it includes Python and torch themselves) since the last
     ``reset_peak_memory`` where Linux allows a reset, else since the process started.
     """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return peak_rss_bytes()
+    return accelerator(device).peak_memory_bytes()
 
 
 def synchronize(device: torch.device) -> None:
     """Wait for queued device work: needed before reading a clock, never inside the step."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "xpu":
-        torch.xpu.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
+    accelerator(device).synchronize()
 
 
 # --------------------------------------------------------------------------------------------------------
 # Statistics
 
 
-@dataclass(frozen=True)
-class MemoryStats:
-    """One reading of a device's memory. ``kind`` says what the numbers count (see the module doc)."""
-
-    device: str
-    kind: str  # "allocator" (CUDA) or "process RSS" (CPU and the rest)
-    current_bytes: int
-    peak_bytes: int
-    reserved_bytes: int
-    total_bytes: int | None  # the device's capacity (RAM on the CPU)
-    limit_bytes: int | None  # the per-process limit in force or recorded; None when unlimited
-
-    @property
-    def peak_fraction(self) -> float | None:
-        """Peak over the limit where the allocator enforces one (CUDA), else over the capacity.
-
-        A CPU limit is a budget for tensors (``batch_size: auto`` plans with it); the process's resident
-        set cannot be held against it, since the interpreter and libraries alone take hundreds of MiB.
-        """
-        enforced = self.limit_bytes if self.kind == "allocator" else None
-        cap = enforced or self.total_bytes
-        return None if not cap else self.peak_bytes / cap
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "peak_fraction": self.peak_fraction}
-
-
 def memory_stats(device: torch.device | str) -> MemoryStats:
     """Current, peak and reserved bytes of ``device`` (see the module docstring for what they count)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return MemoryStats(
-            device=f"cuda:{index}",
-            kind="allocator",
-            current_bytes=int(torch.cuda.memory_allocated(index)),
-            peak_bytes=int(torch.cuda.max_memory_allocated(index)),
-            reserved_bytes=int(torch.cuda.memory_reserved(index)),
-            total_bytes=int(torch.cuda.get_device_properties(index).total_memory),
-            limit_bytes=memory_limit_bytes(device),
-        )
-    rss = proc_status_bytes("VmRSS") or psutil.Process().memory_info().rss
-    return MemoryStats(
-        device=str(device),
-        kind="process RSS",
-        current_bytes=int(rss),
-        peak_bytes=max(int(rss), peak_memory_bytes(device)),
-        # The resident set is what the process holds from the OS, glibc's cache of freed blocks included.
-        reserved_bytes=int(rss),
-        total_bytes=int(psutil.virtual_memory().total),
-        limit_bytes=memory_limit_bytes(device),
-    )
+    return accelerator(device).memory_stats(memory_limit_bytes(device))
 
 
 def release_cached_memory(device: torch.device | str) -> None:
@@ -144,12 +75,7 @@ def release_cached_memory(device: torch.device | str) -> None:
     Live tensors are untouched; this only lowers ``reserved`` (and lets another process have it). Call it
     after an out-of-memory error, not in a loop: refilling the cache costs device synchronisations.
     """
-    device = torch.device(device)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    elif device.type == "cpu":
-        _malloc_trim()
+    accelerator(device).release_cached_memory()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -164,24 +90,22 @@ def set_memory_limit(device: torch.device | str, limit: int | float | None) -> i
     CPU: recorded for ``memory_limit_bytes`` and the tools that honour it; not enforced by the OS (see the
     module docstring for why ``setrlimit`` is not used).
     """
-    device = torch.device(_key(torch.device(device)))  # cuda -> cuda:N: the allocator wants an index
-    key = str(device)
-    total = _capacity(device)
+    acc = accelerator(accelerator(device).key())  # cuda -> cuda:N: the allocator wants an index
+    key = acc.key()
+    total = acc.capacity_bytes()
     if limit is None:
         _LIMITS.pop(key, None)
-        if device.type == "cuda":
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        acc.set_memory_fraction(1.0)
         return None
     limit_bytes, fraction = _limit_to_bytes(limit, total)
-    if device.type == "cuda":
-        torch.cuda.set_per_process_memory_fraction(fraction, device)
+    acc.set_memory_fraction(fraction)
     _LIMITS[key] = limit_bytes
     return limit_bytes
 
 
 def memory_limit_bytes(device: torch.device | str) -> int | None:
     """The limit set by ``set_memory_limit`` for ``device``, or None."""
-    return _LIMITS.get(_key(torch.device(device)))
+    return _LIMITS.get(accelerator(device).key())
 
 
 def _limit_to_bytes(limit: int | float, total: int) -> tuple[int, float]:
@@ -198,18 +122,6 @@ def _limit_to_bytes(limit: int | float, total: int) -> tuple[int, float]:
     return int(limit), limit / total
 
 
-def _key(device: torch.device) -> str:
-    if device.type == "cuda" and device.index is None:
-        return f"cuda:{torch.cuda.current_device()}"
-    return str(device)
-
-
-def _capacity(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    return int(psutil.virtual_memory().total)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Snapshot for https://pytorch.org/memory_viz
 
@@ -220,36 +132,29 @@ def memory_snapshot(
 ) -> Iterator[Path]:
     """Record every CUDA allocation (with its Python stack) inside the block, then write ``path``
     (a pickle: drag it onto https://pytorch.org/memory_viz). Recording slows allocation: profile with
-    it, do not train with it.
+    it, do not train with it. A device without the caching allocator is a DeviceError.
     """
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise DeviceError(
-            f"a memory snapshot needs the CUDA caching allocator; {device} has none "
-            "(use memory_stats for the process's memory)"
-        )
+    acc = accelerator(device)
     path = Path(path)
-    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    acc.start_memory_history(max_entries)
     try:
         yield path
         path.parent.mkdir(parents=True, exist_ok=True)
-        snapshot = torch.cuda.memory._snapshot()
+        snapshot = acc.memory_history()
         with path.open("wb") as f:
             pickle.dump(snapshot, f)
     finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
+        acc.stop_memory_history()
 
 
-# --------------------------------------------------------------------------------------------------------
-# Linux process memory
-
-
-def _malloc_trim() -> None:
-    """Ask glibc to return free heap pages to the OS (no-op elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(name).malloc_trim(0)
+__all__ = [
+    "MemoryStats",
+    "memory_limit_bytes",
+    "memory_snapshot",
+    "memory_stats",
+    "peak_memory_bytes",
+    "release_cached_memory",
+    "reset_peak_memory",
+    "set_memory_limit",
+    "synchronize",
+]

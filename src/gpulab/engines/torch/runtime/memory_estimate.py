@@ -14,12 +14,19 @@ The estimate splits the step's memory into parameters, gradients, optimizer stat
   model fake tensors cannot run (data-dependent shapes, ``.item()``, custom kernels without a fake
   implementation) is traced for real at batches 2 and 4 instead, and scaled along the line.
 
-The predicted peak is ``parameters + optimizer state + batch + max(forward/backward peak, gradients +
-optimizer-step temporaries)``. What it leaves out: the CUDA context (~0.5 GiB, never in
-``max_memory_allocated`` either), allocator rounding and fragmentation, DDP's gradient buckets when
-``gradient_as_bucket_view`` is off, and workspaces of libraries such as cuBLAS. ``find_batch_size``
-(``batch_search.py``) therefore decides with real steps, and uses the estimate only to start its
-search near the answer.
+The predicted peak is ``parameters + optimizer state + data + batch + max(forward/backward peak,
+gradients + optimizer-step temporaries)``. ``data`` is what the loader keeps on the device for the whole
+run (``data_bytes``, from ``loaders.loader_memory``: the fast path's copy of the dataset there and its
+shuffled copy of the epoch); the batch counts once more for each batch the prefetcher has in flight
+(``batches_ahead``). The trace sees every tensor the step makes (attention scores, softmax outputs,
+dropout masks, the logits and the loss's intermediates, autocast's casts of the weights) as the device
+the trace runs on makes them: inspect traces on the CPU, whose autocast lists differ from CUDA's for a
+few operations (CUDA runs softmax, layer norm, ``pow``, ``exp`` in fp32 under autocast), and whose
+dropout keeps a mask of the input's dtype where CUDA's keeps a bool one. What it leaves out: the CUDA
+context (~0.5 GiB, never in ``max_memory_allocated`` either), allocator rounding and fragmentation,
+DDP's gradient buckets when ``gradient_as_bucket_view`` is off, and workspaces of libraries such as
+cuBLAS. ``find_batch_size`` (``batch_search.py``) therefore decides with real steps, and uses the
+estimate only to start its search near the answer.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError
 
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]
@@ -123,7 +131,7 @@ class MemoryEstimate:
     optimizer_step_bytes: int  # temporaries of the optimizer step beyond its state
     activations_bytes: int  # alive at the end of forward (what backward needs) at batch_size
     forward_backward_peak_bytes: int  # at batch_size: activations, temporaries, gradients as made
-    batch_bytes: int  # the input batch at batch_size
+    batch_bytes: int  # the input batch at batch_size, and those in flight
     predicted_peak_bytes: int
     method: str  # "fake tensors" or "real step"
     # Affine models in the batch size b: bytes = intercept + slope * b.
@@ -132,6 +140,8 @@ class MemoryEstimate:
     fwd_bwd_per_sample: float = 0.0
     fwd_bwd_intercept: float = 0.0
     batch_bytes_per_sample: float = 0.0
+    data_bytes: int = 0  # what the loader keeps on the device for the whole run (not per batch)
+    batches_ahead: int = 0  # batches in flight beside the step's (the prefetcher's next one)
     notes: list[str] = field(default_factory=list)
 
     def at(self, batch_size: int) -> MemoryEstimate:
@@ -151,6 +161,8 @@ class MemoryEstimate:
             self.batch_bytes_per_sample,
             self.method,
             list(self.notes),
+            self.data_bytes,
+            self.batches_ahead,
         )
 
     def max_batch_size(self, limit_bytes: int) -> int:
@@ -158,7 +170,9 @@ class MemoryEstimate:
         fixed = self.at(0).predicted_peak_bytes
         if fixed > limit_bytes:
             return 0
-        per_sample = max(self.fwd_bwd_per_sample, 0.0) + self.batch_bytes_per_sample
+        per_sample = max(self.fwd_bwd_per_sample, 0.0) + self.batch_bytes_per_sample * (
+            1 + self.batches_ahead
+        )
         if per_sample <= 0:
             return 1 << 30
         b = int((limit_bytes - fixed) // per_sample)
@@ -182,11 +196,13 @@ def _assemble(
     batch_per_sample: float,
     method: str,
     notes: list[str],
+    data_bytes: int = 0,
+    batches_ahead: int = 0,
 ) -> MemoryEstimate:
     activations = max(0, int(act[0] + act[1] * batch_size))
     peak_fb = max(0, int(fwd_bwd[0] + fwd_bwd[1] * batch_size))
-    batch_bytes = int(batch_per_sample * batch_size)
-    predicted = params + buffers + opt_state + batch_bytes + max(peak_fb, grads + opt_step)
+    batch_bytes = int(batch_per_sample * batch_size * (1 + batches_ahead))
+    predicted = params + buffers + opt_state + data_bytes + batch_bytes + max(peak_fb, grads + opt_step)
     return MemoryEstimate(
         batch_size=batch_size,
         parameters_bytes=params,
@@ -204,6 +220,8 @@ def _assemble(
         fwd_bwd_per_sample=fwd_bwd[1],
         fwd_bwd_intercept=fwd_bwd[0],
         batch_bytes_per_sample=batch_per_sample,
+        data_bytes=data_bytes,
+        batches_ahead=batches_ahead,
         notes=notes,
     )
 
@@ -218,6 +236,8 @@ def estimate_memory(
     batch_size: int | None = None,
     trace_batches: tuple[int, int] | None = None,
     step: StepFn | None = None,
+    data_bytes: int = 0,
+    batches_ahead: int = 0,
 ) -> MemoryEstimate:
     """Predict the memory of one training step of ``model`` at ``batch_size`` samples per process.
 
@@ -227,7 +247,9 @@ def estimate_memory(
     ``Precision`` (its ``autocast()`` wraps the forward), a name such as ``"bf16-mixed"``, or None for
     fp32. ``loss_fn(output, target)`` defaults to the output's sum. ``step(forward, batch) -> loss``
     replaces that rule for any batch (a dict of model arguments: the caller's rule, train/step_call.py,
-    passed in since runtime/ imports nothing of train/). Nothing of the model is changed.
+    passed in since runtime/ imports nothing of train/). ``data_bytes`` and ``batches_ahead``: what the
+    loader holds on the device (``loaders.loader_memory``; 0 when the caller has none). Nothing of the model
+    is changed.
     """
     plain = unwrap_module(model)
     if holds_shards(plain):
@@ -266,6 +288,8 @@ def estimate_memory(
         _batch_bytes(_resize(example, 1)),
         method,
         notes,
+        data_bytes,
+        batches_ahead,
     )
 
 
@@ -311,7 +335,7 @@ def _trace_real(model: nn.Module, step: StepFn, batch: Any, autocast) -> tuple[i
     named_params = dict(model.named_parameters())
     tensors = {**named_params, **{k: v.clone() for k, v in model.named_buffers()}}
     trainable = [p for p in named_params.values() if p.requires_grad]
-    devices = [t.device for t in named_params.values() if t.device.type == "cuda"][:1]
+    devices = [d for t in named_params.values() for d in accelerator(t.device).rng_devices()][:1]
     with torch.random.fork_rng(devices=devices):
         return _measure_step(model, step, batch, tensors, trainable, autocast, nullcontext())
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import map_tensors
+from gpulab.engines.torch.runtime.devices import accelerator
 
 _CONVS = (nn.Conv2d, nn.ConvTranspose2d)
 
@@ -30,7 +31,7 @@ def resolve_channels_last(setting: bool | str, model: nn.Module, device: torch.d
         return False, "off (as set)"
     if not has_conv2d(model):
         return False, "off (auto: the model has no 2-D convolution)"
-    if device.type == "cuda":
+    if accelerator(device).channels_last_fast:
         return True, "on (auto: a conv net on CUDA, whose fastest convolution kernels take NHWC)"
     return False, (
         f"off (auto: a conv net on {device.type}, where channels_last is not known to be faster; "

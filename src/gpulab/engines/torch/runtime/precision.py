@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from gpulab import precisions
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
 
@@ -81,7 +82,7 @@ class TF32(Precision):
 
     def setup(self) -> None:
         self._saved = _read_tf32_flags()
-        if self.device_type == "cuda":
+        if accelerator(self.device_type).tf32_units:
             # Only on GPUs: on a CPU "high" lets oneDNN use reduced-precision passes for fp32 matmuls,
             # which measured 5-8 % slower for the digits CNN step on a 2-core EPYC without AMX.
             torch.set_float32_matmul_precision("high")

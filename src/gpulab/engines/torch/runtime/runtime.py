@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import to_device
+from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
@@ -106,6 +107,11 @@ class Runtime:
     @property
     def device(self) -> torch.device:
         return self.strategy.root_device
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """What this process's device can do (the device seam: ``runtime/devices``)."""
+        return accelerator(self.strategy.root_device)
 
     @property
     def rank(self) -> int:

@@ -27,7 +27,6 @@ import gpulab
 from gpulab.checkpoint.io import step_dir_name, step_of
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.refuse import refuse_if_changed
-from gpulab.checkpoint.rng import capture_rng, validate_rng
 from gpulab.checkpoint.save import mark_best
 from gpulab.engines.torch.checkpoint.api import (
     LoadedCheckpoint,
@@ -36,6 +35,8 @@ from gpulab.engines.torch.checkpoint.api import (
     restore_rng,
     save_checkpoint,
 )
+from gpulab.engines.torch.checkpoint.rng import capture_rng, validate_rng
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.redaction import redacted
 
@@ -193,10 +194,7 @@ def _own_rng(st: dict[str, Any], trainer: Trainer) -> Any:
 
 def _own_cuda(trainer: Trainer) -> list[int]:
     """The CUDA device this rank computes on (its RNG is the only one it draws from), or none."""
-    device = trainer.runtime.device
-    if device.type != "cuda":
-        return []
-    return [device.index if device.index is not None else torch.cuda.current_device()]
+    return trainer.runtime.accelerator.rng_devices()
 
 
 def _rng_payload(trainer: Trainer) -> dict[str, Any]:
@@ -298,7 +296,7 @@ def _warn_if_arithmetic_differs(saved: Any, device: torch.device) -> None:
         )
         return
     threads, now = saved.get("intra_op_threads"), torch.get_num_threads()
-    if device.type == "cpu" and isinstance(threads, int) and threads != now:
+    if accelerator(device).is_host and isinstance(threads, int) and threads != now:
         warnings.warn(
             f"resuming with {now} intra-op threads a run checkpointed with {threads}: CPU reductions split "
             "differently, so the numbers differ from the uninterrupted run by rounding; run with "

@@ -29,6 +29,7 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     optimizer_blocker,
     prepare_optimizer,
 )
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.precision import _Autocast
 from gpulab.engines.torch.runtime.step_call import step_loss
 
@@ -130,7 +131,7 @@ class WholeStepGraph:
         whether it is its epoch's last batch, None where that is unknown (a stream)."""
         if not self._prepared:
             # After any resume (a load replaces the optimizer's groups): from here its tensors are static.
-            prepare_optimizer(self.t.optimizer, self.device, capturable=self.device.type == "cuda")
+            prepare_optimizer(self.t.optimizer, self.device, capturable=accelerator(self.device).cuda_graphs)
             self._prepared = True
         if self.mode == "eager":
             loss = self._run(batch)
@@ -198,7 +199,7 @@ class WholeStepGraph:
     def _capture(self, batch: Any, loss: torch.Tensor) -> None:
         """Record the step once, against static copies of this batch; the next batch replays it."""
         # Again: a scheduler may have assigned floats during the warm-up; the graph must read tensors.
-        prepare_optimizer(self.t.optimizer, self.device, capturable=self.device.type == "cuda")
+        prepare_optimizer(self.t.optimizer, self.device, capturable=accelerator(self.device).cuda_graphs)
         leaves, self._spec = pytree.tree_flatten(batch)
         self._static = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
         self._loss = torch.empty_like(loss)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.strategies.base import Strategy
 
 SLOWER_THAN_DDP = (
@@ -38,7 +39,7 @@ class DataParallel(Strategy):
 
     def setup_module(self, model: nn.Module) -> nn.Module:
         model = model.to(self.root_device)
-        if self.root_device.type != "cuda":
+        if not accelerator(self.root_device).data_parallel:
             # Nothing to replicate on: the module runs as is. (nn.DataParallel(device_ids=[]) would only
             # pass through where torch sees no GPU at all; on a GPU machine it fails on device_ids[0].)
             return model

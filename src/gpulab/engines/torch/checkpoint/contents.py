@@ -1,4 +1,4 @@
-"""What may go into a checkpoint, checked before anything is written.
+"""What may go into a torch checkpoint's state.pt, checked before anything is written.
 
 ``state.pt`` is read back with ``torch.load(weights_only=True)``, which refuses any pickled class it does
 not know. Checking the same allowlist at save time turns "this checkpoint cannot be loaded" -- found
@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from gpulab.engines.torch.checkpoint.rng import validate_rng
 from gpulab.errors import CheckpointError
 
 # Exact types: a subclass (a NumPy float, a namedtuple, a user's dict) pickles as its own class and would
@@ -44,6 +45,15 @@ def check_state_tree(value: Any, where: str = "state") -> None:
     raise CheckpointError(
         f"{where}: a {kind.__module__}.{kind.__qualname__} cannot be saved{hint}; allowed: {_ALLOWED}"
     )
+
+
+def check_state(state: dict[str, Any]) -> None:
+    """A torch checkpoint's ``state`` (after ``checkpoint.save.check_save_args``): every value loadable
+    with ``weights_only``, and ``state["rng"]`` a well-formed ``capture_rng()`` for an exact resume."""
+    check_state_tree(state)
+    if "rng" not in state:
+        raise CheckpointError("state has no 'rng' entry: pass state['rng'] = capture_rng() for exact resume")
+    validate_rng(state["rng"], strict_cuda=False)
 
 
 def weights_for_file(model_state: Any) -> dict[str, torch.Tensor]:

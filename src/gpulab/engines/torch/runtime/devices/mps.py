@@ -1,0 +1,17 @@
+"""Apple's MPS and Intel's XPU: work is queued (so a clock waits for it), nothing else gpulab uses."""
+
+from __future__ import annotations
+
+import torch
+
+from gpulab.engines.torch.runtime.devices.base import Accelerator
+
+
+class MpsAccelerator(Accelerator):
+    def synchronize(self) -> None:
+        torch.mps.synchronize()
+
+
+class XpuAccelerator(Accelerator):
+    def synchronize(self) -> None:
+        torch.xpu.synchronize(self.device)

@@ -1,0 +1,54 @@
+"""``gpulab tune --budget 120`` keeps its budget on the search's own clock, and every ratio it prints is one
+number. The clock is the test's: each read moves it on by a fixed step, so the trials (real fits of the
+mlp recipe) cost clock time by the steps they run, whatever the machine's load; the budget then binds."""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+
+from gpulab.tune.report import print_report
+from gpulab.tune.search import Search, vs_default
+
+BUDGET, TICK = 120.0, 0.5
+
+
+class Ticks:
+    """A clock that moves on by ``TICK`` seconds at every read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += TICK
+        return self.now
+
+
+def test_tune_finishes_inside_its_budget_and_its_table_and_text_give_one_ratio(tmp_path):
+    clock = Ticks()
+    user = {"recipe": "mlp", "options": {"samples": 4000}}
+    result = Search(user, budget_s=BUDGET, steps=30, min_interval_s=0, log=lambda _: None, clock=clock).run()
+    assert result.elapsed_s <= 1.1 * BUDGET and clock.now <= 1.1 * BUDGET  # +-10 %
+    assert result.out_of_budget  # the budget bound: trials were stopped or skipped for it
+    assert all(t.wall_s <= 0.25 * BUDGET + 2 * TICK for t in result.trials[1:])  # no trial past its cap
+
+    console = Console(record=True, width=250)
+    print_report(console, result, tmp_path / "tuned.yaml", tmp_path / "tune.json")
+    text = console.export_text()
+    cells = [line.split("│") for line in text.splitlines() if re.match(r"│ +\d+ │", line)]
+    assert [c[2].strip() for c in cells] == [t.label for t in result.trials]
+    for cell, t in zip(cells, result.trials, strict=True):
+        if t.samples_per_s is not None:
+            assert cell[6].strip() == f"{vs_default(t, result)[0]:.2f}x"  # the table's column
+    rows = {c[2].strip(): c[6].strip() for c in cells if "(again)" not in c[2]}  # each knob's trial once
+    # Every "LABEL 0.97x the default" a sentence gives is that trial's figure in the table.
+    sentences = text.split("└")[-1]
+    said = re.findall(r"(\S+=\S+) (\d+\.\d\d)x the default", sentences)
+    assert said, sentences
+    for label, figure in said:
+        assert rows[label] == f"{figure}x", (label, figure, rows)
+    # The verdict's ratio is the table's figure for the trial it comes from (the re-measured pair's).
+    verdict = next(line for line in sentences.splitlines() if line.startswith(("tuned ", "the defaults")))
+    if result.best is not result.default or (result.reverted and result.reverted[1] is not None):
+        assert f"{vs_default(result.compared[0], result)[0]:.2f}x" in verdict, verdict
