@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -63,6 +65,31 @@ def scenario():
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
         return json.loads(lines[-1].removeprefix("RESULT "))
+
+    return run
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    """``cli(*argv, cwd=None, env=None) -> (exit code, stderr)``: ``gpulab ARGV`` through the CLI's entry point
+    in this process, for a check that reads only what a process would leave (its exit code, stderr, files):
+    a process of its own pays torch's and torch._dynamo's import again (seconds on 2 cores). ``cwd`` and
+    ``env`` (a None value unsets) hold for the rest of the test. Warnings go to pytest's record, not stderr:
+    a check of a warning's line keeps its own process."""
+    from gpulab.cli import main
+
+    def run(*argv: object, cwd: Path | None = None, env: dict[str, str | None] | None = None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        for name, value in (env or {}).items():
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main([str(a) for a in argv])
+        return code, err.getvalue()
 
     return run
 

@@ -71,12 +71,18 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert a[k].equal(b[k]), k
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The run never stopped: one for every signal's comparison (each was its own 200-step process)."""
+    where = tmp_path_factory.mktemp("uninterrupted")
+    ref = gpulab(*RUN, "--out", "ref", cwd=where)
+    assert ref.returncode == 0, ref.stderr
+    return where / "ref"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, sig):
-    ref = gpulab(*RUN, "--out", "ref", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr
-
+def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, sig, uninterrupted):
     proc = start(*RUN, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(sig)
@@ -95,9 +101,9 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     resumed = gpulab(*RUN, "--out", "run", "--resume", "latest", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
-    assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
+    assert_same_weights(final_weights(tmp_path / "run"), final_weights(uninterrupted))
     # The logged losses too: the stop wrote no extra record, and the loss window was saved whole.
-    ref_losses = losses(tmp_path / "ref")
+    ref_losses = losses(uninterrupted)
     run_losses = losses(tmp_path / "run")
     assert all(s % 5 == 0 for s in run_losses)  # log_every=5; no record at the stop step
     assert {s: v for s, v in run_losses.items() if s > step} == {

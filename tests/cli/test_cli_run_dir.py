@@ -1,5 +1,7 @@
-"""The run directory as two users (or one user twice) meet it, in real processes: a second run into a busy
-``--out`` is refused in one line naming the holder; a lock left by a killed run is taken over."""
+"""The run directory as two users (or one user twice) meet it: a second run into a busy ``--out`` is refused
+in one line naming the holder; a lock left by a killed run is taken over. The holder is a real process
+(killed for real); the run that meets it is this process's CLI entry point where its exit code and stderr
+are all a test reads (no second interpreter, torch and torch._dynamo imported again, per check)."""
 
 from __future__ import annotations
 
@@ -52,26 +54,43 @@ def dead_pid() -> int:
     return child.pid
 
 
+def _train(out: Path, *args: str) -> tuple[int, str]:
+    """``gpulab train mlp`` in-process through the CLI entry point: (exit code, stderr)."""
+    import contextlib
+    import io
+
+    from gpulab.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["train", "mlp", "--out", str(out), *QUICK, *args])
+    return code, err.getvalue()
+
+
+def _snapshot(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.slow
 def test_a_second_run_into_a_busy_out_is_refused_naming_the_holder(tmp_path):
     out = tmp_path / "run"
     first = start_long_run(out, tmp_path)
     try:
-        second = gpulab("train", "mlp", "--out", str(out), *QUICK, cwd=tmp_path)
+        code, err = _train(out)
         assert first.poll() is None  # the first run was not disturbed
     finally:
         first.send_signal(signal.SIGKILL)  # killed hard: its lock file stays behind
         first.wait()
-    assert second.returncode == 2, second.stderr
-    (line,) = second.stderr.splitlines()
+    assert code == 2, err
+    (line,) = err.splitlines()
     assert line.startswith(f"gpulab: error: {out} is in use by another run")
     assert f"pid {first.pid} on host {socket.gethostname()}" in line and "another --out" in line
     assert not (out / "summary.json").exists()
 
     # The killed run's lock file is still there, naming a dead pid: the next run takes it over.
     assert json.loads((out / LOCK_FILE).read_text())["pid"] == first.pid
-    third = gpulab("train", "mlp", "--out", str(out), *QUICK, "--overwrite", cwd=tmp_path)
-    assert third.returncode == 0, third.stderr
+    code, err = _train(out, "--overwrite")
+    assert code == 0, err
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert not (out / LOCK_FILE).exists()  # released at the end
 
@@ -81,8 +100,8 @@ def test_a_stale_lock_file_of_a_dead_pid_is_taken_over(tmp_path):
     out.mkdir()
     stale = {"pid": dead_pid(), "host": socket.gethostname(), "since": "2020-01-01T00:00:00+00:00"}
     (out / LOCK_FILE).write_text(json.dumps(stale))
-    proc = gpulab("train", "mlp", "--out", str(out), *QUICK, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    code, err = _train(out)
+    assert code == 0, err
     assert not (out / LOCK_FILE).exists()
 
 
@@ -100,23 +119,6 @@ def test_the_ranks_of_one_launch_do_not_refuse_each_other(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["world_size"] == 2
     assert not (out / LOCK_FILE).exists()
-
-
-def _train(out: Path, *args: str) -> tuple[int, str]:
-    """``gpulab train mlp`` in-process through the CLI entry point: (exit code, stderr)."""
-    import contextlib
-    import io
-
-    from gpulab.cli import main
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = main(["train", "mlp", "--out", str(out), *QUICK, *args])
-    return code, err.getvalue()
-
-
-def _snapshot(out: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
 def test_a_directory_of_the_users_own_files_is_no_previous_run(tmp_path):
@@ -204,14 +206,14 @@ def test_two_runs_sharing_a_checkpoint_dir_are_refused_naming_the_first(tmp_path
     first, _ = _paused_run(a, tmp_path, "before-latest", "--seed", "1", *shared)
     try:
         before = _snapshot(ck)
-        second = gpulab("train", "mlp", "--out", str(b), *QUICK[2:], "--seed", "2", *shared, cwd=tmp_path)
+        code, err = _train(b, "--seed", "2", *shared)  # its --max-steps overrides QUICK's
         assert first.poll() is None  # the first run was not disturbed
         assert _snapshot(ck) == before
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
-    assert second.returncode == 2, second.stderr
-    (line,) = second.stderr.splitlines()
+    assert code == 2, err
+    (line,) = err.splitlines()
     assert line.startswith(
         f"gpulab: error: checkpoint directory {ck} is in use by another run (the run into {a}"
     )
@@ -246,11 +248,12 @@ def test_a_run_killed_before_its_first_checkpoint_is_started_again_by_resume_lat
     first.wait()
     assert not (out / "checkpoints" / "latest").exists()
 
-    again = gpulab("train", "mlp", "--out", str(out), *QUICK[2:], *run, cwd=tmp_path)
-    assert again.returncode == 2
-    (line,) = again.stderr.splitlines()
+    code, err = _train(out, *run)
+    assert code == 2
+    (line,) = err.splitlines()
     assert "it stopped before its first checkpoint: start it again from step 0 with --resume latest" in line
 
+    # A process of its own: its warning line is what stderr shows (pytest records warnings in this one).
     resumed = gpulab("train", "mlp", "--out", str(out), *QUICK[2:], *run, "--resume", "latest", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     (note,) = [ln for ln in resumed.stderr.splitlines() if ln.startswith("gpulab:")]

@@ -34,7 +34,7 @@ from launch_job import job_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "scripts" / "slurm_cluster.sh"
-MWMS_JOB = ROOT / "tests" / "tflaunch" / "tflaunch_mwms_job.py"
+MWMS_JOB = ROOT / "tests" / "engines" / "tensorflow" / "launch" / "tflaunch_mwms_job.py"
 PREEMPT = ["preempt_recipe:build", "--set", "mfu=false", "--set", "options.pause=0.02"]
 TOL = 1e-5  # as tests/distributed/test_ddp.py: 2 ranks vs one process at twice the batch
 ENDED = {
@@ -176,7 +176,8 @@ def test_the_rendered_tensorflow_script_trains_over_two_nodes_like_one_worker_at
     for a, b, ref in zip(w0["weights"], w1["weights"], summary["reference"], strict=True):
         a, b, ref = map(np.asarray, (a, b, ref))
         assert np.array_equal(a, b)
-        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)  # as tests/tflaunch: 1 worker at batch 16
+        # as tests/engines/tensorflow/launch: 1 worker at batch 16
+        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_scancel_mid_run_leaves_a_checkpoint_and_a_resubmitted_launch_resumes_it_bit_exactly(
@@ -266,7 +267,7 @@ def test_trackers_after_scancel_and_sigkill_each_equal_metrics_jsonl(cluster, tm
     and MLflow's, W&B's and TensorBoard's loss histories each equal metrics.jsonl, step for step."""
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
-    sys.path.insert(0, str(ROOT / "tests" / "engines" / "torch" / "train"))
+    sys.path.insert(0, str(ROOT / "tests" / "core" / "callbacks"))
     from tracker_history import assert_equal_to_jsonl, mlflow_status
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -9,7 +9,8 @@ Ports:
 - one node: every worker on 127.0.0.1, each on a port the kernel reports free on loopback. TensorFlow
   listens on every interface all the same: ``GrpcServer::Init`` (core/distributed_runtime/rpc/
   grpc_server_lib.cc) binds ``StrCat("0.0.0.0:", requested_port)``, taking only the port from the
-  cluster address, and ``ServerDef`` has no bind address to give (tests/tflaunch/test_tflaunch_bind.py).
+  cluster address, and ``ServerDef`` has no bind address to give
+  (tests/engines/tensorflow/launch/test_tflaunch_bind.py).
 - several nodes (no rendezvous to learn the others' addresses): ``--hosts H0,H1,...`` in node-rank
   order and a base port P (``--base-port``); local worker ``l`` of node ``n`` listens on ``H_n:P+l``
   and has the global index ``n * nproc_per_node + l``. Every node computes the same list, so the same

@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from wandb_log import read_run  # noqa: E402  (tests/engines/torch/train is on the path)
+from wandb_log import read_run  # noqa: E402  (tests/core/callbacks is on the path)
 
 from gpulab.engines.torch.train.run import run  # noqa: E402
 
-CLI_TESTS = Path(__file__).resolve().parents[3] / "cli"  # preempt_recipe.py: no LR schedule
+CLI_TESTS = Path(__file__).resolve().parents[2] / "cli"  # preempt_recipe.py: no LR schedule
 
 
 def offline_runs(out: Path) -> list[dict]:

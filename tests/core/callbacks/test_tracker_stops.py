@@ -25,7 +25,7 @@ pytest.importorskip("tensorboard")
 
 from tracker_history import assert_equal_to_jsonl, histories, jsonl, mlflow_status  # noqa: E402
 
-CLI_TESTS = Path(__file__).resolve().parents[3] / "cli"  # preempt_recipe.py: a pause in each step
+CLI_TESTS = Path(__file__).resolve().parents[2] / "cli"  # preempt_recipe.py: a pause in each step
 ALL = "trackers=[wandb,mlflow,tensorboard]"
 
 
