@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_waits import wait_for_a_logged_step
 from safetensors.torch import load_file
 
 HERE = Path(__file__).resolve().parent
@@ -44,15 +45,7 @@ def start(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess.
 
 def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 120) -> None:
     """Until the run has logged a step (it is inside the training loop)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it was signalled: {proc.communicate()[1][-2000:]}")
-        time.sleep(0.02)
-    proc.kill()
-    pytest.fail("the run never logged a step")
+    wait_for_a_logged_step(proc, out, timeout)
 
 
 def losses(out: Path) -> dict[int, float]:

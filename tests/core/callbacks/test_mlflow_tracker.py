@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from run_waits import wait_for_a_logged_step
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -98,15 +99,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _wait_for_a_logged_step(proc: subprocess.Popen, out: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it was signalled: {proc.communicate()[1][-2000:]}")
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail("the run never logged a step")
+    wait_for_a_logged_step(proc, out, timeout)
 
 
 @pytest.mark.slow

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from run_waits import wait_for_a_logged_step
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),
@@ -48,16 +48,7 @@ def start(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess.
 
 def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 300) -> None:
     """Until the run has logged a step (it is inside the training loop)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        metrics = out / "metrics.jsonl"
-        if metrics.is_file() and metrics.read_text().strip():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it was signalled: {proc.communicate()[1][-3000:]}")
-        time.sleep(0.02)
-    proc.kill()
-    pytest.fail("the run never logged a step")
+    wait_for_a_logged_step(proc, out, timeout, tail=3000)
 
 
 def wait_for_line(proc: subprocess.Popen, start: str) -> str:
