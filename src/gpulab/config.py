@@ -7,6 +7,7 @@ typo'd key, the closest valid ones first). YAML is read as UTF-8, and a key give
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 from pathlib import Path
@@ -298,8 +299,30 @@ class RunConfig(TrainerSettings):
     )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 
+    def trainer_settings(self, unset: frozenset[str] = frozenset()) -> TrainerSettings:
+        """The trainer's part of these settings as validated here, not validated again (a run's settings
+        are validated once, by its engine's ``resolve``): what the user or the recipe set stays set;
+        ``unset``: settings handed over at their default, as if never given."""
+        fields = TrainerSettings.model_fields
+        values = {
+            k: f.get_default(call_default_factory=True) if k in unset else copy.deepcopy(getattr(self, k))
+            for k, f in fields.items()
+        }
+        given = (self.model_fields_set & fields.keys()) - unset
+        return TrainerSettings.model_construct(_fields_set=given, **values)
+
 
 S = TypeVar("S", bound=Settings)
+
+
+def trainer_settings_of(settings: TrainerSettings | None, given: dict[str, Any]) -> TrainerSettings:
+    """A trainer's settings: ``settings`` as validated already (``RunConfig.trainer_settings``: gpulab's
+    verbs), or the keyword settings a user's script gave, validated here."""
+    if settings is None:
+        return parse_config(TrainerSettings, given)
+    if given:
+        raise ConfigError(f"give a trainer settings= or keyword settings ({', '.join(given)}), not both")
+    return settings
 
 
 def check_engine(settings: TrainerSettings) -> None:

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from gpulab.checkpoint.io import LATEST, TF_LAYOUT, step_dir_name
+from gpulab.checkpoint.io import LATEST, step_dir_name
 from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
+from gpulab.engines.tensorflow.checkpoint_layout import TF_LAYOUT
 from gpulab.engines.torch.checkpoint.api import export_weights, inspect_checkpoint, load_checkpoint
 from gpulab.errors import CheckpointError
 

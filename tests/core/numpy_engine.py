@@ -29,6 +29,7 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult, FitState
 from gpulab.core.summary import environment as core_environment
+from gpulab.engines import CheckpointLayout
 from gpulab.errors import ConfigError
 
 NAME = "numpy"
@@ -241,7 +242,7 @@ class NumpyEngine:
     """The engine object ``gpulab.engines.get`` returns: what ``gpulab train`` asks of it."""
 
     name = NAME
-    checkpoint_layouts = (LAYOUT,)
+    checkpoint_layouts = {LAYOUT: CheckpointLayout((WEIGHTS, META))}
     lacks: dict[str, Any] = {}  # every shared setting is taken (most are ignored: this is a test's engine)
     framework, framework_module, extra = "NumPy", "numpy", "numpy"
 

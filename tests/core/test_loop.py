@@ -6,15 +6,12 @@ from __future__ import annotations
 import numpy_engine  # (tests/core is on the path)
 import pytest
 
-from gpulab.checkpoint import io as checkpoint_io
 from gpulab.config import RunConfig
 
 
 @pytest.fixture(autouse=True)
-def numpy_layout(monkeypatch):
-    monkeypatch.setitem(
-        checkpoint_io.LAYOUTS, numpy_engine.LAYOUT, (numpy_engine.WEIGHTS, checkpoint_io.META)
-    )
+def numpy_layout(numpy_registered):
+    """Its checkpoints verify as the NumPy engine's layout (the engine registered)."""
 
 
 def trainer(**settings) -> numpy_engine.NumpyTrainer:

@@ -10,23 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy_engine  # (tests/core is on the path)
-import pytest
 
-import gpulab.engines
-from gpulab.checkpoint import io as checkpoint_io
 from gpulab.cli import main
-
-
-@pytest.fixture
-def numpy_registered(monkeypatch):
-    """The NumPy engine registered (``engines.register``, until the test ends), and its checkpoint layout."""
-    monkeypatch.setattr(gpulab.engines, "_REGISTRY", dict(gpulab.engines._REGISTRY))
-    gpulab.engines.register(
-        numpy_engine.NAME, numpy_engine.__name__, help="NumPy gradient descent (a test's)"
-    )
-    monkeypatch.setitem(
-        checkpoint_io.LAYOUTS, numpy_engine.LAYOUT, (numpy_engine.WEIGHTS, checkpoint_io.META)
-    )
 
 
 def train(capsys, out: Path, *args: str) -> str:

@@ -36,10 +36,10 @@ def choose_format(artifact: Path, flag: str | None) -> str:
             "--format aoti to run it (only a file you trust: files never decide what code runs)"
         )
     if fmt is None:
-        suffixes = choices(formats.get(n).SUFFIX for n in formats.FORMATS)
+        suffixes = choices(formats.get(n).SUFFIX for n in formats.names())
         raise ConfigError(
             f"{artifact}: cannot tell its format from its name ({suffixes}); name it with --format "
-            f"{choices(formats.FORMATS)}"
+            f"{choices(formats.names())}"
         )
     return fmt
 

@@ -17,7 +17,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from gpulab.errors import CheckpointError
+from gpulab import engines
+from gpulab.errors import CheckpointError, choices
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
@@ -25,21 +26,9 @@ WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 META = "meta.json"
 REQUIRED = (WEIGHTS, STATE, META)
-DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard files
-# What each layout must hold: "full" is the whole model in safetensors (written by rank 0); "sharded" is
-# every rank's shard through torch.distributed.checkpoint (FSDP2), next to the same state.pt and meta.
-TF_LAYOUT = "tensorflow"
-TF_PREFIX = "ckpt"  # tf.train.Checkpoint.write(DIR/ckpt) -> ckpt.index + ckpt.data-* (the TensorFlow engine)
-# "tensorflow": variables, optimizer and step in a tf.train.Checkpoint; the host-side progress in meta.json.
-LAYOUTS = {
-    "full": REQUIRED,
-    "sharded": (DCP_METADATA, STATE, META),
-    TF_LAYOUT: (f"{TF_PREFIX}.index", META),
-}
 TMP_PREFIX = ".tmp-"
 REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never deleted)
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
-_TF_SHARD = re.compile(rf"^{TF_PREFIX}\.data-\d{{5}}-of-(\d{{5}})$")
 _CHUNK = 1 << 20
 
 # Test hook (see docs/RELIABILITY.md): GPULAB_CHECKPOINT_PAUSE_AT=<point> makes the saver write <point>
@@ -135,7 +124,7 @@ def read_manifest(directory: Path) -> dict[str, dict[str, Any]]:
     try:
         doc = json.loads(path.read_text())
         files = doc["files"]
-        required = LAYOUTS[doc.get("layout", "full")]
+        layout = engines.checkpoint_layout(doc.get("layout", "full"))  # absent: as written before layouts
         ok = isinstance(files, dict) and all(
             isinstance(v, dict) and isinstance(v.get("size"), int) and isinstance(v.get("sha256"), str)
             for v in files.values()
@@ -144,19 +133,15 @@ def read_manifest(directory: Path) -> dict[str, dict[str, Any]]:
         raise CheckpointError(f"{path}: unreadable manifest ({one_line(exc)})") from exc
     if not ok or any(Path(name).name != name or name in ("", ".", "..") for name in files):
         raise CheckpointError(f"{path}: malformed manifest (expected files: {{name: {{size, sha256}}}})")
-    unlisted = [name for name in required if name not in files]
-    if doc.get("layout") == TF_LAYOUT:
-        unlisted += [name for name in tf_data_shards(files) if name not in files]
+    if layout is None:
+        raise CheckpointError(
+            f"{path}: layout {doc.get('layout')!r} is no engine's checkpoint; "
+            f"valid: {choices(engines.layouts())}"
+        )
+    unlisted = [name for name in layout.required(files) if name not in files]
     if unlisted:
         raise CheckpointError(f"{path}: manifest does not list {', '.join(unlisted)}")
     return files
-
-
-def tf_data_shards(names: Collection[str]) -> list[str]:
-    """The ``ckpt.data-*`` shard files a TensorFlow checkpoint with these files must hold: each listed
-    shard names the count (``-of-NNNNN``); none listed means the one shard ``-00000-of-00001``."""
-    counts = {int(m.group(1)) for n in names if (m := _TF_SHARD.match(n))} or {1}
-    return [f"{TF_PREFIX}.data-{i:05d}-of-{count:05d}" for count in sorted(counts) for i in range(count)]
 
 
 def manifest_layout(directory: Path) -> str:

@@ -25,9 +25,6 @@ from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepa
 from gpulab.core.state import FitResult
 from gpulab.core.summary import run_files, write_summary
 
-# A run's own settings, never a trainer's: what the run directory and the recipe are.
-RUN_ONLY = frozenset({"recipe", "options", "resume", "overwrite"})
-
 
 class RunSteps(Protocol):
     """An engine's part of ``run``."""

@@ -15,7 +15,7 @@ engine), ``register(name, loader)``.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +48,19 @@ class Lack:
         return f"leave it unset (default {default!r})"
 
 
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """What a checkpoint of one MANIFEST layout must list (``checkpoint/io.py`` verifies it): ``files``
+    always, and ``implied(listed)``: files the listed ones imply (a TensorFlow checkpoint's data shards,
+    counted in their names)."""
+
+    files: tuple[str, ...]
+    implied: Callable[[Collection[str]], list[str]] | None = None
+
+    def required(self, listed: Collection[str]) -> list[str]:
+        return [*self.files, *(self.implied(listed) if self.implied else [])]
+
+
 class Engine(Protocol):
     """What the verbs need of an engine. Methods import the framework (and the engine's part of the verb,
     engines/<name>/) when called, never at the engine module's import."""
@@ -57,7 +70,7 @@ class Engine(Protocol):
     framework_module: str  # its import name: a ModuleNotFoundError for it means the engine's extra is missing
     extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
     lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
-    export_formats: tuple[str, ...]  # the formats a run of this engine exports to
+    export_formats: Mapping[str, str]  # the formats a run of this engine exports to -> the module of each
     export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
     export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
     export_model: str  # what its export writes, as an error names it
@@ -74,7 +87,7 @@ class Engine(Protocol):
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
     compile_failure: str  # a tune trial whose compile failed, in the engine's words
     threads_hint: str  # the train report's hint when other processes competed for the CPU
-    checkpoint_layouts: tuple[str, ...]  # the MANIFEST layouts its checkpoints have (checkpoint/io.py)
+    checkpoint_layouts: Mapping[str, CheckpointLayout]  # its checkpoints' MANIFEST layouts (checkpoint/io.py)
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -170,10 +183,19 @@ def for_layout(layout: str) -> Engine:
         engine = get(name)
         if layout in engine.checkpoint_layouts:
             return engine
-    raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(_all_layouts())}")
+    raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
 
 
-def _all_layouts() -> list[str]:
+def checkpoint_layout(layout: str) -> CheckpointLayout | None:
+    """What a checkpoint of MANIFEST ``layout`` must hold, from the engine that writes it; None: no
+    engine's."""
+    return next(
+        (get(n).checkpoint_layouts[layout] for n in _REGISTRY if layout in get(n).checkpoint_layouts), None
+    )
+
+
+def layouts() -> list[str]:
+    """Every registered engine's checkpoint layouts."""
     return [layout for name in _REGISTRY for layout in get(name).checkpoint_layouts]
 
 

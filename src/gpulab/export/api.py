@@ -71,7 +71,7 @@ def export(
 
 def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
-    if fmt not in formats.FORMATS:
+    if fmt not in formats.names():
         formats.get(fmt)  # raises: unknown format, with the valid ones
     if precision not in formats.PRECISIONS:
         raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(formats.PRECISIONS)}")

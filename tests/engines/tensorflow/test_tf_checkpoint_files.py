@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.checkpoint.io import TF_LAYOUT, write_manifest
+from gpulab.checkpoint.io import write_manifest
+from gpulab.engines.tensorflow.checkpoint_layout import TF_LAYOUT
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"),

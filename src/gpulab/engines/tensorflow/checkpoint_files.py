@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpulab.checkpoint.io import TF_PREFIX, one_line
+from gpulab.checkpoint.io import one_line
+from gpulab.engines.tensorflow.checkpoint_layout import TF_PREFIX
 
 
 def unreadable(directory: Path) -> str | None:

@@ -22,8 +22,6 @@ import numpy as np
 
 from gpulab.checkpoint.io import (
     META,
-    TF_LAYOUT,
-    TF_PREFIX,
     TMP_PREFIX,
     fsync_file,
     manifest_layout,
@@ -37,6 +35,7 @@ from gpulab.checkpoint.read import load_meta
 from gpulab.checkpoint.refuse import TRAJECTORY_SETTINGS, refuse_if_changed
 from gpulab.checkpoint.save import commit_checkpoint, disk_full_as_error, meta_bytes
 from gpulab.engines.tensorflow.checkpoint_files import unreadable
+from gpulab.engines.tensorflow.checkpoint_layout import TF_LAYOUT, TF_PREFIX
 from gpulab.errors import CheckpointError
 from gpulab.redaction import redacted
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpulab.engines import Lack
 from gpulab.engines.tensorflow.bench import TF_PREFIX
+from gpulab.engines.tensorflow.checkpoint_layout import LAYOUTS as CHECKPOINT_LAYOUTS
 
 # The settings it lacks (torch's): refused in one line (config.check_engine) rather than ignored.
 _DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
@@ -48,7 +49,7 @@ class TensorFlowEngine:
         "mfu": Lack((False,)),
         **dict.fromkeys(_TORCH_ONLY, Lack()),
     }
-    export_formats = ("savedmodel", "tflite")
+    export_formats = {f: f"gpulab.engines.tensorflow.formats.{f}" for f in ("savedmodel", "tflite")}
     export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
     export_precisions = ("fp32",)
     export_model = "the float32 Keras model"
@@ -64,7 +65,7 @@ class TensorFlowEngine:
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
-    checkpoint_layouts = ("tensorflow",)
+    checkpoint_layouts = CHECKPOINT_LAYOUTS
 
     @property
     def threads_hint(self) -> str:  # read by the train report, after the trainer ran

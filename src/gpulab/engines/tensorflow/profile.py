@@ -55,8 +55,7 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
 
     config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()
-    exclude = {"recipe", "options", "resume", "overwrite", "out_dir"}
-    trainer = TfTrainer(**config.model_dump(exclude_unset=True, exclude=exclude))
+    trainer = TfTrainer(settings=config.trainer_settings(unset=frozenset({"out_dir"})))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with trainer.built(recipe):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, check_engine, merge, parse_config
-from gpulab.core.run import RUN_ONLY, RunSteps
+from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.strategy import tf_config_task
@@ -37,9 +37,8 @@ class TensorFlowRun(RunSteps):
     def trainer(self, config: RunConfig, callbacks: list[Any]) -> Any:
         from gpulab.engines.tensorflow.trainer import TfTrainer
 
-        settings = config.model_dump(exclude_unset=True, exclude=set(RUN_ONLY))
         trajectory = {"recipe": config.recipe, "options": config.options}
-        return TfTrainer(trajectory=trajectory, callbacks=callbacks, **settings)
+        return TfTrainer(trajectory=trajectory, callbacks=callbacks, settings=config.trainer_settings())
 
     def fit(self, trainer: Any, recipe: Any, resume: str | None) -> FitResult:
         return trainer.fit(recipe, resume=resume)

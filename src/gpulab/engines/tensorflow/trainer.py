@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.config import TrainerSettings, check_engine, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
@@ -72,17 +72,24 @@ class TfRecipe:
 
 
 class TfTrainer(EngineStep):
-    """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s."""
+    """``TfTrainer(**settings).fit(recipe) -> FitResult``; settings are ``TrainerSettings``'s (or
+    ``settings=`` one validated already: ``RunConfig.trainer_settings()``)."""
 
     _agree_on_stop = False  # fit() sets it with several workers (gpulab profile builds steps without it)
     sample_scale = 1  # samples_seen counts the global batch
     threads_hint = THREADS_HINT
 
     def __init__(
-        self, *, callbacks: Sequence[Callback] = (), trajectory: dict[str, Any] | None = None, **settings: Any
+        self,
+        *,
+        callbacks: Sequence[Callback] = (),
+        trajectory: dict[str, Any] | None = None,
+        settings: TrainerSettings | None = None,
+        **given: Any,
     ) -> None:
-        settings.setdefault("engine", "tensorflow")
-        self.requested = parse_config(TrainerSettings, settings)
+        if settings is None:
+            given.setdefault("engine", "tensorflow")
+        self.requested = trainer_settings_of(settings, given)
         if self.requested.engine != "tensorflow":
             raise ConfigError("TfTrainer is the tensorflow engine; for engine 'torch' use gpulab.Trainer")
         check_engine(self.requested)

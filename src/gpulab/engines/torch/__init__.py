@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.engines import Lack
+from gpulab.engines.torch.checkpoint.layouts import LAYOUTS as CHECKPOINT_LAYOUTS
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
@@ -31,7 +32,7 @@ class TorchEngine:
     extra = "torch"
     # the settings it lacks: the strategies it has not (precisions.STRATEGIES), the tf.data cache
     lacks = {"strategy": Lack(("auto", "single", "ddp", "fsdp2", "dp")), "data_cache": Lack()}
-    export_formats = ("exported", "onnx", "torchscript", "aoti")
+    export_formats = {f: f"{__name__}.formats.{f}" for f in ("exported", "onnx", "torchscript", "aoti")}
     export_refusal = "exports a torch model"  # a torch format asked of another engine's run
     export_precisions = None  # any of export's dtypes (the model is cast)
     export_model = "the torch model"
@@ -53,7 +54,7 @@ class TorchEngine:
     cast_note = ("(autocast)", "autocast runs")
     compile_failure = "torch.compile fell back to eager"
     threads_hint = THREADS_HINT
-    checkpoint_layouts = ("full", "sharded")
+    checkpoint_layouts = CHECKPOINT_LAYOUTS
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config

@@ -21,14 +21,13 @@ from typing import Any
 
 import torch
 
+from gpulab import engines
 from gpulab.checkpoint.inspect import inspect_checkpoint as storage_report
 from gpulab.checkpoint.inspect import named_recipe, recipe_in_meta
 from gpulab.checkpoint.io import (
-    DCP_METADATA,
     LATEST,
     META,
     STATE,
-    TF_LAYOUT,
     TMP_PREFIX,
     WEIGHTS,
     fsync_dir,
@@ -59,6 +58,7 @@ from gpulab.checkpoint.save import (
     save_weights,
 )
 from gpulab.engines.torch.checkpoint.contents import check_state, weights_for_file
+from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA, LAYOUTS
 from gpulab.engines.torch.checkpoint.rng import capture_rng, restore_rng
 from gpulab.errors import CheckpointError
 
@@ -147,10 +147,10 @@ def read_verified_checkpoint(directory: Path) -> LoadedCheckpoint:
     """Deserialise a checkpoint directory whose MANIFEST the caller has just verified (several ranks may
     share that hashing); only safe formats are read either way."""
     layout = manifest_layout(directory)
-    if layout == TF_LAYOUT:
+    if layout not in LAYOUTS:  # another engine's checkpoint: which one, and how to resume it
+        owner = engines.for_layout(layout)
         raise CheckpointError(
-            f"{directory} was written by the TensorFlow engine; resume it with --engine tensorflow (its "
-            "weights are also in the run's model.weights.h5)"
+            f"{directory} was written by the {owner.framework} engine; resume it with --engine {owner.name}"
         )
     return LoadedCheckpoint(
         model_state=load_weights(directory / WEIGHTS) if layout == "full" else {},
@@ -204,7 +204,7 @@ def apply_model_state(
 def inspect_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """A report on one checkpoint for humans and the CLI (``gpulab.checkpoint.inspect``), torch's files read
     as resume reads them; never raises for a corrupt checkpoint."""
-    return storage_report(path, lambda layout: recipe_in_meta if layout == TF_LAYOUT else read_torch_files)
+    return storage_report(path, lambda layout: read_torch_files if layout in LAYOUTS else recipe_in_meta)
 
 
 def read_torch_files(directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
@@ -230,8 +230,8 @@ def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
     directory, verified = locate(Path(path))
     if not verified:
         verify_manifest(directory)
-    if manifest_layout(directory) == TF_LAYOUT:
-        read_verified_checkpoint(directory)  # raises: a TensorFlow checkpoint, one line saying where to look
+    if manifest_layout(directory) not in LAYOUTS:
+        read_verified_checkpoint(directory)  # raises: another engine's checkpoint, one line saying whose
     return copy_weights(directory, to_file)
 
 

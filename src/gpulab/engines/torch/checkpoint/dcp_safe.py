@@ -26,8 +26,9 @@ from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-from gpulab.checkpoint.io import DCP_METADATA, one_line
+from gpulab.checkpoint.io import one_line
 from gpulab.checkpoint.read import unpickler_reason
+from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA
 from gpulab.errors import CheckpointError
 
 _METADATA_CLASSES = (

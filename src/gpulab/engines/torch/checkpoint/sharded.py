@@ -25,7 +25,6 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from gpulab.checkpoint.io import (
-    DCP_METADATA,
     TMP_PREFIX,
     remove_path,
     remove_stale_tmp,
@@ -45,6 +44,7 @@ from gpulab.engines.torch.checkpoint.dcp_safe import (
     read_metadata,
     refused,
 )
+from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA
 
 
 def save_sharded_checkpoint(

@@ -16,7 +16,7 @@ from gpulab.config import RunConfig, merge, parse_config
 from gpulab.core import run as core_run
 from gpulab.core.callbacks import Callback
 from gpulab.core.recipes.base import load_recipe
-from gpulab.core.run import RUN_ONLY, RunSteps
+from gpulab.core.run import RunSteps
 from gpulab.core.run import default_resume as default_resume  # where scripts found it
 from gpulab.core.state import FitResult
 from gpulab.core.summary import environment as core_environment
@@ -74,12 +74,10 @@ class TorchRun(RunSteps):
         return rank == 0 and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0
 
     def trainer(self, config: RunConfig, callbacks: list[Callback]) -> Trainer:
-        # batch_size only where the user or the recipe set it: a recipe's own DataLoader keeps its batch
-        # size unless told otherwise (and then says that it does).
-        unset = set() if "batch_size" in config.model_fields_set else {"batch_size"}
-        settings = config.model_dump(exclude={*RUN_ONLY, *unset})
+        # batch_size stays unset where neither the user nor the recipe set it: a recipe's own DataLoader
+        # keeps its batch size unless told otherwise (and then says that it does).
         trajectory = {"recipe": config.recipe, "options": config.options}
-        return Trainer(trajectory=trajectory, callbacks=callbacks, **settings)
+        return Trainer(trajectory=trajectory, callbacks=callbacks, settings=config.trainer_settings())
 
     def fit(self, trainer: Trainer, recipe: Any, resume: str | None) -> FitResult:
         return recipe.fit(trainer, resume=resume)

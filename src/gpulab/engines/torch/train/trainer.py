@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.config import TrainerSettings, check_engine, parse_config
+from gpulab.config import TrainerSettings, check_engine, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
@@ -89,6 +89,7 @@ class Trainer(EngineStep):
     computed itself) is ``gpulab.engines.torch.runtime.step_call``'s rule.
 
     ``settings`` are those of ``gpulab.config.TrainerSettings`` (an unknown one is a ConfigError);
+    ``settings=`` takes them validated already (``RunConfig.trainer_settings()``: gpulab's verbs);
     ``callbacks`` are added after the built-in ones; ``runtime`` replaces the one built from settings.
     ``trajectory``: anything else that changes what the run computes (``gpulab train`` passes the recipe
     and its ``options``); it is stored in checkpoints and a resume that changes it is refused.
@@ -102,9 +103,10 @@ class Trainer(EngineStep):
         callbacks: Sequence[Callback] = (),
         runtime: Runtime | None = None,
         trajectory: dict[str, Any] | None = None,
-        **settings: Any,
+        settings: TrainerSettings | None = None,
+        **given: Any,
     ):
-        self.requested = parse_config(TrainerSettings, settings)
+        self.requested = trainer_settings_of(settings, given)
         if self.requested.engine != NAME:
             raise ConfigError(
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
