@@ -11,7 +11,7 @@ TF_VENV ?= .venv-tf
 TF_ONLY := $(TF_VENV)/.installed-tf
 NO_TORCH = $(TF_VENV)/bin/python -c "import torch" 2>/dev/null && { echo "$(TF_VENV) has torch; it must not: rm -rf $(TF_VENV)" >&2; exit 1; } || true
 
-.PHONY: run test test-models test-tf-only lint setup clean slurm-packages extras
+.PHONY: run test test-durations test-models test-tf-only lint setup clean slurm-packages extras
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
@@ -36,17 +36,23 @@ run: $(BASE)
 	$(VENV)/bin/gpulab train digits --out runs/digits --overwrite
 
 # Two pytest-xdist workers: most tests wait on subprocesses, so one process leaves a core idle (7 vs 11 min
-# on 2 cores); loadfile keeps a file's tests, and its module fixtures, in one worker.
+# on 2 cores); loadfile keeps a file's tests, and its module fixtures, in one worker; the longest files go
+# first (tests/file_seconds.json, `make test-durations`; --no-loadscope-reorder keeps that order).
 test: $(DEV) slurm-packages
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not tf_only"
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not tf_only"
 
 $(MODELS): pyproject.toml scripts/setup_env.sh
 	GPULAB_TORCH=keep scripts/setup_env.sh $(MODELS_VENV) vision-dev
 	@touch $@
 
 # The vision examples (torchvision ResNet-18, timm ViT): train, resume and export, in their own venv.
+# Re-measure tests/file_seconds.json (seconds per test file) with a full run of the suite.
+test-durations: $(DEV)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not tf_only" --junitxml=build/junit.xml
+	$(PY) scripts/test_durations.py build/junit.xml tests/file_seconds.json
+
 test-models: $(MODELS)
 	$(MODELS_VENV)/bin/python -m pytest -q -m vision tests/examples
 

@@ -19,6 +19,28 @@ os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 # transformers loads an installed TensorFlow (seconds) when a Hugging Face model is saved or loaded; the
 # tests that prove gpulab's torch paths never import TensorFlow share worker processes with those tests.
 os.environ.setdefault("USE_TF", "0")
+# One compute thread per process: two xdist workers share two cores, and every process a test starts (CLI
+# runs, gloo ranks, TensorFlow scenarios) would otherwise run a thread per core whose waits spin against
+# the other worker's (tests/cli: 174 s -> 155 s on the 2-core VM). A test about threads sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+
+# Seconds per file from a full run (scripts/test_durations.py): the longest files are handed out first.
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order files longest first (each file's tests in their own order): with ``--dist loadfile
+    --no-loadscope-reorder`` the two workers then take the long files early and finish together, instead
+    of one starting a 200-second file while the other has nothing left. A file the table lacks goes last."""
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    root = config.rootpath
+
+    def cost(item: pytest.Item) -> float:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        return -seconds.get(path, 0)
+
+    items.sort(key=cost)  # stable: a file's tests keep their order
 
 
 @pytest.fixture
