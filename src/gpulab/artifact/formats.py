@@ -17,19 +17,20 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 def names() -> tuple[str, ...]:
     """Every registered engine's export formats, in the registry's order."""
-    return tuple(_modules())
+    return tuple(f for name in engines.names() for f in engines.get(name).export_formats)
 
 
-def _modules() -> dict[str, str]:
-    """format name -> the module holding it, from each engine (``Engine.export_formats``)."""
-    return {f: m for name in engines.names() for f, m in engines.get(name).export_formats.items()}
+def owner(name: str) -> engines.Engine:
+    """The engine whose runs export to format ``name`` (``Engine.export_formats``: name -> its module);
+    one line naming the valid formats when no engine has it."""
+    engine = engines.find(lambda e: name in e.export_formats)
+    if engine is None:
+        raise ConfigError(f"unknown export format {name!r}; valid: {choices(names())}")
+    return engine
 
 
 def get(name: str) -> ModuleType:
-    modules = _modules()
-    if name not in modules:
-        raise ConfigError(f"unknown export format {name!r}; valid: {choices(modules)}")
-    return importlib.import_module(modules[name])
+    return importlib.import_module(owner(name).export_formats[name])
 
 
 def by_suffix(path: str) -> str | None:

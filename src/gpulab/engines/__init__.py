@@ -15,6 +15,7 @@ engine), ``register(name, loader)``.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,21 +178,26 @@ def get(name: str | None) -> Engine:
     return importlib.import_module(loader).ENGINE if isinstance(loader, str) else loader()
 
 
+def find(has: Callable[[Engine], bool]) -> Engine | None:
+    """The first engine ``has`` holds for, asking the engines already imported first: a TensorFlow run
+    reading its own checkpoints or exporting to its own format never loads another engine's module."""
+    loaded = [n for n in _REGISTRY if not isinstance(_REGISTRY[n][0], str) or _REGISTRY[n][0] in sys.modules]
+    return next((e for e in map(get, loaded + [n for n in _REGISTRY if n not in loaded]) if has(e)), None)
+
+
 def for_layout(layout: str) -> Engine:
     """The engine whose checkpoints have the MANIFEST ``layout`` (engine modules load no framework)."""
-    for name in _REGISTRY:
-        engine = get(name)
-        if layout in engine.checkpoint_layouts:
-            return engine
-    raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
+    engine = find(lambda e: layout in e.checkpoint_layouts)
+    if engine is None:
+        raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
+    return engine
 
 
 def checkpoint_layout(layout: str) -> CheckpointLayout | None:
     """What a checkpoint of MANIFEST ``layout`` must hold, from the engine that writes it; None: no
     engine's."""
-    return next(
-        (get(n).checkpoint_layouts[layout] for n in _REGISTRY if layout in get(n).checkpoint_layouts), None
-    )
+    engine = find(lambda e: layout in e.checkpoint_layouts)
+    return engine.checkpoint_layouts[layout] if engine else None
 
 
 def layouts() -> list[str]:

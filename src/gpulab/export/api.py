@@ -40,7 +40,7 @@ def check_engine(path: Path, fmt: str) -> Engine:
     naming the formats it does export to."""
     engine = engines.get(run_engine(path) if path.is_dir() else None)
     if fmt not in engine.export_formats:
-        owner = next(e for e in map(engines.get, engines.names()) if fmt in e.export_formats)
+        owner = formats.owner(fmt)  # raises for a format no engine has
         raise ConfigError(
             f"format {fmt} {owner.export_refusal} and {path} was trained with the {engine.name} engine; "
             f"valid for it: {choices(engine.export_formats)}"
@@ -71,14 +71,13 @@ def export(
 
 def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
-    if fmt not in formats.names():
-        formats.get(fmt)  # raises: unknown format, with the valid ones
     if precision not in formats.PRECISIONS:
         raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(formats.PRECISIONS)}")
     fixed = parse_batch_dim(batch_dim)
     if not path.exists():
+        formats.owner(fmt)  # an unknown format is told first
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
-    engine = check_engine(path, fmt)
+    engine = check_engine(path, fmt)  # the run's engine asked first: another is loaded only to refuse
     if engine.export_precisions is not None and precision not in engine.export_precisions:
         raise ConfigError(
             f"--precision {precision}: format {fmt} exports {engine.export_model}; "
