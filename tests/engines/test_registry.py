@@ -104,28 +104,30 @@ def _train_and_list_modules(tmp_path: Path, recipe: str, *args: str) -> str:
     """``gpulab train RECIPE ARGS`` in a fresh interpreter, then which framework modules it had loaded."""
     argv = ["gpulab", "train", recipe, "--max-steps", "2", "--out", str(tmp_path / "run"), *args]
     argv += ["--set", "progress=false"]
-    loaded = _list_modules(tmp_path, argv)
+    (loaded,) = _list_modules(tmp_path, [argv])
     assert (tmp_path / "run" / "summary.json").exists()
     return loaded
 
 
-def _list_modules(tmp_path: Path, argv: list[str]) -> list[str]:
-    """``argv`` (a gpulab command) in a fresh interpreter, then which framework modules it had loaded."""
+_FRAMEWORKS = ("torch", "tensorflow", "gpulab.engines.torch", "gpulab.engines.tensorflow")
+
+
+def _list_modules(cwd: Path, commands: list[list[str]]) -> list[list[str]]:
+    """Each gpulab command in turn in one fresh interpreter; after each, which framework modules the
+    interpreter has loaded so far (so a module first seen after command N was loaded by command N)."""
     code = (
         "import runpy, sys\n"
-        f"sys.argv = {argv!r}\n"
-        "try:\n"
-        "    runpy.run_module('gpulab', run_name='__main__')\n"
-        "except SystemExit as exit:\n"
-        "    assert not exit.code, exit.code\n"
-        "names = ('torch', 'tensorflow', 'gpulab.engines.torch', 'gpulab.engines.tensorflow')\n"
-        "print('LOADED', ' '.join(n for n in names if n in sys.modules))\n"
+        f"for argv in {commands!r}:\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        runpy.run_module('gpulab', run_name='__main__')\n"
+        "    except SystemExit as exit:\n"
+        "        assert not exit.code, (argv, exit.code)\n"
+        f"    print('LOADED', *(n for n in {_FRAMEWORKS!r} if n in sys.modules), flush=True)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return next(line for line in proc.stdout.splitlines() if line.startswith("LOADED")).split()[1:]
+    return [line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("LOADED")]
 
 
 def test_a_torch_run_loads_neither_tensorflow_nor_its_engine(tmp_path):
@@ -134,34 +136,13 @@ def test_a_torch_run_loads_neither_tensorflow_nor_its_engine(tmp_path):
     assert "tensorflow" not in loaded and "gpulab.engines.tensorflow" not in loaded
 
 
-@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_a_tensorflow_run_loads_neither_torch_nor_its_engine(tmp_path):
-    (tmp_path / "np_recipe.py").write_text(NUMPY_RECIPE)
-    loaded = _train_and_list_modules(tmp_path, "np_recipe:build", "--engine", "tensorflow")
-    assert "tensorflow" in loaded
-    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
-
-
-@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_checkpoint_inspect_of_a_tensorflow_run_loads_no_torch(tmp_path):
-    """`gpulab checkpoint inspect` reads the storage and meta.json itself and asks the engine of the
-    MANIFEST's layout for the rest: a TensorFlow checkpoint's files are read by TensorFlow (as its resume
-    reads them: a truncated ckpt.data once passed as valid), never by torch."""
-    _train_and_list_modules(tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200")
-    loaded = _list_modules(tmp_path, ["gpulab", "checkpoint", "inspect", str(tmp_path / "run"), "--json"])
-    assert "torch" not in loaded
-
-
-@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_a_tensorflow_run_of_a_built_in_recipe_loads_no_torch(tmp_path):
-    loaded = _train_and_list_modules(
-        tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200"
-    )
-    assert "torch" not in loaded
-
-
-TF_VERBS = {
-    "export": ["export", "{run}", "--format", "savedmodel"],
+# The TensorFlow engine's verbs, each after the one before in one interpreter (one TensorFlow import for
+# all): a command that loaded torch or the torch engine shows it in its own line and every line after.
+TF_COMMANDS = {
+    "train-own-recipe": ["train", "np_recipe:build", "--engine", "tensorflow", "--out", "own"],
+    "train": ["train", "mlp", "--engine", "tensorflow", "--set", "options.samples=200", "--out", "run"],
+    "checkpoint-inspect": ["checkpoint", "inspect", "run", "--json"],
+    "export": ["export", "run", "--format", "savedmodel"],
     "inspect": ["inspect", "mlp", "--engine", "tensorflow", "--set", "options.samples=200"],
     "profile": [
         "profile",
@@ -177,33 +158,84 @@ TF_VERBS = {
         "--set",
         "options.samples=200",
         "--out",
-        "{tmp}/profile",
+        "profile",
     ],
+    "tune": [
+        "tune",
+        "mlp",
+        "--engine",
+        "tensorflow",
+        "--device",
+        "cpu",
+        "--budget",
+        "10",
+        "--steps",
+        "4",
+        "--set",
+        "options.samples=200",
+        "--out",
+        "tune",
+    ],
+    "bench": ["bench", "matmul", "--engine", "tensorflow", "--smoke", "--device", "cpu", "--out", "bench"],
 }  # fmt: skip (doctor checks torch where it is installed; without it, tests/tf_only/ runs it)
+_TRAIN = ["--max-steps", "2", "--set", "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def tf_session(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
+    """The directory the TensorFlow commands ran in, and the framework modules loaded after each."""
+    cwd = tmp_path_factory.mktemp("tf-verbs")
+    (cwd / "np_recipe.py").write_text(NUMPY_RECIPE)
+    commands = [["gpulab", *argv, *(_TRAIN if argv[0] == "train" else [])] for argv in TF_COMMANDS.values()]
+    return cwd, dict(zip(TF_COMMANDS, _list_modules(cwd, commands), strict=True))
+
+
+def no_torch(loaded: list[str]) -> bool:
+    return "torch" not in loaded and "gpulab.engines.torch" not in loaded
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-@pytest.mark.parametrize("verb", list(TF_VERBS))
-def test_the_tensorflow_engines_verbs_load_no_torch(tmp_path, verb):
+def test_a_tensorflow_run_loads_neither_torch_nor_its_engine(tf_session):
+    cwd, loaded = tf_session
+    assert "tensorflow" in loaded["train-own-recipe"]  # the first command: TensorFlow is its own import
+    assert no_torch(loaded["train-own-recipe"])
+    assert (cwd / "own" / "summary.json").exists()
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_checkpoint_inspect_of_a_tensorflow_run_loads_no_torch(tf_session):
+    """`gpulab checkpoint inspect` reads the storage and meta.json itself and asks the engine of the
+    MANIFEST's layout for the rest: a TensorFlow checkpoint's files are read by TensorFlow (as its resume
+    reads them: a truncated ckpt.data once passed as valid), never by torch."""
+    assert "torch" not in tf_session[1]["checkpoint-inspect"]
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+def test_a_tensorflow_run_of_a_built_in_recipe_loads_no_torch(tf_session):
+    cwd, loaded = tf_session
+    assert no_torch(loaded["train"]) and (cwd / "run" / "summary.json").exists()
+
+
+@pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
+@pytest.mark.parametrize("verb", ["export", "inspect", "profile"])
+def test_the_tensorflow_engines_verbs_load_no_torch(tf_session, verb):
     """export of a TensorFlow run (parity checked in NumPy), inspect and profile: no torch."""
+    cwd, loaded = tf_session
+    assert no_torch(loaded[verb])
+    assert "tensorflow" in loaded[verb]
     if verb == "export":
-        _train_and_list_modules(tmp_path, "mlp", "--engine", "tensorflow", "--set", "options.samples=200")
-    argv = [a.format(run=tmp_path / "run", tmp=tmp_path) for a in TF_VERBS[verb]]
-    loaded = _list_modules(tmp_path, ["gpulab", *argv])
-    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
-    assert "tensorflow" in loaded
-    if verb == "export":
-        assert (tmp_path / "run" / "export" / "mlp.savedmodel.parity.json").exists()
+        assert (cwd / "run" / "export" / "mlp.savedmodel.parity.json").exists()
+    if verb == "profile":
+        assert (cwd / "profile" / "profile.json").exists()
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_a_tensorflow_bench_loads_no_torch_in_its_process(tmp_path):
+def test_a_tensorflow_bench_loads_no_torch_in_its_process(tf_session):
     """``gpulab bench --engine tensorflow``: device, environment and harness without torch here (the
     suites run in the TensorFlow worker process)."""
-    argv = ["gpulab", "bench", "matmul", "--engine", "tensorflow", "--smoke", "--device", "cpu"]
-    loaded = _list_modules(tmp_path, [*argv, "--out", str(tmp_path / "bench")])
-    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
-    doc = json.loads((tmp_path / "bench" / "results.json").read_text())
+    cwd, loaded = tf_session
+    assert no_torch(loaded["bench"])
+    doc = json.loads((cwd / "bench" / "results.json").read_text())
     assert doc["suites"]["tf-matmul"]["status"] == "ok", doc["suites"]["tf-matmul"]
     assert doc["environment"]["bench_device"] == "cpu" and "tensorflow" in doc["environment"]
 
@@ -240,12 +272,10 @@ def test_the_tensorflow_bench_worker_runs_every_suite_without_torch(tmp_path):
 
 
 @pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed")
-def test_a_tensorflow_tune_loads_no_torch(tmp_path):
+def test_a_tensorflow_tune_loads_no_torch(tf_session):
     """``gpulab tune --engine tensorflow``: the search, its trials and the knob rules (the CPU's native
     dtypes) without torch."""
-    argv = ["gpulab", "tune", "mlp", "--engine", "tensorflow", "--device", "cpu", "--budget", "10"]
-    argv += ["--steps", "4", "--set", "options.samples=200", "--out", str(tmp_path / "tune")]
-    loaded = _list_modules(tmp_path, argv)
-    assert "torch" not in loaded and "gpulab.engines.torch" not in loaded
-    doc = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    cwd, loaded = tf_session
+    assert no_torch(loaded["tune"])
+    doc = json.loads((cwd / "tune" / "tune.json").read_text())
     assert doc["engine"] == "tensorflow" and doc["trials"][0]["status"] == "ok", doc["trials"][0]
