@@ -195,6 +195,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument(
+        "--warmup-rounds", type=int, default=1,
+        help="rounds run first and not counted: they compile and cache the bytecode (0: a smoke test)",
+    )  # fmt: skip
+    ap.add_argument(
         "--variants", default=None, help="comma-separated subset of a,b,b0,c,cm,c2,cg (a always runs)"
     )
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -214,7 +218,7 @@ def main() -> None:
         chosen = ["a"] + [v for v in args.variants.split(",") if v in VARIANTS and v != "a"]
     tmp = tempfile.mkdtemp(prefix="gpulab-overhead-")
     rounds: dict[str, list[dict[str, float]]] = {VARIANTS[v]: [] for v in chosen}
-    for _ in range(args.repeats + 1):  # the first round, not counted, compiles and caches the bytecode
+    for _ in range(args.warmup_rounds + args.repeats):
         for v in list(chosen):
             try:
                 rounds[VARIANTS[v]].append(run_one(v, args.device, tmp))
@@ -224,7 +228,7 @@ def main() -> None:
                 print(f"{VARIANTS[v]}: not measured: {exc}", file=sys.stderr)
                 chosen.remove(v)
                 del rounds[VARIANTS[v]]
-    rounds = {name: runs[1:] for name, runs in rounds.items()}
+    rounds = {name: runs[args.warmup_rounds :] for name, runs in rounds.items()}
     report = summarize(rounds, args)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -263,6 +267,7 @@ def summarize(rounds: dict[str, list[dict[str, float]]], args: argparse.Namespac
         torch=torch.__version__,
         threads=rounds[a][0]["threads"],
         repeats=args.repeats,
+        warmup_rounds=args.warmup_rounds,
         steps_per_run=int(rounds[a][0]["steps"]),
         epochs=EPOCHS,
         samples=SAMPLES,

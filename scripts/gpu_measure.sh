@@ -20,7 +20,7 @@ dev=${GPULAB_MEASURE_DEVICE:-cuda}
 if [[ $dev == cpu ]]; then  # tiny shapes, the same commands
     size=(--smoke --threads 1) gpt=(--set options.n_layer=1 --set options.n_embd=32 --set options.block_size=32)
     steps=(--max-steps 20) mlp_steps=(--max-steps 30) pytest_gpu=(--collect-only -q)
-    overhead=(--repeats 1 --variants a,cm)
+    overhead=(--repeats 1 --warmup-rounds 0 --variants a,cm)
 else
     size=(--quick) gpt=(--set options.n_layer=12 --set options.n_head=12 --set options.n_embd=768
         --set options.block_size=1024 --batch-size 32) steps=(--max-steps 40) mlp_steps=(--max-steps 2000)

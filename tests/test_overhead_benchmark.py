@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "overhead.py"
 def test_overhead_benchmark_reports_all_variants_and_ratios():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--repeats", "1", "--json"], capture_output=True, text=True, env=env,
+        [sys.executable, str(SCRIPT), "--repeats", "1", "--warmup-rounds", "0", "--json"], capture_output=True, text=True, env=env,
         timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -41,3 +41,4 @@ def test_overhead_benchmark_reports_all_variants_and_ratios():
         assert all(s > 0 for s in report[figures].values())
     # the seed's loop: 10,000 samples, batch 64, 5 epochs, one thread
     assert report["steps_per_run"] == 5 * 157 and report["threads"] == 1 and report["samples"] == 10_000
+    assert (report["repeats"], report["warmup_rounds"]) == (1, 0)  # one counted round, none thrown away
