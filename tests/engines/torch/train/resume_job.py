@@ -79,7 +79,9 @@ def users_loader(data: Dataset, kind: str) -> DataLoader:
     return DataLoader(data, batch_size=16, shuffle=True, generator=generator, **workers)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """One run as the command line says; the uninterrupted references call it once per flavour in one
+    process (every run seeds all it draws from: its data, its model, its Trainer's seed)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("result")
@@ -90,7 +92,7 @@ def main() -> None:
     ap.add_argument("--dict", action="store_true")
     ap.add_argument("--loader", choices=["own-generator", "global-rng", "workers", "persistent-workers"])
     ap.add_argument("--threads", type=int, help="torch's intra-op threads")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     if args.threads:
         torch.set_num_threads(args.threads)
