@@ -1,4 +1,6 @@
-"""`gpulab checkpoint inspect|export` and `gpulab train --resume` as a user meets them."""
+"""`gpulab checkpoint inspect|export` and `gpulab train --resume` as a user meets them. Checks that read only
+exit code, output and files run through the CLI's main() in the test process (``cli``); the trained run
+is a process of its own."""
 
 from __future__ import annotations
 
@@ -34,48 +36,33 @@ def run_dir(tmp_path_factory) -> Path:
     return out
 
 
-def test_inspect_and_export(run_dir, tmp_path):
-    proc = gpulab("checkpoint", "inspect", str(run_dir / "checkpoints"), "--json")
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+def test_inspect_and_export(run_dir, tmp_path, cli, capsys):
+    code, err = cli("checkpoint", "inspect", run_dir / "checkpoints", "--json")
+    assert code == 0, err
+    report = json.loads(capsys.readouterr().out)
     assert report["valid"] and report["step"] == 12
     assert {f["name"] for f in report["files"]} >= {"model.safetensors", "state.pt", "meta.json"}
     # The table prints every metric as a person reads it: at most six significant digits.
-    text = gpulab("checkpoint", "inspect", str(run_dir / "checkpoints")).stdout
+    cli("checkpoint", "inspect", run_dir / "checkpoints")
+    text = capsys.readouterr().out
     for key, value in report["metrics"].items():
         assert (
             f"  {key} = {value:.6g}\n" in text if isinstance(value, float) else f"  {key} = {value}\n" in text
         )
     dest = tmp_path / "mlp.safetensors"
-    assert gpulab("checkpoint", "export", str(run_dir / "checkpoints"), "--to", str(dest)).returncode == 0
+    assert cli("checkpoint", "export", run_dir / "checkpoints", "--to", dest)[0] == 0
     assert "0.weight" in load_file(dest)
 
 
-def test_resume_with_changed_batch_size_is_refused_with_the_differences(run_dir):
-    proc = gpulab(
-        "train",
-        "mlp",
-        "--out",
-        str(run_dir),
-        "--max-steps",
-        "20",
-        "--resume",
-        "latest",
-        "--batch-size",
-        "32",
-        "--seed",
-        "5",
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert (
-        "batch_size 64 -> 32" in proc.stderr
-        and "seed 0 -> 5" in proc.stderr
-        and "force_resume" in proc.stderr
-    )
+def test_resume_with_changed_batch_size_is_refused_with_the_differences(run_dir, cli):
+    code, err = cli("train", "mlp", "--out", run_dir, "--max-steps", "20", "--resume", "latest",
+                    "--batch-size", "32", "--seed", "5")  # fmt: skip
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "batch_size 64 -> 32" in err and "seed 0 -> 5" in err and "force_resume" in err
 
 
-def test_corrupt_checkpoint_is_one_line_and_loses_nothing(run_dir, tmp_path):
+def test_corrupt_checkpoint_is_one_line_and_loses_nothing(run_dir, tmp_path, cli):
     import shutil
 
     copy = tmp_path / "copy"
@@ -85,12 +72,12 @@ def test_corrupt_checkpoint_is_one_line_and_loses_nothing(run_dir, tmp_path):
     data[-1] ^= 0xFF  # same size, one bit flipped: only the checksum can tell
     weights.write_bytes(bytes(data))
     before = sorted(p.name for p in (copy / "checkpoints").iterdir())
-    proc = gpulab("train", "mlp", "--out", str(copy), "--max-steps", "20", "--resume", str(weights.parent))
-    assert proc.returncode == 2
-    assert "model.safetensors" in proc.stderr and "sha256" in proc.stderr.lower()
-    assert proc.stderr.count("\n") == 1
+    code, err = cli("train", "mlp", "--out", copy, "--max-steps", "20", "--resume", weights.parent)
+    assert code == 2
+    assert "model.safetensors" in err and "sha256" in err.lower()
+    assert err.count("\n") == 1
     assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == before
-    assert gpulab("checkpoint", "inspect", str(weights.parent)).returncode == 1
+    assert cli("checkpoint", "inspect", weights.parent)[0] == 1
 
 
 def test_resume_continues_to_the_new_step_count(run_dir):

@@ -1,46 +1,40 @@
-"""The CLI as a user meets it: real processes, exit codes, the --json contract."""
+"""The doctor as a user meets it: exit codes, the --json contract, the table (through the CLI's main() in
+the test process: exit code and output are all these read; tests/cli/test_cli_startup.py runs it as a
+process of its own)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from gpulab.cli import main
 from gpulab.errors import ConfigError
 
 
-def gpulab(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpulab", *args], capture_output=True, text=True, env=env)
-
-
-def test_doctor_json_is_one_object_and_exit_code_follows_checks():
-    proc = gpulab("doctor", "--json")
-    out = json.loads(proc.stdout)
+def test_doctor_json_is_one_object_and_exit_code_follows_checks(cli, capsys):
+    code, _ = cli("doctor", "--json")
+    out = json.loads(capsys.readouterr().out)
     failed = any(c["status"] == "fail" for c in out["checks"])
-    assert proc.returncode == (1 if failed else 0)
+    assert code == (1 if failed else 0)
     assert out["devices"][0]["type"] == "cpu"
 
 
-def test_doctor_fails_on_bad_visible_devices(monkeypatch):
-    import os
-
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0,oops", OMP_NUM_THREADS="1")
-    proc = gpulab("doctor", "--json", env=env)
-    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+def test_doctor_fails_on_bad_visible_devices(cli, capsys):
+    code, _ = cli("doctor", "--json", env={"CUDA_VISIBLE_DEVICES": "0,oops", "OMP_NUM_THREADS": "1"})
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["CUDA_VISIBLE_DEVICES"]["status"] == "fail"
-    assert proc.returncode == 1
+    assert code == 1
 
 
-def test_human_output_is_a_table():
-    proc = gpulab("doctor")
-    assert "Checks" in proc.stdout and "shm" in proc.stdout
+def test_human_output_is_a_table(cli, capsys):
+    cli("doctor")
+    out = capsys.readouterr().out
+    assert "Checks" in out and "shm" in out
 
 
-def test_unknown_verb_exits_2():
-    proc = gpulab("doctr")
-    assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr
+def test_unknown_verb_exits_2(cli):
+    code, err = cli("doctr")
+    assert code == 2
+    assert "Traceback" not in err
 
 
 def test_user_error_is_one_line_and_exit_2(monkeypatch, capsys):

@@ -129,7 +129,8 @@ def wait_for_line(proc: subprocess.Popen, lines: list[str], part: str, timeout: 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path):
     pause = 10  # seconds a step takes: the second signal lands inside the one the first signal finishes
-    slow = [*RUN, "--set", f"options.pause={pause}", "--set", "log_every=1"]
+    # the first step brisk, so it is logged at once; the signals then land in the second
+    slow = [*RUN, "--set", f"options.pause={pause}", "--set", "options.brisk=1", "--set", "log_every=1"]
     proc = start(*slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     lines, reader = stderr_lines(proc)

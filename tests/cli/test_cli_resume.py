@@ -22,6 +22,18 @@ def train(out: Path, *extra: str) -> subprocess.CompletedProcess:
     return gpulab("train", recipe, "--out", str(out), "--device", "cpu", "--set", "tensorboard=false", *extra)
 
 
+@pytest.fixture
+def train_here(cli, capsys):
+    """``train`` through the CLI's main() in this process, for the checks that read only what a process
+    leaves: (exit code, stdout, stderr)."""
+
+    def run(out: Path, *extra: str) -> tuple[int, str, str]:
+        code, err = cli("train", "mlp", "--out", out, "--device", "cpu", "--set", "tensorboard=false", *extra)
+        return code, capsys.readouterr().out, err
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """An mlp run of 30 steps with checkpoints at 10, 20 and 30 (copy it before changing it)."""
@@ -38,23 +50,23 @@ def run_dir(finished, tmp_path) -> Path:
     return copy
 
 
-def test_resuming_a_finished_run_says_so_and_leaves_the_summary(run_dir):
+def test_resuming_a_finished_run_says_so_and_leaves_the_summary(run_dir, train_here):
     before = {name: (run_dir / name).read_bytes() for name in ("summary.json", "metrics.jsonl")}
-    proc = train(run_dir, "--max-steps", "30", "--resume", "latest")
-    assert proc.returncode == 0, proc.stderr
-    assert "nothing to do" in proc.stdout and "step 30 of 30" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    code, out, err = train_here(run_dir, "--max-steps", "30", "--resume", "latest")
+    assert code == 0, err
+    assert "nothing to do" in out and "step 30 of 30" in out
+    assert "Traceback" not in err
     assert {name: (run_dir / name).read_bytes() for name in before} == before
 
 
-def test_resuming_a_finished_run_without_repeating_max_steps_changes_nothing(run_dir):
+def test_resuming_a_finished_run_without_repeating_max_steps_changes_nothing(run_dir, train_here):
     """The run was set up with --max-steps 30; its resume takes that from the record, not the recipe's
     default (625), which trained on, pruned the finished checkpoint and rewrote the summary."""
     root = run_dir / "checkpoints"
     before = {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
-    proc = train(run_dir, "--resume", "latest", "--set", "keep_last=1")
-    assert proc.returncode == 0, proc.stderr
-    assert "nothing to do" in proc.stdout and "step 30 of 30" in proc.stdout, proc.stdout
+    code, out, err = train_here(run_dir, "--resume", "latest", "--set", "keep_last=1")
+    assert code == 0, err
+    assert "nothing to do" in out and "step 30 of 30" in out, out
     after = {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
     assert after == before
     assert sorted(p.name for p in root.iterdir()) == [
@@ -65,9 +77,9 @@ def test_resuming_a_finished_run_without_repeating_max_steps_changes_nothing(run
     ]
 
 
-def test_a_setting_given_again_on_resume_is_still_checked(run_dir):
-    proc = train(run_dir, "--resume", "latest", "--seed", "7")
-    assert proc.returncode == 2 and "seed 0 -> 7" in proc.stderr, proc.stderr
+def test_a_setting_given_again_on_resume_is_still_checked(run_dir, train_here):
+    code, _, err = train_here(run_dir, "--resume", "latest", "--seed", "7")
+    assert code == 2 and "seed 0 -> 7" in err, err
 
 
 def test_a_corrupt_latest_is_named_in_one_warning_and_kept_aside(run_dir):
@@ -94,21 +106,21 @@ def test_a_corrupt_latest_is_named_in_one_warning_and_kept_aside(run_dir):
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-00000030", "step-00000030.refused"]
 
 
-def test_changed_recipe_options_are_refused_naming_them(run_dir):
+def test_changed_recipe_options_are_refused_naming_them(run_dir, train_here):
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    proc = train(run_dir, "--max-steps", "40", "--resume", "latest",
-                 "--set", "options.lr=0.5", "--set", "options.data_seed=7")  # fmt: skip
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert "options.data_seed (default) -> 7" in proc.stderr and "options.lr (default) -> 0.5" in proc.stderr
-    assert "force_resume" in proc.stderr
+    code, _, err = train_here(run_dir, "--max-steps", "40", "--resume", "latest",
+                              "--set", "options.lr=0.5", "--set", "options.data_seed=7")  # fmt: skip
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "options.data_seed (default) -> 7" in err and "options.lr (default) -> 0.5" in err
+    assert "force_resume" in err
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
 
 
-def test_precision_is_compared_as_resolved(run_dir):
+def test_precision_is_compared_as_resolved(run_dir, train_here):
     # the run asked for auto, which is fp32 on a CPU: asking for fp32 now is the same run
-    proc = train(run_dir, "--max-steps", "40", "--resume", "latest", "--precision", "fp32")
-    assert proc.returncode == 0, proc.stderr
+    code, _, err = train_here(run_dir, "--max-steps", "40", "--resume", "latest", "--precision", "fp32")
+    assert code == 0, err
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 40
 
 

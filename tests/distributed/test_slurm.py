@@ -4,10 +4,12 @@ its own hostname), used as a user would from its login node: sbatch, srun, scanc
 - the sbatch script `gpulab launch --print slurm` renders trains mlp with DDP over the two nodes (gloo) and
   ends on the weights of one process at twice the batch; the same for TensorFlow (MultiWorkerMirroredStrategy,
   each worker's TF_CONFIG from SLURM's variables);
-- `scancel` mid-run leaves a checkpoint and the resubmitted job resumes it bit-exactly; a node that dies
-  mid-run ends the job with a line naming it;
+- `scancel` mid-run leaves a checkpoint, a resubmitted job resumes it, a SIGKILL of every process loses
+  only the steps since a checkpoint, and the run ends bit-exactly as one never stopped, with every
+  tracker's history equal to metrics.jsonl; SIGUSR1 requeues the job attempt after attempt; a node that
+  dies mid-run ends the job with a line naming it;
 - `gpulab launch` in an srun step reads nodes, rank and rendezvous host from SLURM without being told (the
-  resubmitted job of the scancel test).
+  last job of the scancel test).
 
 Skips (one reason) where the packages, root or namespaces are missing; `make test` installs the packages.
 """
@@ -132,6 +134,19 @@ def final_weights(out: Path) -> dict:
     return load_file(out / "checkpoints" / latest / "model.safetensors")
 
 
+RUN = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]  # the run scancel and SIGUSR1 stop
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    """RUN's final weights, never stopped, from 2 processes on this machine (gloo's 2-rank sums are the
+    same over any link): one reference for the scancel and the requeue tests."""
+    where = tmp_path_factory.mktemp("uninterrupted")
+    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *RUN[:-1], "ref", cwd=where)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    return final_weights(where / "ref")
+
+
 def wait_for_training(cluster: Cluster, job: str, out: Path, timeout: float = 120) -> None:
     """Until the job's run has logged a step (it is inside the training loop on both nodes)."""
     deadline = time.monotonic() + timeout
@@ -180,52 +195,19 @@ def test_the_rendered_tensorflow_script_trains_over_two_nodes_like_one_worker_at
         np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_scancel_mid_run_leaves_a_checkpoint_and_a_resubmitted_launch_resumes_it_bit_exactly(
-    cluster, tmp_path
-):
-    """The resubmitted job is a user's own script, `srun gpulab launch -- CMD` with no node, rank or endpoint
-    flags: the launchers read them from SLURM's variables."""
-    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]
-    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
-    wait_for_training(cluster, job, tmp_path / "run")
-    r = cluster.login("scancel", job)  # SIGTERM to every process of the job, SIGKILL after KillWait
-    assert r.returncode == 0, r.stderr
-    assert cluster.wait(job) == "CANCELLED"
-    log = output(tmp_path, job)
-    assert "stopping now" not in log, log[-3000:]  # SLURM's, srun's and the launcher's SIGTERM are one
-    stopped = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGTERM at step ")]
-    assert len(stopped) == 1, log[-3000:]  # rank 0 reports, once
-    step = int(stopped[0].split(" at step ")[1].split(":")[0])
-    assert 0 < step < 200
-    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
-
-    script = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=gpulab-%j.out\n"
-    script += f"srun --ntasks-per-node=1 gpulab launch -- gpulab {shlex.join(run)} --resume latest\n"
-    again = cluster.sbatch(script, tmp_path)
-    # Meanwhile, an uninterrupted 2-process run on this machine (gloo's 2-rank sums are the same over any link).
-    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert cluster.wait(again) == "COMPLETED", output(tmp_path, again)[-3000:]
-    log = output(tmp_path, again)
-    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
-    got, want = final_weights(tmp_path / "run"), final_weights(tmp_path / "ref")
-    assert got.keys() == want.keys()
-    assert all(got[k].equal(want[k]) for k in got)
-
-
 def steps_logged(out: Path) -> list[int]:
     path = out / "metrics.jsonl"
     text = path.read_text() if path.is_file() else ""
     return [json.loads(line)["step"] for line in text.splitlines() if line.endswith("}")]
 
 
-def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exactly(cluster, tmp_path):
+def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exactly(
+    cluster, tmp_path, uninterrupted
+):
     """What ``#SBATCH --signal=USR1@90`` does before a time limit, sent at once (``scancel --signal=USR1``
     signals every process of the job's steps, as SLURM's timer does): each attempt checkpoints, requeues
     its own job, and the next attempt resumes; the appended log keeps every attempt's lines."""
-    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]
-    job = cluster.sbatch(rendered("--", "gpulab", *run), tmp_path)
+    job = cluster.sbatch(rendered("--", "gpulab", *RUN), tmp_path)
     out, stopped_at = tmp_path / "run", 0
     for attempt in (1, 2):
         deadline = time.monotonic() + 120
@@ -246,8 +228,6 @@ def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exac
         stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
         # SLURM holds a requeued job for about two minutes; the test, SLURM's admin here, lets it start now.
         cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
-    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *run[:-1], "ref", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
     assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
 
     lines = output(tmp_path, job).splitlines()
@@ -257,33 +237,40 @@ def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exac
     stops = [line for line in lines if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
     assert len(stops) == 2 and all(f"requeueing SLURM job {job}: its next attempt" in s for s in stops), lines
     assert json.loads((out / "summary.json").read_text())["steps"] == 200
-    got, want = final_weights(out), final_weights(tmp_path / "ref")
+    got, want = final_weights(out), uninterrupted
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in got)
 
 
-def test_trackers_after_scancel_and_sigkill_each_equal_metrics_jsonl(cluster, tmp_path):
-    """scancel (SIGTERM to every process of the step, W&B's helper not among them): gpulab's stop line and
-    MLflow KILLED; then SIGKILL to every process of the resumed job's step; the job after that finishes,
-    and MLflow's, W&B's and TensorBoard's loss histories each equal metrics.jsonl, step for step."""
+def test_scancel_then_sigkill_resume_bit_exactly_and_every_tracker_equals_metrics_jsonl(
+    cluster, tmp_path, uninterrupted
+):
+    """scancel (SIGTERM to every process of the step, W&B's helper not among them): one stop line, a
+    checkpoint at that step, MLflow KILLED; the resubmitted job resumes; SIGKILL to every process of its
+    step; then a user's own script, `srun gpulab launch -- CMD` with no node, rank or endpoint flags (the
+    launchers read them from SLURM's variables), finishes the run bit-exactly as one never stopped, and
+    MLflow's, W&B's and TensorBoard's loss histories each equal metrics.jsonl, step for step."""
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
     sys.path.insert(0, str(ROOT / "tests" / "core" / "callbacks"))
     from tracker_history import assert_equal_to_jsonl, mlflow_status
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = ["train", *PREEMPT, "--max-steps", "200", "--out", "run", "--set", "checkpoint_every=20",
-           "--set", "trackers=[mlflow,wandb,tensorboard]", "--set", "tensorboard=true",
-           "--set", f"mlflow.tracking_uri={uri}", "--set", "wandb.mode=offline"]  # fmt: skip
+    run = [*RUN, "--set", "checkpoint_every=20", "--set", "trackers=[mlflow,wandb,tensorboard]",
+           "--set", "tensorboard=true", "--set", f"mlflow.tracking_uri={uri}",
+           "--set", "wandb.mode=offline"]  # fmt: skip
     script, out = rendered("--", "gpulab", *run), tmp_path / "run"
     job = cluster.sbatch(script, tmp_path)
     wait_for_training(cluster, job, out)
-    assert cluster.login("scancel", job).returncode == 0
+    assert cluster.login("scancel", job).returncode == 0  # SIGTERM to every process, SIGKILL after KillWait
     assert cluster.wait(job) == "CANCELLED"
     log = output(tmp_path, job)
     assert "Traceback" not in log, log[-3000:]
+    assert "stopping now" not in log, log[-3000:]  # SLURM's, srun's and the launcher's SIGTERM are one
     stopped = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGTERM at step ")]
-    assert len(stopped) == 1 and mlflow_status(out, uri) == "KILLED", log[-3000:]
+    assert len(stopped) == 1 and mlflow_status(out, uri) == "KILLED", log[-3000:]  # rank 0 reports, once
     step = int(stopped[0].split(" at step ")[1].split(":")[0])
+    assert 0 < step < 200
+    assert (out / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
 
     job = cluster.sbatch(script, tmp_path)  # resumes (--resume auto under gpulab launch)
     deadline = time.monotonic() + 120
@@ -295,9 +282,15 @@ def test_trackers_after_scancel_and_sigkill_each_equal_metrics_jsonl(cluster, tm
     )  # kill -9, every process of the step
     cluster.wait(job)
 
-    job = cluster.sbatch(script, tmp_path)
+    own = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --output=gpulab-%j.out\n"
+    own += f"srun --ntasks-per-node=1 gpulab launch -- gpulab {shlex.join(run)} --resume latest\n"
+    job = cluster.sbatch(own, tmp_path)
     assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
+    log = output(tmp_path, job)
+    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
     assert json.loads((out / "summary.json").read_text())["steps"] == 200
+    got = final_weights(out)
+    assert got.keys() == uninterrupted.keys() and all(got[k].equal(uninterrupted[k]) for k in got)
     assert mlflow_status(out, uri) == "FINISHED"
     assert_equal_to_jsonl(out, uri)
 

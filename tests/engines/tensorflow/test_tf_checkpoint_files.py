@@ -63,16 +63,16 @@ def test_a_truncated_data_file_is_one_line_and_the_previous_step_resumes(trained
     assert (run / "checkpoints" / "step-00000006.refused" / "ckpt.index").is_file()  # kept, not deleted
 
 
-def test_inspect_reads_the_files_and_says_invalid(trained, tmp_path):
+def test_inspect_reads_the_files_and_says_invalid(trained, tmp_path, cli, capsys):
+    """(through the CLI's main() in this process: exit code and output are all it reads)"""
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     step = _truncate(run, "ckpt.index")
-    proc = gpulab("checkpoint", "inspect", str(step), "--json")
-    assert proc.returncode == 1
-    report = json.loads(proc.stdout)
+    assert cli("checkpoint", "inspect", step, "--json")[0] == 1
+    report = json.loads(capsys.readouterr().out)
     assert not report["valid"] and len(report["problems"]) == 1
     assert "TensorFlow cannot read" in report["problems"][0]
-    assert gpulab("checkpoint", "inspect", str(run / "checkpoints" / "step-00000003")).returncode == 0
+    assert cli("checkpoint", "inspect", run / "checkpoints" / "step-00000003")[0] == 0
 
 
 def test_a_manifest_that_omits_the_data_shard_is_refused(trained, tmp_path):
