@@ -86,8 +86,7 @@ def test_the_readme_pastes_cheap_commands():
 def test_pasted_output_matches_a_real_run(argv, pasted, monkeypatch, tmp_path):
     if any("no cuda device" in line for line in pasted) and torch.cuda.is_available():
         pytest.skip("the pasted error is for a machine without CUDA")
-    # A fresh directory, as the README's reader has: after `make run`, runs/digits in the checkout would
-    # answer `train digits` with "already holds a run" before the mistake the paste shows.
+    # A fresh directory: what a pasted command might write does not land in the checkout.
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "80")  # the README's pastes are 80 columns wide, as rich prints in a pipe
     if argv[0] == "doctor":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import warnings
 
 import pytest
 import torch
@@ -11,10 +12,12 @@ from PIL import Image
 
 import gpulab.bench as bench
 from gpulab.bench import BenchConfig, run_bench
-from gpulab.engines.torch.bench import parallel
+from gpulab.engines.torch.bench import parallel, single_runtime
 from gpulab.engines.torch.bench import run as torch_side
 from gpulab.engines.torch.bench.run import SUITES
-from gpulab.errors import ConfigError
+from gpulab.engines.torch.runtime import Runtime
+from gpulab.errors import ConfigError, GpulabWarning
+from gpulab.hardware import native_dtypes
 from gpulab.measure import harness
 from gpulab.measure.harness import BenchContext
 from gpulab.measure.results import RESULTS_FILE, SPREADS, SuiteResult, load_results, validate
@@ -233,3 +236,16 @@ def test_precision_says_why_mixed_precision_is_slower_on_a_small_model():
     rows += [row("chargpt-gpu", "fp32", 1.0), row("chargpt-gpu", "bf16-mixed", 2.5)]
     (note,) = launch_bound_notes(rows)
     assert note.startswith("digits: bf16-mixed and fp16-mixed slower than fp32") and "launch-bound" in note
+
+
+def test_a_suite_timing_an_emulated_precision_prints_no_run_advice(monkeypatch):
+    # `gpulab bench --quick` printed "use --precision fp32 (or auto)" from its precision suite's fp16 row.
+    monkeypatch.setattr(native_dtypes, "native_dtypes", lambda device: {"bf16": False, "fp16": False})
+    with warnings.catch_warnings(record=True) as run_warned:
+        warnings.simplefilter("always")
+        Runtime("cpu", "fp16-mixed", "single")  # a run that asked for it is told
+    assert any(issubclass(w.category, GpulabWarning) for w in run_warned)
+    with warnings.catch_warnings(record=True) as bench_warned:
+        warnings.simplefilter("always")
+        single_runtime(torch.device("cpu"), "fp16-mixed")
+    assert not [w for w in bench_warned if issubclass(w.category, GpulabWarning)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -294,3 +295,23 @@ def test_the_whole_step_graph_reports_no_peak_memory_and_says_why():
     assert reading.figure is None and "private pool" in reading.kind
     cpu = BenchContext(torch.device("cpu"), "smoke")
     assert transformer._memory(cpu, "eager", step=lambda: None) is transformer.CPU_NO_MEMORY
+
+
+def test_a_compiled_optimizer_step_prints_no_torch_profiler_notice():
+    # `gpulab bench --quick` printed dynamo's "Profiler record function ... will be ignored" (torch's own
+    # wrapper around every optimizer step) between its suite lines.
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("torch._dynamo.variables.ctx_manager")  # where dynamo says it
+    log.addHandler(handler)
+    try:
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(torch.randn(2, 4)).sum().backward()
+        restore = transformer.compile_optimizer_step(optimizer, "eager")
+        optimizer.step()
+        restore()
+    finally:
+        log.removeHandler(handler)
+    assert not [m for m in seen if "record function" in m], seen

@@ -280,3 +280,20 @@ def test_resume_latest_where_no_run_ever_was_is_refused(tmp_path):
         f"{tmp_path / 'typo' / 'checkpoints'}); drop --resume to start one, or give the --out (and "
         "checkpoint_dir) of the run"
     )
+
+
+def test_a_device_this_machine_lacks_is_told_before_the_out_that_holds_a_run(tmp_path, monkeypatch, capsys):
+    # After `make run`, runs/digits holds a run; the README's `gpulab train digits --device cuda` must name
+    # the device (the mistake in the command), not the directory.
+    import torch
+
+    from gpulab.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    (tmp_path / "runs" / "digits").mkdir(parents=True)
+    (tmp_path / "runs" / "digits" / "summary.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "digits", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "device 'cuda' requested but this machine has no cuda device" in err and "already holds" not in err

@@ -112,3 +112,27 @@ def test_the_sidecar_never_chooses_a_loader_that_runs_native_code(artifacts, tmp
     (tmp_path / "m.aoti.pt2").write_bytes(artifact.read_bytes())  # the name alone is no consent either
     code, said = _infer(capsys, tmp_path / "m.aoti.pt2", "--input", tmp_path / "x.npz")
     assert code == 2 and "pass --format aoti" in said[0] and called == []
+
+
+def test_an_input_onnx_runtime_refuses_is_not_printed_by_onnx_runtime_too(tmp_path, capfd):
+    # A token id past the vocabulary: ORT's own red log line came before gpulab's one line.
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from gpulab.engines.torch.formats.onnx import session
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [3, 2], [0.0] * 6)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["out"])],
+        "lookup",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [None, 2])],
+        [table],
+    )
+    path = tmp_path / "lookup.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    sess = session(path)
+    with pytest.raises(Exception, match="out of data bounds|out of bounds"):
+        sess.run(None, {"ids": np.array([5], dtype=np.int64)})
+    assert capfd.readouterr().err == ""

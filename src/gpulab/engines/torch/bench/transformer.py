@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -380,9 +381,23 @@ def mfu_figures(figures: dict, timing: Timing, flops: int, peaks: Peaks) -> None
             figures[name] = timing.rate(flops * 100 / peak, "%")
 
 
+class _NoRecordFunctionNotice(logging.Filter):
+    """torch wraps every optimizer step in a profiler ``record_function``, which dynamo leaves out of the
+    compiled graph and says so on stderr ("Profiler record function ... will be ignored"): torch's own
+    notice about its own wrapper, nothing the bench or its reader can act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Profiler record function")
+
+
+_DYNAMO_CTX_LOG = logging.getLogger("torch._dynamo.variables.ctx_manager")
+
+
 def compile_optimizer_step(optimizer: torch.optim.Optimizer, backend: str) -> Callable[[], None]:
     """``optimizer.step`` replaced by its torch.compile'd self (compiled at its first call); returns the
     function that puts the eager one back."""
+    if not any(isinstance(f, _NoRecordFunctionNotice) for f in _DYNAMO_CTX_LOG.filters):
+        _DYNAMO_CTX_LOG.addFilter(_NoRecordFunctionNotice())
     eager = optimizer.step
     compiled = torch.compile(eager, backend=backend)
     optimizer.step = compiled  # type: ignore[method-assign]

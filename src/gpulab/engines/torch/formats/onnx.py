@@ -105,7 +105,9 @@ def providers(cuda: bool = False) -> list[str]:
 def session(path: Path, cuda: bool = False):
     ort = need("onnxruntime", NAME)
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: its warnings about unused initialisers are noise here
+    # Fatal only: its warnings about unused initialisers are noise here, and an error comes back as the
+    # exception gpulab reports in one line (a token id out of range was also printed by ORT itself).
+    options.log_severity_level = 4
     # As many threads as torch uses (gpulab bench --threads sets both), so runtimes compare like for like.
     options.intra_op_num_threads = torch.get_num_threads()
     return ort.InferenceSession(str(path), options, providers=providers(cuda))

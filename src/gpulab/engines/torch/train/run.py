@@ -24,6 +24,7 @@ from gpulab.engines.torch.distributed.process_group import LaunchEnv
 from gpulab.engines.torch.runtime.seed import seed_everything
 from gpulab.engines.torch.train import NAME
 from gpulab.engines.torch.train.trainer import Trainer
+from gpulab.hardware.devices import select_device
 
 
 def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
@@ -63,7 +64,12 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
 class TorchRun(RunSteps):
     """The torch engine's part of ``gpulab.core.run.run``."""
 
-    resolve = staticmethod(resolve_config)
+    @staticmethod
+    def resolve(user: dict[str, Any]) -> tuple[RunConfig, Any]:
+        config, recipe = resolve_config(user)
+        # A device this machine lacks is the command's own mistake: told before what --out holds is.
+        select_device(config.device)
+        return config, recipe
 
     def rank(self) -> int:
         launch = LaunchEnv.from_env()
