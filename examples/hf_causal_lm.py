@@ -21,4 +21,5 @@ def build(options: dict) -> Recipe:
     train, val = ({"input_ids": b, "labels": b} for b in (blocks[:-256], blocks[-256:]))  # labels: own loss
     size = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64} | options  # --set options.n_layer=4
     model = GPT2LMHeadModel(GPT2Config(vocab_size=256, bos_token_id=0, eos_token_id=0, **size))
+    model.loss_type = "ForCausalLM"  # its class name names no loss: transformers warns, then picks this
     return Recipe(model, train, loss_fn=None, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3), val_data=val)

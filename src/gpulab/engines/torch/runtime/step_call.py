@@ -279,7 +279,8 @@ def accuracy_counts(
 ) -> tuple[torch.Tensor, torch.Tensor | int] | None:
     """(right predictions, predictions counted), both kept on the device where they are tensors (no
     host sync per batch); None when accuracy has no meaning here (no logits or no target, or shapes
-    that are neither class scores nor binary logits). ``shift``: a causal LM's logits at t against
+    that are neither class scores nor binary logits), and nothing counted for a batch of float targets
+    that are not probabilities (a regression's). ``shift``: a causal LM's logits at t against
     the label at t+1 (see ``shifts_labels``)."""
     from gpulab.engines.torch.runtime.metrics import correct_count
 
@@ -293,4 +294,7 @@ def accuracy_counts(
     if not target.is_floating_point():  # class indices: an argmax is never -100, so just do not count them
         return right, (target != IGNORE_INDEX).sum()
     count = target.numel() if target.dim() > 1 and target.shape[-1] != 1 else batch_size_of(target)
-    return right, count
+    # Float targets are labels where they are probabilities (0/1, or smoothed): a regression's targets
+    # outside [0, 1] make "accuracy" meaningless, so such a batch counts nothing (a device flag, no sync).
+    labels = ((target >= 0) & (target <= 1)).all()
+    return right * labels, labels * count

@@ -360,7 +360,9 @@ class Trainer(EngineStep):
         self.model.train()
         metrics = {"val_loss": loss.read(reduce=rt.all_reduce)}
         if correct is not None:
-            metrics["val_accuracy"] = float(rt.all_reduce(correct.float() / count).item())
+            accuracy = float(rt.all_reduce(correct.float() / count).item())
+            if not math.isnan(accuracy):  # 0/0: no batch held labels (a regression's float targets)
+                metrics["val_accuracy"] = accuracy
         return metrics
 
     @property
