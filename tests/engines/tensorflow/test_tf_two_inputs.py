@@ -59,6 +59,9 @@ def test_a_batched_dataset_is_rebatched_only_with_a_line_that_says_so(checks):
 def test_inspect_describes_both_inputs(checks, form):
     code, report = checks[form]["inspect"]
     assert code == 0, report
+    # the forward counted on both inputs (the model's call kept positional tensors only: "forward n/a")
+    forward, step = checks[form]["inspect_flops"]
+    assert forward and step and 0 < forward < step
 
 
 @pytest.mark.parametrize("form", FORMS)

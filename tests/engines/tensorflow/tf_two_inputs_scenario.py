@@ -25,9 +25,9 @@ from gpulab.cli import main  # noqa: E402
 RECIPE = "two_input_recipe:build"
 
 
-def gpulab(*argv: str) -> tuple[int, str]:
+def gpulab(*argv: str, stdout: io.StringIO | None = None) -> tuple[int, str]:
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(stdout or io.StringIO()):
         code = main(list(argv))
     return code, err.getvalue()
 
@@ -86,8 +86,10 @@ for form in ("dict", "tuple", "dataset"):
     stopped, _ = train(f"{form}-resumed", form, 7)  # 6 batches an epoch: step 7 lies mid-epoch 2
     resumed, _ = train(f"{form}-resumed", form, 10, "--resume", "latest")
     a, b = weights(f"{form}-straight"), weights(f"{form}-resumed")
+    report = io.StringIO()
     inspected, inspect_err = gpulab("inspect", RECIPE, "--engine", "tensorflow", "--batch-size", "16",
-                                    "--set", f"options.form={form}", "--json")  # fmt: skip
+                                    "--set", f"options.form={form}", "--json", stdout=report)  # fmt: skip
+    totals = json.loads(report.getvalue())["totals"] if inspected == 0 else {}
     exports = {fmt: export(f"{form}-straight", fmt) for fmt in ("savedmodel", "tflite")}
     out[form] = {
         "codes": [code, stopped, resumed],
@@ -95,6 +97,7 @@ for form in ("dict", "tuple", "dataset"):
         "weights_equal": all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)),
         "losses": [losses(f"{form}-straight"), losses(f"{form}-resumed")],
         "inspect": [inspected, inspect_err.strip().splitlines()[-1:] if inspected else inspect_err[-800:]],
+        "inspect_flops": [totals.get("flops_forward_per_step"), totals.get("flops_per_step")],
         "export": exports,
         "first_weights": [w.tolist() for w in a[:1]],
     }
