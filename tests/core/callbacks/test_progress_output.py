@@ -34,28 +34,32 @@ def _fit(callbacks=(), **settings):
     return trainer, trainer.fit(model, (x, y), loss_fn=F.mse_loss, optimizer=optimizer)
 
 
+def _fit_printing(monkeypatch, **fit):
+    """``_fit(**fit)`` with stdout a pipe (no terminal): its result and the lines it printed."""
+    pipe = _Pipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    _, result = _fit(**fit)
+    monkeypatch.undo()
+    return result, pipe.getvalue().splitlines()
+
+
 def _first_logged_loss() -> float:
     _, result = _fit(progress=False, max_steps=1, log_every=1)
     return result.history[0]["loss"]
 
 
 def test_without_a_terminal_a_fit_prints_plain_lines_from_the_first_step(monkeypatch):
-    pipe = _Pipe()
-    monkeypatch.setattr(sys, "stdout", pipe)
-    _, result = _fit(epochs=2, log_every=4)  # progress unset: a bar only on a terminal
-    monkeypatch.undo()
-    lines = pipe.getvalue().splitlines()
+    # progress unset: a bar only on a terminal
+    result, lines = _fit_printing(monkeypatch, epochs=2, log_every=4)
     assert lines[0] == f"step 1/16  epoch 1/2  loss {_first_logged_loss():.4f}"
     assert lines[-1].startswith(f"step 16/16  epoch 2/2  loss {result.final_loss:.4f}  ")
     assert lines[-1].endswith(f"done in {result.train_seconds:.1f} s")
 
 
 def test_a_line_every_every_s_seconds_names_the_step_its_loss_was_read_at(monkeypatch):
-    pipe = _Pipe()
-    monkeypatch.setattr(sys, "stdout", pipe)
-    _fit(callbacks=[LogLines(every_s=0.0)], progress=False, max_steps=6, log_every=4)
-    monkeypatch.undo()
-    lines = pipe.getvalue().splitlines()
+    _, lines = _fit_printing(
+        monkeypatch, callbacks=[LogLines(every_s=0.0)], progress=False, max_steps=6, log_every=4
+    )
     assert [line.split("  ")[0] for line in lines] == [f"step {i}/6" for i in range(1, 7)] + ["step 6/6"]
     assert "(read at step 1)" in lines[2]  # step 3: the loss last read is the first step's
     assert "read at" not in lines[3] and "samples/s" in lines[3]  # step 4 is a log
@@ -65,11 +69,9 @@ def test_a_line_every_every_s_seconds_names_the_step_its_loss_was_read_at(monkey
 
 
 def test_a_line_waits_for_every_s_seconds(monkeypatch):
-    pipe = _Pipe()
-    monkeypatch.setattr(sys, "stdout", pipe)
-    _fit(callbacks=[LogLines(every_s=3600.0)], progress=False, max_steps=6, log_every=2)
-    monkeypatch.undo()
-    lines = pipe.getvalue().splitlines()
+    _, lines = _fit_printing(
+        monkeypatch, callbacks=[LogLines(every_s=3600.0)], progress=False, max_steps=6, log_every=2
+    )
     assert len(lines) == 2 and lines[0].startswith("step 1/6") and "done in" in lines[1]
 
 
