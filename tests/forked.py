@@ -3,9 +3,9 @@ gpulab take seconds on 2 cores) and forks one child per run. A child is a real p
 signals it and reads its exit status as it would a ``subprocess.Popen``'s. Forked from a process that only
 imported, it starts from no training state, as a fresh process does.
 
-    server = Forker(["resume_job"])               # imports once
-    child = server.start("resume_job:main", argv, stderr=path, env={...})
-    child.kill(); child.wait(); child.returncode  # -9, as subprocess reports it
+    server = Forker(["gpulab.cli", "torch._dynamo"])  # imports once (tests/conftest.py's gpulab_server)
+    child = server.start("gpulab.cli:main", argv, stderr=path, env={...}, path=[recipes])
+    child.kill(); child.wait(); child.returncode     # -9, as subprocess reports it
 
 The server checks that importing started no thread: a fork copies only the forking thread, so a lock another
 thread held would stay held in the child.
@@ -67,14 +67,17 @@ class Forker:
         ready = self.proc.stdout.readline()
         assert ready == "ready\n", f"the fork server did not start: {ready!r}"
 
-    def start(self, target: str, argv: list[str], *, stderr: Path, env: dict[str, str] | None = None,
-              cwd: Path | None = None, session: bool = False) -> Child:  # fmt: skip
+    def start(self, target: str, argv: list[str], *, stderr: Path, env: dict[str, str | None] | None = None,
+              cwd: Path | None = None, session: bool = False, path: list[str] | None = None) -> Child:  # fmt: skip
         """Fork a child that runs ``target`` ("module:function", called with ``argv``; an int it returns is
-        the exit code), with ``env`` over the server's environment (None unsets), in ``cwd``, stderr in the
-        file ``stderr`` and stdout in ``stderr``.stdout, in a session of its own if ``session`` (a
-        terminal's Ctrl-C then reaches its group, not the test's)."""
-        assert self.child is None or self.child.ended.wait(60), "one child at a time"
-        request = {"target": target, "argv": [str(a) for a in argv], "env": env or {},
+        the exit code), with ``env`` over the server's environment (None unsets), ``path`` first on its
+        sys.path and PYTHONPATH, in ``cwd``, stderr in the file ``stderr`` and stdout in ``stderr``.stdout,
+        in a session of its own if ``session`` (a terminal's Ctrl-C then reaches its group, not the
+        test's). One child at a time: one an earlier (failed) test left running is killed first."""
+        if self.child is not None and not self.child.ended.is_set():
+            self.child.kill()
+            assert self.child.ended.wait(60), f"forked child {self.child.pid} outlived SIGKILL"
+        request = {"target": target, "argv": [str(a) for a in argv], "env": env or {}, "path": path or [],
                    "cwd": str(cwd) if cwd else None, "stderr": str(stderr), "session": session}  # fmt: skip
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
@@ -125,6 +128,10 @@ def _child(request: dict) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        if request["path"]:  # importable here and in any process this one starts
+            sys.path[:0] = request["path"]
+            inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
+            os.environ["PYTHONPATH"] = os.pathsep.join([*request["path"], *inherited])
         if request["cwd"]:
             os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)

@@ -25,29 +25,13 @@ HERE = Path(__file__).resolve().parent
 RUN = ["train", "preempt_recipe:build", "--max-steps", "200", "--set", "mfu=false"]
 
 
-def env() -> dict[str, str]:
-    # CUDA_VISIBLE_DEVICES empty: gloo ranks on the CPU, also on a machine with one GPU (NCCL would
-    # refuse two ranks there).
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH")) if p)
-    return {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
-
-
-@pytest.fixture(scope="module")
-def server():
-    # torch._dynamo: the optimizer imports it on its first use, seconds each run would pay again
-    preload = ["gpulab.cli", "gpulab.engines.torch.train.run", "preempt_recipe", "torch._dynamo",
-               "gpulab.distributed.launch", "torch.distributed.run"]  # fmt: skip
-    forker = Forker(preload, [str(HERE)], env())
-    yield forker
-    forker.close()
-
-
 def fork(server: Forker, *args: str, cwd: Path, name: str = "run", launch: list[str] | None = None) -> Child:
-    """``gpulab [launch LAUNCH -- gpulab] ARGS`` in a process forked from ``server``, in a session of its
-    own, so that a test can signal its whole process group as a terminal does."""
+    """``gpulab [launch LAUNCH -- gpulab] ARGS`` in a process forked from ``server`` (CPU only: gloo ranks
+    also on a machine with one GPU, where NCCL would refuse two ranks), in a session of its own, so that a
+    test can signal its whole process group as a terminal does."""
     argv = [*(["launch", *launch, "--", "gpulab"] if launch else []), *args]
-    return server.start("gpulab.cli:main", argv, stderr=cwd / f"{name}.stderr", cwd=cwd, session=True)
+    stderr = cwd / f"{name}.stderr"
+    return server.start("gpulab.cli:main", argv, stderr=stderr, cwd=cwd, session=True, path=[str(HERE)])
 
 
 def finished(
@@ -82,18 +66,20 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(server, tmp_path_factory) -> Path:
+def uninterrupted(gpulab_server, tmp_path_factory) -> Path:
     """The run never stopped: one for every signal's comparison (each was its own 200-step process)."""
     where = tmp_path_factory.mktemp("uninterrupted")
-    code, stderr = finished(server, *RUN, "--out", "ref", cwd=where, name="ref")
+    code, stderr = finished(gpulab_server, *RUN, "--out", "ref", cwd=where, name="ref")
     assert code == 0, stderr
     return where / "ref"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, sig, server, uninterrupted):
-    proc = fork(server, *RUN, "--out", "run", cwd=tmp_path)
+def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(
+    tmp_path, sig, gpulab_server, uninterrupted
+):
+    proc = fork(gpulab_server, *RUN, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -109,7 +95,7 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     assert not (tmp_path / "run" / "summary.json").exists()  # an unfinished run has no summary
 
     code, resumed_err = finished(
-        server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path, name="resumed"
+        gpulab_server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path, name="resumed"
     )
     assert code == 0, resumed_err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
@@ -133,11 +119,11 @@ def wait_for_line(proc: Child, part: str, timeout: float = 120) -> None:
 
 
 @pytest.mark.slow
-def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path, server):
+def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path, gpulab_server):
     pause = 10  # seconds a step takes: the second signal lands inside the one the first signal finishes
     # the first step brisk, so it is logged at once; the signals then land in the second
     slow = [*RUN, "--set", f"options.pause={pause}", "--set", "options.brisk=1", "--set", "log_every=1"]
-    proc = fork(server, *slow, "--out", "run", cwd=tmp_path)
+    proc = fork(gpulab_server, *slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
     wait_for_line(proc, "finishing this step")  # the first signal was handled: send the second
@@ -154,15 +140,17 @@ def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path, server):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is_exact(tmp_path, server):
+def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is_exact(
+    tmp_path, gpulab_server
+):
     """The launcher forwards SIGTERM to its workers, which reach it at different moments: they agree on
     the step (an all-reduced flag), save one checkpoint together and a 2-rank resume ends where an
     uninterrupted 2-rank run does."""
     two = ["--nproc-per-node", "2"]
-    code, ref_err = finished(server, *RUN, "--out", "ref", cwd=tmp_path, name="ref", launch=two)
+    code, ref_err = finished(gpulab_server, *RUN, "--out", "ref", cwd=tmp_path, name="ref", launch=two)
     assert code == 0, ref_err[-3000:]
 
-    proc = fork(server, *RUN, "--out", "run", cwd=tmp_path, launch=two)
+    proc = fork(gpulab_server, *RUN, "--out", "run", cwd=tmp_path, launch=two)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=90)
@@ -175,18 +163,18 @@ def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is
     step = int(stopped[0].split(" at step ")[1].split(":")[0])
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
 
-    code, resumed_err = finished(server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path,
+    code, resumed_err = finished(gpulab_server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path,
                                  name="resumed", launch=two)  # fmt: skip
     assert code == 0, resumed_err[-3000:]
     assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
 
 
 @pytest.mark.distributed
-def test_ctrl_c_under_launch_saves_a_checkpoint_on_both_ranks(tmp_path, server):
+def test_ctrl_c_under_launch_saves_a_checkpoint_on_both_ranks(tmp_path, gpulab_server):
     """A terminal's Ctrl-C goes to the launcher's whole process group; the launcher forwards it to its
     workers (each in a session of its own, so they get it once): they save together and exit 130."""
     two = ["--nproc-per-node", "2"]
-    proc = fork(server, *RUN, "--max-steps", "2000", "--out", "run", cwd=tmp_path, launch=two)
+    proc = fork(gpulab_server, *RUN, "--max-steps", "2000", "--out", "run", cwd=tmp_path, launch=two)
     wait_for_training(proc, tmp_path / "run")
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=90)

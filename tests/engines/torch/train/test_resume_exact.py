@@ -1,7 +1,8 @@
 """Exact resume, proven with real processes: a run killed mid-epoch and resumed equals one never stopped.
 
-Every run is a process of its own, forked from one that imported torch and gpulab once (tests/forked.py):
-SIGKILLed for real, and resumed in a process that holds nothing of the killed one's."""
+Every run is a process of its own, forked from one that imported torch and gpulab once (tests/forked.py,
+tests/conftest.py's gpulab_server): SIGKILLed for real, and resumed in a process that holds nothing of the
+killed one's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from forked import Child, Forker
+from forked import Child
 
 from gpulab.engines.torch.checkpoint.api import list_checkpoints, resolve_checkpoint
 
@@ -32,22 +33,15 @@ FLAVOURS = {
 }
 
 
-@pytest.fixture(scope="module")
-def server():
-    # torch._dynamo: the optimizer imports it on its first use, seconds each child would pay again
-    forker = Forker(["resume_job", "torch._dynamo"], path=[str(JOB.parent)])
-    yield forker
-    forker.close()
-
-
 @pytest.fixture
-def job(server, tmp_path):
+def job(gpulab_server, tmp_path):
     """``job(out, result, *extra, env=None)``: resume_job.py's run in a process of its own."""
     count = iter(range(100))
 
     def start(out: Path, result: Path, *extra: str, env: dict[str, str] | None = None) -> Child:
         stderr = tmp_path / f"job{next(count)}.err"
-        return server.start("resume_job:main", [str(out), str(result), *extra], stderr=stderr, env=env)
+        argv, path = [str(out), str(result), *extra], [str(JOB.parent)]
+        return gpulab_server.start("resume_job:main", argv, stderr=stderr, env=env, path=path)
 
     return start
 
@@ -75,12 +69,13 @@ def assert_same_run(full: dict, resumed: dict, from_step: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(server, tmp_path_factory) -> dict:
+def uninterrupted(gpulab_server, tmp_path_factory) -> dict:
     """Each flavour's run never stopped, one after another in one process of their own (the killed and
     resumed runs each get a process of their own)."""
     tmp = tmp_path_factory.mktemp("full")
     runs = [[str(tmp / f), str(tmp / f"{f}.pt"), *extra] for f, extra in FLAVOURS.items()]
-    proc = server.start("resume_job:main_many", [json.dumps(runs)], stderr=tmp / "stderr")
+    argv, path = [json.dumps(runs)], [str(JOB.parent)]
+    proc = gpulab_server.start("resume_job:main_many", argv, stderr=tmp / "stderr", path=path)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     return {flavour: torch.load(tmp / f"{flavour}.pt") for flavour in FLAVOURS}
