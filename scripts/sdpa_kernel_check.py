@@ -1,17 +1,13 @@
 """GPT-2-small's causal attention (bf16, batch 32, 12 heads, 1024 x 64) on this GPU, one kernel at a time:
 whether each SDPA kernel runs it, and its forward + backward time (CUDA events, median of 20 after 5
-warm-ups), then which kernel the Runtime's ``attention: auto`` puts first here. One line per kernel; on a
-CPU says so. What ``runtime/attention.py``'s choice for Hopper rests on."""
+warm-ups), then the kernel torch's own order picks (what ``attention: auto`` runs). One line per kernel;
+on a CPU says so. The figures behind ``runtime/attention.py``'s ``auto``."""
 
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # gpulab from this checkout
 
 KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,

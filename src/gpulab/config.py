@@ -153,10 +153,10 @@ class TrainerSettings(Settings):
         True,
         description="use the fused kernels of torch's Adam/AdamW/SGD when fused/foreach were left unset",
     )
-    attention: Literal["auto", "torch", "cudnn", "flash", "efficient", "math"] = Field(
+    attention: Literal["auto", "flash", "efficient", "math", "cudnn"] = Field(
         "auto",
-        description="the kernel scaled_dot_product_attention tries first, then torch's order; auto: cudnn on "
-        "Hopper and newer GPUs (faster there than flash), torch's order (flash first) elsewhere",
+        description="the kernel scaled_dot_product_attention tries first, then torch's order; auto: torch's "
+        "own order (cudnn first on Hopper and newer with a recent cuDNN, else flash)",
     )
     seed: int = Field(0, description="seed for Python, NumPy and torch")
     deterministic: bool = Field(False, description="ask torch for deterministic kernels")

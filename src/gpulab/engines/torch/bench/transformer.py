@@ -119,7 +119,6 @@ def run(ctx: BenchContext) -> SuiteResult:
     peaks = _within_measured_peak(peaks, flops, timed, result.notes)
     _ratios(timed)
     result.notes += _notes(ctx, shape_name, precision, flops, peaks, timed, cfg["backend"])
-    result.notes += _attention_note(timed)
     if timed:
         result.plots.append(_plot(timed))
     torch._dynamo.reset()
@@ -235,7 +234,7 @@ def _one(
     info["chunked_loss"] = work.model.chunked_loss  # the cross-entropy over row chunks (CHUNKED)
     info["compile_mode"] = mode
     with single_runtime(ctx.device, precision) as rt:
-        info["attention"] = rt.attention.name  # the SDPA kernel tried first (attention: auto)
+        info["attention"] = rt.attention.name  # the SDPA kernel order (auto: torch's)
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
             stepper = GraphStepper(stepper, ctx.graphs)
@@ -265,17 +264,6 @@ def _one(
     info["compiled"] = compiled and not getattr(stepper.forward, "fell_back", False)
     compile_s = first if compiled else None
     return _row(shape_name, shape, variant, info, timing, flops, peaks, compile_s, memory)
-
-
-def _attention_note(rows: list[Row]) -> list[str]:
-    """Which SDPA kernel gpulab's rows tried first, where it is not the hand-written loop's."""
-    gpulab = {r.info.get("attention") for r in rows if r.key["variant"] != HAND} - {None, "torch"}
-    if not gpulab:
-        return []
-    return [
-        f"Attention: gpulab's rows try the {', '.join(sorted(gpulab))} SDPA kernel first (attention: auto on "
-        "this GPU); the hand-written loop keeps torch's order (flash first)."
-    ]
 
 
 def _memory(ctx: BenchContext, variant: str, step: Callable[[], Any]) -> MemoryReading:
@@ -308,7 +296,7 @@ def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> 
         raise first
     timing = ctx.measure(one, warmup=cfg["warmup"], repeats=cfg["repeats"])
     info = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision, "compiled": True}
-    info["attention"] = "torch"  # a user's loop leaves torch's SDPA order as it is
+    info["attention"] = "auto"  # a user's loop leaves torch's SDPA order as it is
     return _row(shape_name, shape, variant, info, timing, flops, peaks, first, _memory(ctx, variant, one))
 
 

@@ -1,9 +1,11 @@
 """``attention``: which kernel torch's ``scaled_dot_product_attention`` tries first.
 
-torch tries flash attention first on every CUDA GPU (its order: flash, memory-efficient, math, cuDNN). On
-Hopper and newer, cuDNN's fused attention kernel is the faster one (``scripts/sdpa_kernel_check.py`` times
-both on the GPU; docs/PERF.md has the figures), so ``auto`` puts cuDNN first there. Any other choice
-puts that kernel first; a shape or option a kernel refuses falls back in torch's order, as with torch's own.
+``auto`` keeps torch's own order. torch already puts cuDNN's attention first on Hopper and Blackwell when
+its cuDNN is newer than 9.15 (older ones miscompute sequence lengths not divisible by 128, pytorch#169849)
+and flash attention first elsewhere, and that is the fast choice: on an H100 (torch 2.11.0+cu130,
+2026-11-27) cuDNN's forward + backward of GPT-2-small's attention took 0.93 ms, flash 1.36 ms, and
+forcing cuDNN first changed the compiled GPT-2-small step by nothing (docs/PERF.md). A kernel named here
+is tried first, then the others in torch's order, so a shape or option it refuses still runs.
 
 The order is process-wide in torch (a global the SDPA dispatcher reads, also when torch.compile traces the
 model), so the Runtime sets it up with the precision's flags and its teardown restores what was there.
@@ -15,15 +17,13 @@ from contextlib import ExitStack
 
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from gpulab.engines.torch.runtime.devices import accelerator
-
 KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "math": SDPBackend.MATH,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
-}  # in torch's own order
-CHOICES = ("auto", "torch", *KERNELS)
+}
+CHOICES = ("auto", *KERNELS)
 
 
 class AttentionOrder:
@@ -35,7 +35,7 @@ class AttentionOrder:
 
     @property
     def name(self) -> str:
-        return self.first or "torch"
+        return self.first or "auto"
 
     def setup(self) -> None:
         if self.first is None or self._stack is not None:
@@ -50,15 +50,10 @@ class AttentionOrder:
             self._stack = None
 
 
-def resolve_attention(setting: str, device) -> AttentionOrder:
-    """The order for ``attention: auto|torch|cudnn|flash|efficient|math`` on ``device``."""
+def resolve_attention(setting: str) -> AttentionOrder:
+    """The order for ``attention: auto|flash|efficient|math|cudnn``."""
     if setting not in CHOICES:
         raise ValueError(f"attention {setting!r}: choose one of {', '.join(CHOICES)}")
-    if setting == "torch":
-        return AttentionOrder(None, "torch's own order (flash attention first on a GPU)")
-    if setting != "auto":
-        return AttentionOrder(setting, f"{setting} first, as asked; then torch's order")
-    first = accelerator(device).attention_first()
-    if first is None:
-        return AttentionOrder(None, "auto: torch's own order on this device")
-    return AttentionOrder(first, f"auto: {first} attention first on this GPU, where it is the faster kernel")
+    if setting == "auto":
+        return AttentionOrder(None, "auto: torch's own order (cuDNN first on Hopper and newer, else flash)")
+    return AttentionOrder(setting, f"{setting} first, as asked; then torch's order")

@@ -75,7 +75,7 @@ class Runtime:
         self.precision, precision_reason = _given_or(
             precision, resolve_precision, self.device, **dict(precision_options or {})
         )
-        self.attention = resolve_attention(attention, self.device)
+        self.attention = resolve_attention(attention)
         self._reasons = {
             "device": choice.reason,
             "precision": precision_reason,

@@ -100,10 +100,6 @@ class Accelerator:
         """CUDA's (major, minor); None for a device that has none."""
         return None
 
-    def attention_first(self) -> str | None:
-        """The SDPA kernel to try before torch's order (``runtime/attention.py``); None: torch's order."""
-        return None
-
     def rng_devices(self) -> list[Any]:
         """The devices ``torch.random.fork_rng`` must save beside the CPU's generator."""
         return []

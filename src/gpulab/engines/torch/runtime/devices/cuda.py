@@ -92,10 +92,3 @@ class CudaAccelerator(Accelerator):
 
     def compute_capability(self) -> tuple[int, int]:
         return tuple(self.cuda.get_device_capability(self.device))
-
-    def attention_first(self) -> str | None:
-        """cuDNN's fused attention on Hopper and newer NVIDIA parts, where it beats flash attention (times
-        in docs/PERF.md); torch's order (flash first) on older ones and on ROCm, which has no cuDNN."""
-        if torch.version.hip is not None or not torch.backends.cudnn.is_available():
-            return None
-        return "cudnn" if self.compute_capability() >= (9, 0) else None
