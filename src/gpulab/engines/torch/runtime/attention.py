@@ -1,10 +1,12 @@
 """``attention``: which kernel torch's ``scaled_dot_product_attention`` tries first.
 
-``auto`` keeps torch's own order. torch already puts cuDNN's attention first on Hopper and Blackwell when
-its cuDNN is newer than 9.15 (older ones miscompute sequence lengths not divisible by 128, pytorch#169849)
-and flash attention first elsewhere, and that is the fast choice: on an H100 (torch 2.11.0+cu130,
-2026-11-27) cuDNN's forward + backward of GPT-2-small's attention took 0.93 ms, flash 1.36 ms, and
-forcing cuDNN first changed the compiled GPT-2-small step by nothing (docs/PERF.md). A kernel named here
+``auto`` keeps torch's own order, which is the fast one: torch's SDPA dispatcher (``sdp_utils.cpp``,
+``check_prefer_cudnn_attention``) puts cuDNN's attention first on Hopper and Blackwell when its cuDNN is
+newer than 9.15 (older ones miscompute sequence lengths not divisible by 128, pytorch#169849), flash
+attention first elsewhere. On an H100 (torch 2.11.0+cu130, 2026-11-27) cuDNN's forward + backward of
+GPT-2-small's attention took 0.93 ms against flash's 1.36 ms, yet forcing cuDNN first moved the compiled
+GPT-2-small step by nothing (68.2 ms against the hand loop's 67.7): torch had picked it already
+(``scripts/sdpa_kernel_check.py`` prints torch's pick to confirm). A kernel named here
 is tried first, then the others in torch's order, so a shape or option it refuses still runs.
 
 The order is process-wide in torch (a global the SDPA dispatcher reads, also when torch.compile traces the
