@@ -5,7 +5,7 @@
 newer than 9.15 (older ones miscompute sequence lengths not divisible by 128, pytorch#169849), flash
 attention first elsewhere. On an H100 (torch 2.11.0+cu130, 2026-11-27) cuDNN's forward + backward of
 GPT-2-small's attention took 0.93 ms against flash's 1.36 ms, yet forcing cuDNN first moved the compiled
-GPT-2-small step by nothing (68.2 ms against the hand loop's 67.7): torch had picked it already
+GPT-2-small step by nothing (68.2 ms against the hand loop's 67.7), most likely because torch had picked it
 (``scripts/sdpa_kernel_check.py`` prints torch's pick to confirm). A kernel named here
 is tried first, then the others in torch's order, so a shape or option it refuses still runs.
 
