@@ -50,9 +50,5 @@ else:
             print(f"sdpa {name:9s}: forward + backward {ms:6.3f} ms (bf16, 32 x 12 x 1024 x 64)")
         except RuntimeError as exc:
             print(f"sdpa {name:9s}: refused GPT-2-small's attention: {str(exc).splitlines()[0]}")
-    from gpulab.engines.torch.runtime.devices import accelerator
-
-    first = accelerator(torch.device("cuda")).attention_first()
-    print(
-        f"sdpa: attention auto puts {first or 'flash (torch order)'} first on {torch.cuda.get_device_name()}"
-    )
+    picked = SDPBackend(torch._fused_sdp_choice(q, k, v, is_causal=True)).name  # torch's own dispatch
+    print(f"sdpa: torch's order (attention: auto) picks {picked} on {torch.cuda.get_device_name()}")
