@@ -35,6 +35,7 @@ def test_every_step_of_the_gpu_script_runs_on_a_cpu(tmp_path):
     logs = {p.name for p in tmp_path.iterdir()}
     results = {"transformer-results.json", "autotune-results.json"}
     assert logs == {f"{s}.log" for s in STEPS} | results and len(logs) <= 8
+    assert "sdpa: torch's order (attention: auto) picks FLASH_ATTENTION" in (tmp_path / "env.log").read_text()
     transformer = (tmp_path / "transformer.log").read_text()
     assert "hand-written" in transformer and "x the hand loop" in transformer
     assert "compile+opt" in transformer and "float8" not in transformer  # --variants: the rows asked for
