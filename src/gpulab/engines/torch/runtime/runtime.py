@@ -277,7 +277,7 @@ class Runtime:
 
     # -- lifetime -------------------------------------------------------------------------------------
     def teardown(self) -> None:
-        """Undo the precision's global settings and release the strategy's resources."""
+        """Undo the precision's global settings and the attention order; release the strategy's resources."""
         self.precision.teardown()
         self.attention.teardown()
         self.strategy.teardown()
