@@ -107,7 +107,8 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
 
         def on_fit_end(self, trainer, state, result):
             _synchronize(trainer.runtime.device)
-            self.seconds = time.perf_counter() - self.t0
+            self.t1 = time.perf_counter()
+            self.seconds = self.t1 - self.t0
 
     device = torch.device(device_name)
     x, y = make_data(SAMPLES, FEATURES, DATA_SEED)
@@ -124,6 +125,7 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
     }[variant]
     torch.manual_seed(0)
     model = make_model()
+    _initialise(device)  # the seed's model.to(device) creates the device's context before its clock too
     start = time.perf_counter()
     timer = LoopTimer()
     trainer = Trainer(
@@ -140,7 +142,21 @@ def with_trainer(device_name: str, variant: str, out_dir: str) -> dict[str, floa
     graph = result.extras.get("cuda_graph") or {}
     if settings.get("cuda_graph") and graph.get("mode") != "graph":
         raise RuntimeError(f"no whole-step graph: {graph.get('reason')}")
-    return {"us_per_step": timer.seconds / result.steps * 1e6, "whole_s": whole, "steps": result.steps}
+    return {
+        "us_per_step": timer.seconds / result.steps * 1e6,
+        "whole_s": whole,
+        "steps": result.steps,
+        "before_loop_s": timer.t0 - start,  # Trainer(...) and fit's set-up up to on_fit_start
+        "after_loop_s": whole - (timer.t1 - start),  # from on_fit_end to fit's return
+    }
+
+
+def _initialise(device) -> None:
+    """Create the device's context (CUDA's: hundreds of ms), as moving a model there does."""
+    import torch
+
+    torch.empty(0, device=device)
+    _synchronize(device)
 
 
 def _hand_mlp():
@@ -245,6 +261,11 @@ def summarize(rounds: dict[str, list[dict[str, float]]], args: argparse.Namespac
         "us_per_step_median": {k: statistics.median(series(k, "us_per_step")) for k in rounds},
         "whole_job_s_median": {k: round(statistics.median(series(k, "whole_s")), 4) for k in rounds},
         "process_s_median": {k: round(statistics.median(series(k, "process_s")), 3) for k in rounds},
+        "outside_loop_s_median": {
+            k: [round(statistics.median(series(k, part)), 4) for part in ("before_loop_s", "after_loop_s")]
+            for k in rounds
+            if "before_loop_s" in rounds[k][0]
+        },
         "ratios": {},
     }
     # Each ratio is taken within a round (runs seconds apart) and the median of those is reported: a slow
@@ -286,6 +307,8 @@ def print_report(report: dict, rounds: dict[str, list[dict[str, float]]]) -> Non
             f"{name:30s} {report['whole_job_s_median'][name] * 1e3:7.1f} ms whole job (set-up included), "
             f"{report['process_s_median'][name]:5.2f} s process (imports included), medians"
         )
+    for name, (before, after) in report["outside_loop_s_median"].items():
+        print(f"{name:30s} {before * 1e3:7.1f} ms before the loop, {after * 1e3:6.1f} ms after it, medians")
     print(f"ratios: the median over rounds of each round's ratio ({report['steps_per_run']} steps a job)")
     r = report["ratios"]
     for short in ("b", "b0"):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU measurements added after gpu_measure.sh (tune, inference, the TensorFlow engine, the inductor
-# check, the mlp's hand-written peer, max-autotune), for further calls of the device tool:
+# The GPU measurements beyond gpu_measure.sh (the cuda-graph GPU tests, the transformer rows measured
+# already, tune, inference, the TensorFlow engine, the inductor check, the mlp's hand-written peer, every
+# transformer variant), for further calls of the device tool:
 #   scripts/gpu_measure_more.sh OUT_DIR [STEP...]
 # All the steps' limits add up to more than one call's 10 minutes: name the steps a call runs (STEP names
 # run only those). Same rules as gpu_measure.sh: gpulab from src/ on the machine's own python3, .whl/ to a
@@ -12,6 +13,12 @@ only="$*"  # gpu_lib.sh's step runs only these, when given
 STEP_TAIL=14
 source "$(dirname "$0")/gpu_lib.sh"  # $work, PYTHONPATH, step
 
+# The whole-step graph's GPU tests (7 passed on an H100 on 2026-11-26 and 2026-11-27).
+step cuda-graph 90 python3 -m pytest -p no:cacheprovider -m gpu -q tests/gpu/test_cuda_graph_gpu.py
+# The transformer rows measured already on an H100, beside the hand loop: chunked cross-entropy, Float8.
+step transformer-rest 200 bash -c "python3 -m gpulab bench transformer --quick --device cuda \
+    --variants hand-written,compile+chunked-ce,float8 --out $work/transformer-rest \
+    && python3 benchmarks/transformer_mfu.py $work/transformer-rest/results.json"
 # Does the inductor scheduler bug that gpulab works around on the CPU also hit Triton (GPU) code?
 step inductor-repro 90 python3 benchmarks/inductor_maxpool_repro.py --device cuda
 # issue 15's done-when on a GPU: tune chargpt at GPT-2-small size.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("env", "transformer", "cuda-graph", "train", "overhead")
+STEPS = ("env", "transformer", "autotune", "train", "overhead")
 
 
 @pytest.mark.slow
@@ -33,11 +33,15 @@ def test_every_step_of_the_gpu_script_runs_on_a_cpu(tmp_path):
     exits = dict(re.findall(r"^== (\S+) .*?\n   exit (\d+) after", proc.stdout, re.S | re.M))
     assert exits == dict.fromkeys(STEPS, "0"), proc.stdout
     logs = {p.name for p in tmp_path.iterdir()}
-    assert logs == {f"{s}.log" for s in STEPS} | {"transformer-results.json"} and len(logs) <= 8
+    results = {"transformer-results.json", "autotune-results.json"}
+    assert logs == {f"{s}.log" for s in STEPS} | results and len(logs) <= 8
+    assert "sdpa: torch's order (attention: auto) picks FLASH_ATTENTION" in (tmp_path / "env.log").read_text()
     transformer = (tmp_path / "transformer.log").read_text()
     assert "hand-written" in transformer and "x the hand loop" in transformer
-    assert "compile+chunked-ce" in transformer  # the chunked cross-entropy's row runs in the same step
+    assert "compile+opt" in transformer and "float8" not in transformer  # --variants: the rows asked for
     assert "hand-loop target (gpulab / hand >= 1.00, goal 1.10): best " in transformer
+    autotune = (tmp_path / "autotune.log").read_text()
+    assert "compile+max-autotune skipped: it is for the GPU's Triton GEMM autotuning" in autotune
     train = (tmp_path / "train.log").read_text()
     assert (
         "done in" in train and "diagnosis:" in train and "host-bound" not in train.split("diagnosis:")[1][:14]

@@ -153,6 +153,11 @@ class TrainerSettings(Settings):
         True,
         description="use the fused kernels of torch's Adam/AdamW/SGD when fused/foreach were left unset",
     )
+    attention: Literal["auto", "flash", "efficient", "math", "cudnn"] = Field(
+        "auto",
+        description="the kernel scaled_dot_product_attention tries first, then torch's order; auto: torch's "
+        "own order (cudnn first on Hopper and newer with a recent cuDNN, else flash)",
+    )
     seed: int = Field(0, description="seed for Python, NumPy and torch")
     deterministic: bool = Field(False, description="ask torch for deterministic kernels")
     log_every: int = Field(50, ge=1, description="read and log metrics every N optimizer steps")

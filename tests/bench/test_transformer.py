@@ -315,3 +315,28 @@ def test_a_compiled_optimizer_step_prints_no_torch_profiler_notice():
     finally:
         log.removeHandler(handler)
     assert not [m for m in seen if "record function" in m], seen
+
+
+def test_variants_runs_only_the_rows_named(tmp_path, one_thread):
+    config = BenchConfig(
+        suites=["transformer"], profile="smoke", device="cpu", out_dir=tmp_path, threads=1,
+        variants=["hand-written", "compile"],
+    )  # fmt: skip
+    rows = run_bench(config, log=lambda _: None)["suites"]["transformer"]["rows"]
+    assert [r["key"]["variant"] for r in rows] == ["hand-written", "compile"]
+    assert "vs_hand" in rows[1]["figures"]
+    assert json.loads((tmp_path / RESULTS_FILE).read_text())["config"]["variants"] == [
+        "hand-written",
+        "compile",
+    ]
+
+
+def test_a_variant_typo_is_one_line_before_anything_runs(tmp_path, cli):
+    code, out = cli(
+        "bench", "transformer", "--variants", "compile,complie", "--device", "cpu", "--out", str(tmp_path)
+    )
+    assert code == 2
+    assert "unknown transformer variant 'complie'; valid choices: hand-written, eager, compile" in out
+    assert not (tmp_path / RESULTS_FILE).exists()
+    code, out = cli("bench", "matmul", "--variants", "compile", "--out", str(tmp_path))
+    assert code == 2 and "--variants picks rows of the transformer suite" in out

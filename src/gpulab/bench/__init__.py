@@ -39,6 +39,7 @@ class BenchConfig:
     memory_limit_mib: int | None = None
     threads: int | None = None  # torch's CPU threads; None leaves torch's default
     engines: list[str] = field(default_factory=lambda: [DEFAULT])  # torch, tensorflow, or both in order
+    variants: list[str] = field(default_factory=list)  # the transformer suite's rows to run; empty: all
 
     def engine_names(self) -> list[str]:
         from gpulab.engines import names
@@ -59,6 +60,11 @@ class BenchConfig:
         if self.profile not in PROFILE_NAMES:
             raise ConfigError(
                 f"unknown bench profile {self.profile!r}; valid choices: {choices(PROFILE_NAMES)}"
+            )
+        if self.variants and "transformer" not in self.suites:
+            raise ConfigError(
+                "--variants picks rows of the transformer suite: name it (gpulab bench transformer "
+                "--variants hand-written,compile)"
             )
         return list(dict.fromkeys(self.suites)) or list(known)
 
@@ -95,6 +101,7 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
         repeats=defaults["repeats"] if config.repeats is None else config.repeats,
         memory_limit_bytes=None if config.memory_limit_mib is None else config.memory_limit_mib * MIB,
         log=log,
+        variants=tuple(config.variants) or None,
     )
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}

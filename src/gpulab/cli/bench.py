@@ -50,6 +50,13 @@ def bench(
         help=engines.option_help() + "; several comma-separated (torch,tensorflow): the first two side "
         "by side in the report (a suite an engine has no side of is skipped, with why)",
     ),
+    variants: str = typer.Option(
+        None,
+        "--variants",
+        help="transformer suite: only these rows, comma-separated (hand-written, eager, compile, "
+        "compile+opt, compile+chunked-ce, compile+max-autotune, cuda-graph, float8); one named here runs in "
+        "--quick too",
+    ),
     smoke: bool = typer.Option(False, "--smoke", hidden=True, help="Tiny sizes, for tests."),
 ) -> None:
     """Benchmark this machine, one suite after another.
@@ -76,6 +83,7 @@ def bench(
         memory_limit_mib=memory_limit,
         threads=threads,
         engines=[e.strip() for e in engine.split(",") if e.strip()],
+        variants=[v.strip() for v in (variants or "").split(",") if v.strip()],
     )
     doc = run_bench(config, log=lambda line: console.print(line, highlight=False, markup=False))
     for name, suite in doc["suites"].items():

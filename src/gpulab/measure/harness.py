@@ -263,6 +263,7 @@ class BenchContext:
     log: Callable[[str], None] = print
     graphs: Any = None  # the CUDA-graph backend of the cuda-graph variants; None: torch's (tests: a fake)
     accelerator: Any = None  # the device's seam from its engine (device_seam.py); None: the host's (a CPU)
+    variants: tuple[str, ...] | None = None  # the transformer suite's rows asked for (--variants); None: all
 
     @property
     def on_gpu(self) -> bool:

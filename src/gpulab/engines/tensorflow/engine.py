@@ -32,6 +32,7 @@ _TORCH_ONLY = (
     "num_workers",
     "pin_memory",
     "fuse_optimizer",
+    "attention",
     "model_inputs",
     "model_output",
 )

@@ -45,7 +45,7 @@ def test_defaults_resolve_on_this_machine():
     assert (rt.rank, rt.local_rank, rt.world_size, rt.is_rank_zero) == (0, 0, 1, True)
     info = rt.describe()
     assert info["device"] == "cpu" and info["precision"] == "fp32" and info["strategy"] == "single"
-    assert set(info["reasons"]) == {"device", "precision", "strategy"}
+    assert set(info["reasons"]) == {"device", "precision", "strategy", "attention"}
     assert all(info["reasons"].values())
 
 

@@ -32,6 +32,10 @@ def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Pa
 
     if ctx.accelerator is None and ctx.device is not None:
         ctx.accelerator = accelerator(ctx.device)  # what the harness asks of the device
+    if ctx.variants and "transformer" in names:  # a typo is told before any suite runs
+        from gpulab.engines.torch.bench.transformer import check_variants
+
+        check_variants(ctx.variants)
     for name in names:
         log(f"[{name}] running on {ctx.device} ({config.profile})")
         doc["suites"][name] = run_suite(name, ctx, out, suites()[name], engine=NAME)

@@ -34,6 +34,7 @@ from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.train.graph_step import WholeStepGraph
+from gpulab.errors import ConfigError
 from gpulab.measure.harness import (
     BenchContext,
     MemoryReading,
@@ -107,8 +108,10 @@ def run(ctx: BenchContext) -> SuiteResult:
     )
     flops, peaks = _flops_and_peaks(ctx, shape, precision)
     for variant in (HAND, *VARIANTS):
+        if ctx.variants is not None and variant not in ctx.variants:
+            continue  # not asked for (--variants)
         reason = skip_reason(variant, ctx.device, ctx.graphs)
-        if reason is None and variant in cfg.get("without", ()):
+        if reason is None and variant in cfg.get("without", ()) and ctx.variants is None:
             reason = f"not in the {ctx.profile} profile (its autotuning takes minutes: run the full profile)"
         if reason:
             result.notes.append(f"{variant} skipped: {reason}.")
@@ -123,6 +126,14 @@ def run(ctx: BenchContext) -> SuiteResult:
         result.plots.append(_plot(timed))
     torch._dynamo.reset()
     return result
+
+
+def check_variants(asked: tuple[str, ...]) -> None:
+    """One line naming the valid rows where ``--variants`` names one this suite lacks."""
+    valid = (HAND, *VARIANTS)
+    unknown = [v for v in asked if v not in valid]
+    if unknown:
+        raise ConfigError(f"unknown transformer variant {unknown[0]!r}; valid choices: {', '.join(valid)}")
 
 
 def _isolated(args: tuple, notes: list[str]) -> Row:
@@ -234,6 +245,7 @@ def _one(
     info["chunked_loss"] = work.model.chunked_loss  # the cross-entropy over row chunks (CHUNKED)
     info["compile_mode"] = mode
     with single_runtime(ctx.device, precision) as rt:
+        info["attention"] = rt.attention.name  # the SDPA kernel order (auto: torch's)
         stepper = Stepper(work, rt, forward=forward)
         if variant == "cuda-graph":
             stepper = GraphStepper(stepper, ctx.graphs)
@@ -295,6 +307,7 @@ def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> 
         raise first
     timing = ctx.measure(one, warmup=cfg["warmup"], repeats=cfg["repeats"])
     info = {"batch": shape.batch, "block_size": shape.block_size, "precision": precision, "compiled": True}
+    info["attention"] = "auto"  # a user's loop leaves torch's SDPA order as it is
     return _row(shape_name, shape, variant, info, timing, flops, peaks, first, _memory(ctx, variant, one))
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import to_device
+from gpulab.engines.torch.runtime.attention import resolve_attention
 from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
@@ -48,10 +49,11 @@ class Runtime:
     ``precision`` and ``strategy`` may also be ready-made ``Precision``/``Strategy`` objects;
     ``precision_options`` (``init_scale``, ``growth_interval``) configure the fp16 loss scaler and
     ``strategy_options`` the strategy (``collective_timeout_s``, ``ddp_bucket_cap_mb``, ...).
+    ``attention`` picks the kernel torch's scaled_dot_product_attention tries first (``attention.py``).
     ``fuse_optimizer`` lets ``setup`` switch torch's Adam/AdamW/SGD to their fused kernels where you left
     that choice open (``fused_optimizer.py``); ``describe()`` says what it did.
-    The precision's process-wide settings (TF32 flags) are applied here and undone by ``teardown()``
-    or on leaving a ``with Runtime(...)`` block.
+    The precision's process-wide settings (TF32 flags) and the attention order are applied here and undone
+    by ``teardown()`` or on leaving a ``with Runtime(...)`` block.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class Runtime:
         precision_options: Mapping[str, Any] | None = None,
         strategy_options: Mapping[str, Any] | None = None,
         fuse_optimizer: bool = True,
+        attention: str = "auto",
     ) -> None:
         choice = select_device(str(device))
         self.strategy, strategy_reason = _given_or(
@@ -72,7 +75,13 @@ class Runtime:
         self.precision, precision_reason = _given_or(
             precision, resolve_precision, self.device, **dict(precision_options or {})
         )
-        self._reasons = {"device": choice.reason, "precision": precision_reason, "strategy": strategy_reason}
+        self.attention = resolve_attention(attention)
+        self._reasons = {
+            "device": choice.reason,
+            "precision": precision_reason,
+            "strategy": strategy_reason,
+            "attention": self.attention.reason,
+        }
         slow = slow_precision_warning(self.precision, self.device)  # auto never picks one: asked for
         if slow and self.is_rank_zero:  # the run's diagnosis names it again, with fp32 as the fix
             warnings.warn(slow, GpulabWarning, stacklevel=2)
@@ -80,6 +89,7 @@ class Runtime:
         self._plain_step = type(self.precision).step is Precision.step
         self._no_sync_depth = 0  # inside ``no_sync``: backward talks to no other rank
         self.precision.setup()
+        self.attention.setup()
         self.strategy.setup_precision(self.precision)
 
     # -- who and where --------------------------------------------------------------------------------
@@ -102,6 +112,7 @@ class Runtime:
                 "fsdp_reshard_after_forward": s.fsdp_reshard_after_forward,
             },
             fuse_optimizer=s.fuse_optimizer,
+            attention=s.attention,
         )
 
     @property
@@ -151,6 +162,7 @@ class Runtime:
             "device": str(self.device),
             "precision": self.precision.name,
             "strategy": self.strategy.name,
+            "attention": self.attention.name,
             "world_size": self.world_size,
             "reasons": dict(self._reasons),
         }
@@ -265,8 +277,9 @@ class Runtime:
 
     # -- lifetime -------------------------------------------------------------------------------------
     def teardown(self) -> None:
-        """Undo the precision's global settings and release the strategy's resources."""
+        """Undo the precision's global settings and the attention order; release the strategy's resources."""
         self.precision.teardown()
+        self.attention.teardown()
         self.strategy.teardown()
 
     def __enter__(self) -> Runtime:
