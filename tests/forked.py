@@ -68,17 +68,20 @@ class Forker:
         assert ready == "ready\n", f"the fork server did not start: {ready!r}"
 
     def start(self, target: str, argv: list[str], *, stderr: Path, env: dict[str, str | None] | None = None,
-              cwd: Path | None = None, session: bool = False, path: list[str] | None = None) -> Child:  # fmt: skip
+              cwd: Path | None = None, session: bool = False, path: list[str] | None = None,
+              environ: dict[str, str] | None = None) -> Child:  # fmt: skip
         """Fork a child that runs ``target`` ("module:function", called with ``argv``; an int it returns is
-        the exit code), with ``env`` over the server's environment (None unsets), ``path`` first on its
-        sys.path and PYTHONPATH, in ``cwd``, stderr in the file ``stderr`` and stdout in ``stderr``.stdout,
-        in a session of its own if ``session`` (a terminal's Ctrl-C then reaches its group, not the
-        test's). One child at a time: one an earlier (failed) test left running is killed first."""
+        the exit code), in ``environ`` (the whole environment, as ``subprocess``'s ``env``; the server's if
+        None) with ``env`` over it (None unsets), ``path`` first on its sys.path and PYTHONPATH, in ``cwd``,
+        stderr in the file ``stderr`` and stdout in ``stderr``.stdout, in a session of its own if
+        ``session`` (a terminal's Ctrl-C then reaches its group, not the test's). One child at a time: one an
+        earlier (failed) test left running is killed first."""
         if self.child is not None and not self.child.ended.is_set():
             self.child.kill()
             assert self.child.ended.wait(60), f"forked child {self.child.pid} outlived SIGKILL"
         request = {"target": target, "argv": [str(a) for a in argv], "env": env or {}, "path": path or [],
-                   "cwd": str(cwd) if cwd else None, "stderr": str(stderr), "session": session}  # fmt: skip
+                   "environ": environ, "cwd": str(cwd) if cwd else None, "stderr": str(stderr),
+                   "session": session}  # fmt: skip
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         word, pid = self.proc.stdout.readline().split()
@@ -123,15 +126,21 @@ def _child(request: dict) -> None:
     try:
         if request["session"]:
             os.setsid()
+        if request["environ"] is not None:
+            os.environ.clear()
+            os.environ.update(request["environ"])
         for name, value in request["env"].items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if request["path"]:  # importable here and in any process this one starts
-            sys.path[:0] = request["path"]
+        if request["path"]:  # importable in any process this one starts
             inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
             os.environ["PYTHONPATH"] = os.pathsep.join([*request["path"], *inherited])
+        # and here, as a fresh interpreter puts PYTHONPATH's folders on its sys.path
+        sys.path[:0] = [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path
+        ]
         if request["cwd"]:
             os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDONLY)
