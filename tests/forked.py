@@ -56,11 +56,10 @@ class Child:
 
 
 class Forker:
-    def __init__(self, preload: list[str], path: list[str] | None = None, env: dict | None = None) -> None:
-        """The server imports ``preload`` with ``path`` first on its PYTHONPATH, in ``env`` (this process's
-        environment if None), which its children inherit."""
+    def __init__(self, preload: list[str], env: dict | None = None) -> None:
+        """The server imports ``preload`` in ``env`` (this process's environment if None), which its children
+        inherit."""
         env = dict(os.environ if env is None else env)
-        env["PYTHONPATH"] = os.pathsep.join([*(path or []), *filter(None, [env.get("PYTHONPATH")])])
         self.proc = subprocess.Popen([sys.executable, __file__, *preload], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
         self.child: Child | None = None
@@ -137,12 +136,14 @@ def _child(request: dict) -> None:
         if request["path"]:  # importable in any process this one starts
             inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
             os.environ["PYTHONPATH"] = os.pathsep.join([*request["path"], *inherited])
-        # and here, as a fresh interpreter puts PYTHONPATH's folders on its sys.path
-        sys.path[:0] = [
-            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path
-        ]
         if request["cwd"]:
             os.chdir(request["cwd"])
+        # As a fresh ``python -m`` starts: its working directory first (the server's was tests/, its own
+        # folder), then PYTHONPATH's folders.
+        sys.path[0] = os.getcwd()
+        sys.path[1:1] = [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path
+        ]
         null = os.open(os.devnull, os.O_RDONLY)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         out, err = (os.open(request["stderr"] + end, flags, 0o644) for end in (".stdout", ""))
