@@ -91,6 +91,29 @@ def scenario():
     return run
 
 
+# What a CPU `gpulab train` or `gpulab launch` of torch imports before its first step (torch._dynamo: the
+# optimizer's first use), and W&B where installed: seconds a process of its own pays again on 2 cores.
+FORK_PRELOAD = ["gpulab.cli", "gpulab.cli.train", "gpulab.cli.launch", "gpulab.engines.torch.train.run",
+                "torch._dynamo", "gpulab.distributed.launch", "torch.distributed.run", "wandb"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def gpulab_server():
+    """A fork server (tests/forked.py), one per test worker: ``gpulab_server.start("gpulab.cli:main", argv,
+    stderr=..., ...)`` is a real process of its own (signalled, killed, exit code read) that did not import
+    torch and gpulab again. The CPU only (CUDA_VISIBLE_DEVICES empty), one thread, unbuffered output; not
+    for TensorFlow, not for MLflow (their imports start threads, after which no fork is safe)."""
+    import importlib.util
+
+    from forked import Forker
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
+    env |= {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    server = Forker([m for m in FORK_PRELOAD if importlib.util.find_spec(m.split(".")[0])], env=env)
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def cli(monkeypatch):
     """``cli(*argv, cwd=None, env=None) -> (exit code, stderr)``: ``gpulab ARGV`` through the CLI's entry point

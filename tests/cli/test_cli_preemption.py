@@ -1,19 +1,21 @@
 """Preemption as a scheduler or a person does it: SIGTERM / Ctrl-C sent to a real ``gpulab train`` process
 mid-run. The first signal finishes the step, saves a checkpoint, names it in one line and exits 128 + N; the
-resumed run ends with the weights of a run that was never interrupted; a second signal exits at once."""
+resumed run ends with the weights of a run that was never interrupted; a second signal exits at once.
+
+A run (or the launcher) is forked from a server that imported torch and gpulab once (tests/forked.py): a
+real process all the same, signalled as a scheduler or a terminal would; the launcher's workers start as
+it always starts them."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from forked import Child, Forker
 from run_waits import wait_for_a_logged_step
 from safetensors.torch import load_file
 
@@ -23,27 +25,26 @@ HERE = Path(__file__).resolve().parent
 RUN = ["train", "preempt_recipe:build", "--max-steps", "200", "--set", "mfu=false"]
 
 
-def env() -> dict[str, str]:
-    # CUDA_VISIBLE_DEVICES empty: gloo ranks on the CPU, also on a machine with one GPU (NCCL would
-    # refuse two ranks there).
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH")) if p)
-    return {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
+def fork(server: Forker, *args: str, cwd: Path, name: str = "run", launch: list[str] | None = None) -> Child:
+    """``gpulab [launch LAUNCH -- gpulab] ARGS`` in a process forked from ``server`` (CPU only: gloo ranks
+    also on a machine with one GPU, where NCCL would refuse two ranks), in a session of its own, so that a
+    test can signal its whole process group as a terminal does."""
+    argv = [*(["launch", *launch, "--", "gpulab"] if launch else []), *args]
+    stderr = cwd / f"{name}.stderr"
+    return server.start("gpulab.cli:main", argv, stderr=stderr, cwd=cwd, session=True, path=[str(HERE)])
 
 
-def gpulab(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gpulab", *(["launch", *launch, "--", "gpulab"] if launch else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env(), timeout=240)
+def finished(
+    server: Forker, *args: str, cwd: Path, name: str, launch: list[str] | None = None
+) -> tuple[int, str]:
+    """``gpulab ARGS`` (under the launcher if ``launch``) run to its end in a forked process: exit code,
+    stderr."""
+    proc = fork(server, *args, cwd=cwd, name=name, launch=launch)
+    _, stderr = proc.communicate(timeout=240)
+    return proc.returncode, stderr
 
 
-def start(*args: str, cwd: Path, launch: list[str] | None = None) -> subprocess.Popen:
-    """In a session of its own, so that a test can signal its whole process group as a terminal does."""
-    cmd = [sys.executable, "-m", "gpulab", *(["launch", *launch, "--", "gpulab"] if launch else []), *args]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    return subprocess.Popen(cmd, cwd=cwd, env=env(), start_new_session=True, **pipes)
-
-
-def wait_for_training(proc: subprocess.Popen, out: Path, timeout: float = 120) -> None:
+def wait_for_training(proc: Child, out: Path, timeout: float = 120) -> None:
     """Until the run has logged a step (it is inside the training loop)."""
     wait_for_a_logged_step(proc, out, timeout)
 
@@ -65,18 +66,20 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
+def uninterrupted(gpulab_server, tmp_path_factory) -> Path:
     """The run never stopped: one for every signal's comparison (each was its own 200-step process)."""
     where = tmp_path_factory.mktemp("uninterrupted")
-    ref = gpulab(*RUN, "--out", "ref", cwd=where)
-    assert ref.returncode == 0, ref.stderr
+    code, stderr = finished(gpulab_server, *RUN, "--out", "ref", cwd=where, name="ref")
+    assert code == 0, stderr
     return where / "ref"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, sig, uninterrupted):
-    proc = start(*RUN, "--out", "run", cwd=tmp_path)
+def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(
+    tmp_path, sig, gpulab_server, uninterrupted
+):
+    proc = fork(gpulab_server, *RUN, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -91,8 +94,10 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     )
     assert not (tmp_path / "run" / "summary.json").exists()  # an unfinished run has no summary
 
-    resumed = gpulab(*RUN, "--out", "run", "--resume", "latest", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
+    code, resumed_err = finished(
+        gpulab_server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path, name="resumed"
+    )
+    assert code == 0, resumed_err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 200
     assert_same_weights(final_weights(tmp_path / "run"), final_weights(uninterrupted))
     # The logged losses too: the stop wrote no extra record, and the loss window was saved whole.
@@ -104,43 +109,27 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(tmp_path, 
     }
 
 
-def stderr_lines(proc: subprocess.Popen) -> tuple[list[str], threading.Thread]:
-    """``proc``'s stderr lines as they come (a thread reads them), so a test can wait for one."""
-    lines: list[str] = []
-
-    def read() -> None:
-        for line in proc.stderr:
-            lines.append(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    return lines, reader
-
-
-def wait_for_line(proc: subprocess.Popen, lines: list[str], part: str, timeout: float = 120) -> None:
+def wait_for_line(proc: Child, part: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while not any(part in line for line in lines):
+    while part not in (text := proc.stderr_path.read_text()):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"never printed {part!r}: {''.join(lines)[-2000:]}")
+            pytest.fail(f"never printed {part!r}: {text[-2000:]}")
         time.sleep(0.02)
 
 
 @pytest.mark.slow
-def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path):
+def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path, gpulab_server):
     pause = 10  # seconds a step takes: the second signal lands inside the one the first signal finishes
     # the first step brisk, so it is logged at once; the signals then land in the second
     slow = [*RUN, "--set", f"options.pause={pause}", "--set", "options.brisk=1", "--set", "log_every=1"]
-    proc = start(*slow, "--out", "run", cwd=tmp_path)
+    proc = fork(gpulab_server, *slow, "--out", "run", cwd=tmp_path)
     wait_for_training(proc, tmp_path / "run")
-    lines, reader = stderr_lines(proc)
     proc.send_signal(signal.SIGTERM)
-    wait_for_line(proc, lines, "finishing this step")  # the first signal was handled: send the second
+    wait_for_line(proc, "finishing this step")  # the first signal was handled: send the second
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=120)
-    reader.join(timeout=60)
-    stderr = "".join(lines)
+    _, stderr = proc.communicate(timeout=120)
     assert time.monotonic() - sent < pause / 2, stderr  # did not wait for the step to end
     assert proc.returncode == 143
     assert "second SIGTERM: stopping now, without a checkpoint" in stderr
@@ -151,15 +140,17 @@ def test_a_second_signal_exits_at_once_without_a_checkpoint(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is_exact(tmp_path):
+def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is_exact(
+    tmp_path, gpulab_server
+):
     """The launcher forwards SIGTERM to its workers, which reach it at different moments: they agree on
     the step (an all-reduced flag), save one checkpoint together and a 2-rank resume ends where an
     uninterrupted 2-rank run does."""
     two = ["--nproc-per-node", "2"]
-    ref = gpulab(*RUN, "--out", "ref", cwd=tmp_path, launch=two)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    code, ref_err = finished(gpulab_server, *RUN, "--out", "ref", cwd=tmp_path, name="ref", launch=two)
+    assert code == 0, ref_err[-3000:]
 
-    proc = start(*RUN, "--out", "run", cwd=tmp_path, launch=two)
+    proc = fork(gpulab_server, *RUN, "--out", "run", cwd=tmp_path, launch=two)
     wait_for_training(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=90)
@@ -172,16 +163,18 @@ def test_sigterm_to_the_launcher_stops_both_gloo_ranks_at_one_step_and_resume_is
     step = int(stopped[0].split(" at step ")[1].split(":")[0])
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
 
-    resumed = gpulab(*RUN, "--out", "run", "--resume", "latest", cwd=tmp_path, launch=two)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    code, resumed_err = finished(gpulab_server, *RUN, "--out", "run", "--resume", "latest", cwd=tmp_path,
+                                 name="resumed", launch=two)  # fmt: skip
+    assert code == 0, resumed_err[-3000:]
     assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
 
 
 @pytest.mark.distributed
-def test_ctrl_c_under_launch_saves_a_checkpoint_on_both_ranks(tmp_path):
+def test_ctrl_c_under_launch_saves_a_checkpoint_on_both_ranks(tmp_path, gpulab_server):
     """A terminal's Ctrl-C goes to the launcher's whole process group; the launcher forwards it to its
     workers (each in a session of its own, so they get it once): they save together and exit 130."""
-    proc = start(*RUN, "--max-steps", "2000", "--out", "run", cwd=tmp_path, launch=["--nproc-per-node", "2"])
+    two = ["--nproc-per-node", "2"]
+    proc = fork(gpulab_server, *RUN, "--max-steps", "2000", "--out", "run", cwd=tmp_path, launch=two)
     wait_for_training(proc, tmp_path / "run")
     os.killpg(proc.pid, signal.SIGINT)
     _, stderr = proc.communicate(timeout=90)

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -135,22 +136,32 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def gpulab_launch(*args: str, env=None, timeout: float = 120, prefix=()) -> subprocess.CompletedProcess:
-    """Run ``gpulab launch ARGS`` as a real process (optionally behind ``prefix``, e.g. ip netns exec)."""
-    cmd = [*prefix, sys.executable, "-m", "gpulab", "launch", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or job_env())
+def gpulab_launch(
+    *args: str, env=None, timeout: float = 120, prefix=(), server=None
+) -> subprocess.CompletedProcess:
+    """Run ``gpulab launch ARGS`` as a real process (optionally behind ``prefix``, e.g. ip netns exec), forked
+    from ``server`` where given (tests/conftest.py's gpulab_server: the launcher does not import torch
+    again; its workers start as always)."""
+    env = env or job_env()
+    if server is None or prefix:
+        cmd = [*prefix, sys.executable, "-m", "gpulab", "launch", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = server.start("gpulab.cli:main", ["launch", *args], stderr=Path(tmp) / "launch", environ=env)
+        out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(["gpulab", "launch", *args], proc.returncode, out, err)
 
 
 TRAIN = ["--steps", "30", "--ckpt-every", "5"]
 _reference: dict[str, Path] = {}
 
 
-def reference_run(root: Path) -> Path:
+def reference_run(root: Path, server=None) -> Path:
     """An uninterrupted single-node 2-process ``train`` run (done once per pytest session): its OUT dir."""
     if "train" not in _reference:
         out = root / "reference"
         out.mkdir(parents=True)
-        r = gpulab_launch("--nproc-per-node", "2", "--", JOB, "train", str(out), *TRAIN)
+        r = gpulab_launch("--nproc-per-node", "2", "--", JOB, "train", str(out), *TRAIN, server=server)
         assert r.returncode == 0, r.stderr[-3000:]
         _reference["train"] = out
     return _reference["train"]

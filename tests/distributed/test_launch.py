@@ -391,10 +391,12 @@ def test_print_unknown_template_is_one_line(capsys):
 
 
 @pytest.mark.distributed
-def test_two_processes_run_with_world_size_2_and_gloo(tmp_path):
+def test_two_processes_run_with_world_size_2_and_gloo(tmp_path, gpulab_server):
     env = job_env()
     env.pop("OMP_NUM_THREADS")
-    r = gpulab_launch("--nproc-per-node", "2", "--", JOB, "allreduce", str(tmp_path), env=env)
+    r = gpulab_launch(
+        "--nproc-per-node", "2", "--", JOB, "allreduce", str(tmp_path), env=env, server=gpulab_server
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     seen = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in (0, 1)]
     cores = len(os.sched_getaffinity(0))
@@ -406,13 +408,13 @@ def test_two_processes_run_with_world_size_2_and_gloo(tmp_path):
 
 
 @pytest.mark.distributed
-def test_port_in_use_gives_one_line_and_exit_2(tmp_path):
+def test_port_in_use_gives_one_line_and_exit_2(tmp_path, gpulab_server):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         r = gpulab_launch("--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--", JOB,
-                          "allreduce", str(tmp_path))  # fmt: skip
+                          "allreduce", str(tmp_path), server=gpulab_server)  # fmt: skip
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         f"gpulab: error: rendezvous port {port} on 127.0.0.1 is already in use (another job, or a launcher "
@@ -423,19 +425,20 @@ def test_port_in_use_gives_one_line_and_exit_2(tmp_path):
 
 
 @pytest.mark.distributed
-def test_unreachable_endpoint_gives_one_line_and_exit_2(tmp_path):
+def test_unreachable_endpoint_gives_one_line_and_exit_2(tmp_path, gpulab_server):
     port = _free_port()
     r = gpulab_launch("--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                      "--rdzv-connect-timeout", "1", "--", JOB, "allreduce", str(tmp_path))  # fmt: skip
+                      "--rdzv-connect-timeout", "1", "--", JOB, "allreduce", str(tmp_path),
+                      server=gpulab_server)  # fmt: skip
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"gpulab: error: rendezvous endpoint 127.0.0.1:{port} unreachable after 1 s")
 
 
 @pytest.mark.distributed
-def test_failed_rank_with_no_restarts_names_rank_and_exit_code(tmp_path):
+def test_failed_rank_with_no_restarts_names_rank_and_exit_code(tmp_path, gpulab_server):
     r = gpulab_launch("--nproc-per-node", "2", "--max-restarts", "0", "--", JOB, "exit", str(tmp_path),
-                      "--fail-rank", "1", "--code", "3")  # fmt: skip
+                      "--fail-rank", "1", "--code", "3", server=gpulab_server)  # fmt: skip
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert _last_line(r.stderr).startswith(
@@ -445,10 +448,10 @@ def test_failed_rank_with_no_restarts_names_rank_and_exit_code(tmp_path):
 
 
 @pytest.mark.distributed
-def test_launch_runs_gpulab_train(tmp_path):
+def test_launch_runs_gpulab_train(tmp_path, gpulab_server):
     out = tmp_path / "run"
     r = gpulab_launch("--nproc-per-node", "1", "--", "gpulab", "train", "mlp", "--max-steps", "3",
-                      "--out", str(out))  # fmt: skip
+                      "--out", str(out), server=gpulab_server)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["steps"] == 3
 
@@ -465,15 +468,22 @@ def test_more_processes_than_gpus_is_refused_before_anything_starts(monkeypatch)
 
 
 @pytest.mark.distributed
-def test_launch_leaves_no_torchelastic_tree_in_tmp(tmp_path):
+def test_launch_leaves_no_torchelastic_tree_in_tmp(tmp_path, gpulab_server):
     """torchrun alone leaves TMPDIR/torchelastic_* (its rank error files) behind after every launch."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     ok = gpulab_launch(
-        "--nproc-per-node", "1", "--", JOB, "allreduce", str(tmp_path), env=job_env(TMPDIR=str(tmp))
+        "--nproc-per-node",
+        "1",
+        "--",
+        JOB,
+        "allreduce",
+        str(tmp_path),
+        env=job_env(TMPDIR=str(tmp)),
+        server=gpulab_server,
     )
     failed = gpulab_launch("--nproc-per-node", "1", "--", JOB, "exit", str(tmp_path), "--fail-rank", "0",
-                           "--code", "3", env=job_env(TMPDIR=str(tmp)))  # fmt: skip
+                           "--code", "3", env=job_env(TMPDIR=str(tmp)), server=gpulab_server)  # fmt: skip
     assert (ok.returncode, failed.returncode) == (0, 1), ok.stderr[-2000:] + failed.stderr[-2000:]
     assert "exited with code 3" in failed.stderr  # the error files were still read before the clean-up
     assert sorted(p.name for p in tmp.iterdir()) == []

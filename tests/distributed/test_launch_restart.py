@@ -25,11 +25,11 @@ def _same_parameters(a: Path, b: Path) -> bool:
 
 
 @pytest.mark.distributed
-def test_killed_rank_restarts_and_resumes_to_the_same_parameters(tmp_path_factory):
-    reference = reference_run(tmp_path_factory.mktemp("launch"))
+def test_killed_rank_restarts_and_resumes_to_the_same_parameters(tmp_path_factory, gpulab_server):
+    reference = reference_run(tmp_path_factory.mktemp("launch"), gpulab_server)
     out = tmp_path_factory.mktemp("killed")
     r = gpulab_launch("--nproc-per-node", "2", "--max-restarts", "1", "--", JOB, "train", str(out), *TRAIN,
-                      "--kill-at", "17", "--kill-rank", "1")  # fmt: skip
+                      "--kill-at", "17", "--kill-rank", "1", server=gpulab_server)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert (out / "killed_rank1_at_step17").exists()  # the kill happened (on the first attempt)
     meta = json.loads((out / "final.json").read_text())

@@ -20,24 +20,24 @@ from launch_job import gpulab_launch, job_env  # noqa: E402
 STEPS, EVERY, DIES_AFTER = 40, 10, 20
 
 
-def _train(out: Path, exit_after: int):
+def _train(server, out: Path, exit_after: int):
     env = job_env(PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     return gpulab_launch(
         "--nproc-per-node", "2", "--max-restarts", "1", "--",
         "gpulab", "train", "restart_recipe:build", "--out", str(out), "--max-steps", str(STEPS),
         "--set", f"checkpoint_every={EVERY}", "--set", "keep_last=null", "--set", "tensorboard=false",
         "--set", "mfu=false", "--set", f"options.exit_after_step={exit_after}",
-        env=env, timeout=240,
+        env=env, timeout=240, server=server,
     )  # fmt: skip
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_a_restarted_launch_resumes_and_ends_on_the_uninterrupted_weights(tmp_path):
+def test_a_restarted_launch_resumes_and_ends_on_the_uninterrupted_weights(tmp_path, gpulab_server):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    r = _train(reference, exit_after=0)
+    r = _train(gpulab_server, reference, exit_after=0)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = _train(killed, exit_after=DIES_AFTER)
+    r = _train(gpulab_server, killed, exit_after=DIES_AFTER)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "exitcode: 3" in r.stderr  # the first attempt failed (torchrun logs it, then restarts)
     summary = json.loads((killed / "summary.json").read_text())

@@ -18,18 +18,18 @@ from launch_job import gpulab_launch  # noqa: E402
 JOB = str(HERE / "rng_resume_job.py")
 
 
-def _launch(out: Path, *extra: str) -> list[dict]:
+def _launch(server, out: Path, *extra: str) -> list[dict]:
     r = gpulab_launch("--nproc-per-node", "2", "--max-restarts", "1", "--", JOB, str(out), *extra,
-                      timeout=180)  # fmt: skip
+                      timeout=180, server=server)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     return [torch.load(out / f"rank{rank}.pt") for rank in range(2)]
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_each_rank_resumes_its_own_rng_bit_exactly(tmp_path):
-    straight = _launch(tmp_path / "straight")
-    resumed = _launch(tmp_path / "resumed", "--die-after", "8")
+def test_each_rank_resumes_its_own_rng_bit_exactly(tmp_path, gpulab_server):
+    straight = _launch(gpulab_server, tmp_path / "straight")
+    resumed = _launch(gpulab_server, tmp_path / "resumed", "--die-after", "8")
     assert not torch.equal(straight[0]["rng"], straight[1]["rng"])  # the ranks' streams do differ
     for rank in range(2):
         assert resumed[rank]["resumed_from"].endswith("step-00000008")

@@ -138,12 +138,15 @@ RUN = ["train", *PREEMPT, "--max-steps", "200", "--out", "run"]  # the run scanc
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
+def uninterrupted(tmp_path_factory, gpulab_server) -> dict:
     """RUN's final weights, never stopped, from 2 processes on this machine (gloo's 2-rank sums are the
-    same over any link): one reference for the scancel and the requeue tests."""
+    same over any link): one reference for the scancel and the requeue tests. The launcher is forked from
+    gpulab_server (tests/conftest.py), its 2 ranks start as always."""
     where = tmp_path_factory.mktemp("uninterrupted")
-    ref = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", *RUN[:-1], "ref", cwd=where)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    argv = ["launch", "--nproc-per-node", "2", "--", "gpulab", *RUN[:-1], "ref"]
+    ref = gpulab_server.start("gpulab.cli:main", argv, stderr=where / "launch", cwd=where, environ=user_env())
+    _, stderr = ref.communicate(timeout=180)
+    assert ref.returncode == 0, stderr[-3000:]
     return final_weights(where / "ref")
 
 
@@ -160,12 +163,13 @@ def wait_for_training(cluster: Cluster, job: str, out: Path, timeout: float = 12
 
 
 def test_the_rendered_sbatch_script_trains_mlp_over_two_nodes_like_one_process_at_twice_the_batch(
-    cluster, tmp_path
+    cluster, tmp_path, cli
 ):
     run = ["train", "mlp", "--max-steps", "20", "--set", "mfu=false", "--set", "tensorboard=false"]
     job = cluster.sbatch(rendered("--", "gpulab", *run, "--out", "ddp", "--batch-size", "32"), tmp_path)
-    ref = gpulab(*run, "--out", "ref", "--batch-size", "64", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    # the one process in this one (the cli fixture), while the job runs: only its weights are read
+    code, err = cli(*run, "--out", "ref", "--batch-size", "64", cwd=tmp_path)
+    assert code == 0, err[-3000:]
     assert cluster.wait(job) == "COMPLETED", output(tmp_path, job)[-3000:]
     log = output(tmp_path, job)
     assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log

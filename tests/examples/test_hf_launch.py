@@ -18,23 +18,23 @@ from launch_job import gpulab_launch, job_env  # noqa: E402
 pytest.importorskip("transformers")
 
 
-def _train(out: Path, *flags: str):
+def _train(server, out: Path, *flags: str):
     env = job_env(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return gpulab_launch(
         "--nproc-per-node", "2", "--",
         "gpulab", "train", "examples.hf_causal_lm:build", "--out", str(out), "--device", "cpu",
         "--set", "tensorboard=false", "--set", "mfu=false", "--batch-size", "4", *flags,
-        env=env, timeout=240,
+        env=env, timeout=240, server=server,
     )  # fmt: skip
 
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_the_hf_example_trains_on_two_ranks_and_resumes(tmp_path):
+def test_the_hf_example_trains_on_two_ranks_and_resumes(tmp_path, gpulab_server):
     out = tmp_path / "run"
-    first = _train(out, "--max-steps", "3")
+    first = _train(gpulab_server, out, "--max-steps", "3")
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed = _train(out, "--max-steps", "5", "--resume", "latest")
+    resumed = _train(gpulab_server, out, "--max-steps", "5", "--resume", "latest")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 5 and summary["resumed_from"].endswith("step-00000003")

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from forked import Child
 from run_waits import wait_for_a_logged_step
 
 mlflow = pytest.importorskip("mlflow")
@@ -92,25 +93,30 @@ def test_a_run_appears_in_mlflow_with_its_settings_per_step_loss_and_artifacts(t
     }
 
 
-def _env(**extra: str) -> dict[str, str]:
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="", **extra)
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLI_TESTS), e.get("PYTHONPATH")) if p)
-    return {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_", "MLFLOW_"))} | extra
+def _env(**extra: str) -> dict[str, str | None]:
+    """Over the fork server's environment (tests/conftest.py's gpulab_server): MLflow's settings EXTRA only
+    (None unsets)."""
+    return dict.fromkeys(k for k in os.environ if k.startswith("MLFLOW_")) | extra
 
 
-def _wait_for_a_logged_step(proc: subprocess.Popen, out: Path, timeout: float = 180) -> None:
+def _gpulab(server, *args: str, cwd: Path, env: dict[str, str | None]) -> Child:
+    """``gpulab ARGS`` in a process of its own, forked from ``server``; MLflow imported by the process
+    (its import starts a thread, after which no fork is safe)."""
+    stderr, path = cwd / "gpulab.stderr", [str(CLI_TESTS)]
+    return server.start("gpulab.cli:main", args, stderr=stderr, env=env, cwd=cwd, path=path)
+
+
+def _wait_for_a_logged_step(proc: Child, out: Path, timeout: float = 180) -> None:
     wait_for_a_logged_step(proc, out, timeout)
 
 
 @pytest.mark.slow
-def test_a_run_stopped_by_sigterm_resumes_in_the_same_mlflow_run(tmp_path, monkeypatch, cli):
+def test_a_run_stopped_by_sigterm_resumes_in_the_same_mlflow_run(tmp_path, monkeypatch, cli, gpulab_server):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = _env(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="preempted")  # from the environment this time
-    args = [sys.executable, "-m", "gpulab", "train", "preempt_recipe:build", "--out", "run", "--max-steps", "120",
+    args = ["train", "preempt_recipe:build", "--out", "run", "--max-steps", "120",
             "--set", "mfu=false", "--set", "trackers=[mlflow]", "--set", "options.pause=0.02"]  # fmt: skip
-    proc = subprocess.Popen(
-        args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = _gpulab(gpulab_server, *args, cwd=tmp_path, env=env)
     _wait_for_a_logged_step(proc, tmp_path / "run")
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
@@ -127,7 +133,7 @@ def test_a_run_stopped_by_sigterm_resumes_in_the_same_mlflow_run(tmp_path, monke
     # again; what it sends MLflow is the check.
     monkeypatch.syspath_prepend(str(CLI_TESTS))
     unset = dict.fromkeys(k for k in os.environ if k.startswith(("TORCHELASTIC_", "PET_", "MLFLOW_")))
-    code, err = cli(*args[3:], "--resume", "latest", cwd=tmp_path,
+    code, err = cli(*args, "--resume", "latest", cwd=tmp_path,
                     env=unset | {"MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_NAME": "preempted"})  # fmt: skip
     assert code == 0, err
     (again,) = search(uri, "preempted", monkeypatch)
@@ -276,16 +282,14 @@ def test_a_run_reaches_a_real_mlflow_server_on_loopback(
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_two_ranks_make_one_mlflow_run_from_rank_zero(tmp_path, monkeypatch):
+def test_two_ranks_make_one_mlflow_run_from_rank_zero(tmp_path, monkeypatch, gpulab_server):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = _env(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="ddp")
-    done = subprocess.run(
-        [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp",
-         "--out", "run", "--max-steps", "10", "--set", "log_every=5", "--set", "mfu=false",
-         "--set", "trackers=[mlflow]", "--set", "options.samples=256"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _gpulab(gpulab_server, "launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp",
+                   "--out", "run", "--max-steps", "10", "--set", "log_every=5", "--set", "mfu=false",
+                   "--set", "trackers=[mlflow]", "--set", "options.samples=256", cwd=tmp_path, env=env)  # fmt: skip
+    _, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr[-3000:]
     (found,) = search(uri, "ddp", monkeypatch)  # one run, not one per rank
     assert found.info.status == "FINISHED"
     client = mlflow.MlflowClient(uri)

@@ -5,6 +5,8 @@
   row up to the checkpoint.
 - SIGKILL between checkpoints: the trackers lack what they had not yet written; the resume sends them that
   once, so that MLflow's, TensorBoard's and W&B's histories each equal metrics.jsonl: no hole, no duplicate.
+
+Each run is a process forked from a server that imported torch, gpulab and W&B once (tests/forked.py).
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from forked import Child, Forker
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -29,25 +30,34 @@ CLI_TESTS = Path(__file__).resolve().parents[2] / "cli"  # preempt_recipe.py: a 
 ALL = "trackers=[wandb,mlflow,tensorboard]"
 
 
-def env(uri: str) -> dict[str, str]:
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
-    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(CLI_TESTS), e.get("PYTHONPATH")) if p)
-    e = {k: v for k, v in e.items() if not k.startswith(("TORCHELASTIC_", "PET_", "MLFLOW_", "WANDB_"))}
-    return e | {"MLFLOW_TRACKING_URI": uri, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+def env(uri: str) -> dict[str, str | None]:
+    """Over the fork server's environment: this test's trackers only (None unsets)."""
+    unset = dict.fromkeys(k for k in os.environ if k.startswith(("MLFLOW_", "WANDB_")))
+    return unset | {"MLFLOW_TRACKING_URI": uri, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 
 
 def command(max_steps: int, *more: str) -> list[str]:
-    return [sys.executable, "-m", "gpulab", "train", "preempt_recipe:build", "--out", "run",
-            "--max-steps", str(max_steps), "--set", "mfu=false", "--set", ALL, "--set", "tensorboard=true",
-            *more]  # fmt: skip
+    return ["train", "preempt_recipe:build", "--out", "run", "--max-steps", str(max_steps), "--set", "mfu=false",
+            "--set", ALL, "--set", "tensorboard=true", *more]  # fmt: skip
 
 
-def start(args: list[str], cwd: Path, uri: str) -> subprocess.Popen:
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    return subprocess.Popen(args, cwd=cwd, env=env(uri), start_new_session=True, **pipes)
+def start(server: Forker, args: list[str], cwd: Path, uri: str, name: str = "run") -> Child:
+    """``gpulab ARGS`` in a process of its own (forked: tests/conftest.py's gpulab_server), in a session of
+    its own, MLflow's store at URI. MLflow is imported by each run: its import starts a thread (pyarrow's
+    jemalloc), after which no fork is safe."""
+    stderr, path = cwd / f"{name}.stderr", [str(CLI_TESTS)]
+    return server.start(
+        "gpulab.cli:main", args, stderr=stderr, env=env(uri), cwd=cwd, session=True, path=path
+    )
 
 
-def wait_until(proc: subprocess.Popen, ready, what: str, timeout: float = 180) -> None:
+def finished(server: Forker, args: list[str], cwd: Path, uri: str) -> tuple[int, str]:
+    proc = start(server, args, cwd, uri, name="resumed")
+    _, stderr = proc.communicate(timeout=300)
+    return proc.returncode, stderr
+
+
+def wait_until(proc: Child, ready, what: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if proc.poll() is not None:
@@ -78,10 +88,12 @@ def children(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_run_and_its_children_ends_with_the_stop_line_and_every_tracker_closed(tmp_path):
+def test_sigterm_to_the_run_and_its_children_ends_with_the_stop_line_and_every_tracker_closed(
+    tmp_path, gpulab_server
+):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = command(200, "--set", "options.pause=0.02")
-    proc = start(args, tmp_path, uri)
+    proc = start(gpulab_server, args, tmp_path, uri)
     wait_until(proc, lambda: len(steps_logged(tmp_path / "run")) >= 2, "logged step")
     for pid in [proc.pid, *children(proc.pid)]:  # kill -TERM $P $(pgrep -P $P)
         os.kill(pid, signal.SIGTERM)
@@ -94,20 +106,19 @@ def test_sigterm_to_the_run_and_its_children_ends_with_the_stop_line_and_every_t
     wandb_rows = histories(tmp_path / "run", uri)["wandb"]
     assert wandb_rows and wandb_rows == jsonl(tmp_path / "run")  # every row up to the stop
 
-    resumed = subprocess.run([*args, "--resume", "latest"], cwd=tmp_path, env=env(uri), capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr
+    code, resumed_err = finished(gpulab_server, [*args, "--resume", "latest"], tmp_path, uri)
+    assert code == 0, resumed_err
     assert mlflow_status(tmp_path / "run", uri) == "FINISHED"
     assert jsonl(tmp_path / "run")[-1][0] == 200
     assert_equal_to_jsonl(tmp_path / "run", uri)
 
 
 @pytest.mark.slow
-def test_after_sigkill_and_resume_every_tracker_history_equals_metrics_jsonl(tmp_path):
+def test_after_sigkill_and_resume_every_tracker_history_equals_metrics_jsonl(tmp_path, gpulab_server):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "run"
     args = command(150, "--set", "checkpoint_every=20", "--set", "options.pause=0.01")
-    proc = start(args, tmp_path, uri)
+    proc = start(gpulab_server, args, tmp_path, uri)
 
     def past_a_checkpoint() -> bool:  # a checkpoint, and steps logged after it
         saved = [int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*")]
@@ -122,8 +133,7 @@ def test_after_sigkill_and_resume_every_tracker_history_equals_metrics_jsonl(tmp
     # The hole a kill leaves: TensorBoard flushes every two minutes, the others every few seconds.
     assert any(set(kept) - {s for s, _ in h} for h in before.values()), before
 
-    resumed = subprocess.run([*args, "--resume", "latest"], cwd=tmp_path, env=env(uri), capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr
+    code, resumed_err = finished(gpulab_server, [*args, "--resume", "latest"], tmp_path, uri)
+    assert code == 0, resumed_err
     assert jsonl(out)[-1][0] == 150 and mlflow_status(out, uri) == "FINISHED"
     assert_equal_to_jsonl(out, uri)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -128,24 +126,25 @@ def test_gpulab_inspect_counts_the_same_step_flops_with_it(capsys):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_gloo_ranks_train_it_as_they_train_the_whole_logits(tmp_path, strategy):
+def test_two_gloo_ranks_train_it_as_they_train_the_whole_logits(tmp_path, strategy, gpulab_server):
     """The head's weight leaves the model in its output: under DDP and FSDP2 (which unshard and reshard
-    parameters around forward) the run is the whole-logits run, step for step."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "PET_"))}
-    env |= {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    parameters around forward) the run is the whole-logits run, step for step. The launcher is forked from
+    ``gpulab_server`` (tests/conftest.py: CPU only, one thread), its ranks start as always."""
 
     def final_loss(chunked: str) -> float:
         out = tmp_path / chunked
-        done = subprocess.run(
-            [sys.executable, "-m", "gpulab", "launch", "--nproc-per-node", "2", "--", sys.executable, "-m",
-             "gpulab", "train", "chargpt", "--device", "cpu", "--max-steps", "3", "--batch-size", "4",
+        done = gpulab_server.start(
+            "gpulab.cli:main",
+            ["launch", "--nproc-per-node", "2", "--", sys.executable, "-m", "gpulab", "train", "chargpt",
+             "--device", "cpu", "--max-steps", "3", "--batch-size", "4",
              "--out", str(out), "--set", f"strategy={strategy}", "--set", f"options.chunked_loss={chunked}",
              "--set", "options.max_chars=5000", "--set", "options.n_layer=1", "--set", "options.n_embd=32",
              "--set", "options.n_head=2", "--set", "options.block_size=16", "--set", "progress=false",
              "--set", "tensorboard=false", "--set", "mfu=false"],
-            env=env, capture_output=True, text=True, timeout=300,
+            stderr=tmp_path / f"{chunked}.stderr",
         )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
+        _, stderr = done.communicate(timeout=300)
+        assert done.returncode == 0, stderr[-3000:]
         return json.loads((out / "summary.json").read_text())["final_loss"]
 
     assert final_loss("true") == pytest.approx(final_loss("false"), rel=1e-5)

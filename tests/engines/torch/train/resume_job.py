@@ -1,4 +1,5 @@
-"""A training job for the exact-resume tests, run as a real process (not collected by pytest).
+"""A training job for the exact-resume tests, run as a real process (not collected by pytest): forked from
+tests/forked.py's server (``main``), or from the command line.
 
     python resume_job.py OUT RESULT [--resume] [--kill-at K] [--pause-save-at K] [--dataset] [--dict]
                          [--loader own-generator|global-rng|workers|persistent-workers]
@@ -16,6 +17,7 @@ drawing from torch's global RNG (no generator), or with 2 workers (and a generat
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 
@@ -136,6 +138,12 @@ def main(argv: list[str] | None = None) -> None:
         {"losses": losses, "params": model.state_dict(), "optimizer": trainer.optimizer.state_dict()},
         args.result,
     )
+
+
+def main_many(argv: list[str]) -> None:
+    """The runs of a JSON list of command lines, one after another in this process."""
+    for args in json.loads(argv[0]):
+        main(args)
 
 
 if __name__ == "__main__":

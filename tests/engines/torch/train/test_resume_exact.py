@@ -1,16 +1,19 @@
-"""Exact resume, proven with real processes: a run killed mid-epoch and resumed equals one never stopped."""
+"""Exact resume, proven with real processes: a run killed mid-epoch and resumed equals one never stopped.
+
+Every run is a process of its own, forked from one that imported torch and gpulab once (tests/forked.py,
+tests/conftest.py's gpulab_server): SIGKILLed for real, and resumed in a process that holds nothing of the
+killed one's."""
 
 from __future__ import annotations
 
-import os
+import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from forked import Child
 
 from gpulab.engines.torch.checkpoint.api import list_checkpoints, resolve_checkpoint
 
@@ -30,23 +33,26 @@ FLAVOURS = {
 }
 
 
-def job(out: Path, result: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(JOB), str(out), str(result), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@pytest.fixture
+def job(gpulab_server, tmp_path):
+    """``job(out, result, *extra, env=None)``: resume_job.py's run in a process of its own."""
+    count = iter(range(100))
+
+    def start(out: Path, result: Path, *extra: str, env: dict[str, str] | None = None) -> Child:
+        stderr = tmp_path / f"job{next(count)}.err"
+        argv, path = [str(out), str(result), *extra], [str(JOB.parent)]
+        return gpulab_server.start("resume_job:main", argv, stderr=stderr, env=env, path=path)
+
+    return start
 
 
-def finish(proc: subprocess.Popen) -> int:
-    out, err = proc.communicate(timeout=120)
+def finish(proc: Child) -> int:
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode in (0, -signal.SIGKILL), err
-    proc.stderr_text = err
     return proc.returncode
 
 
-def warned(proc: subprocess.Popen, words: str) -> list[str]:
+def warned(proc: Child, words: str) -> list[str]:
     return [line for line in proc.stderr_text.splitlines() if words in line]
 
 
@@ -63,21 +69,21 @@ def assert_same_run(full: dict, resumed: dict, from_step: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict:
+def uninterrupted(gpulab_server, tmp_path_factory) -> dict:
     """Each flavour's run never stopped, one after another in one process of their own (the killed and
-    resumed runs each get a fresh process)."""
+    resumed runs each get a process of their own)."""
     tmp = tmp_path_factory.mktemp("full")
     runs = [[str(tmp / f), str(tmp / f"{f}.pt"), *extra] for f, extra in FLAVOURS.items()]
-    code = f"import sys; sys.path.insert(0, {str(JOB.parent)!r}); import resume_job\n"
-    code += f"for argv in {runs!r}:\n    resume_job.main(argv)\n"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv, path = [json.dumps(runs)], [str(JOB.parent)]
+    proc = gpulab_server.start("resume_job:main_many", argv, stderr=tmp / "stderr", path=path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
     return {flavour: torch.load(tmp / f"{flavour}.pt") for flavour in FLAVOURS}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", list(FLAVOURS))
-def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, uninterrupted, flavour):
+def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, job, uninterrupted, flavour):
     extra = FLAVOURS[flavour]
     # Step 10 lies mid-epoch (7 optimizer steps an epoch) and mid-schedule; the process dies by SIGKILL.
     assert (
@@ -93,7 +99,7 @@ def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, uninterrupted,
 
 
 @pytest.mark.slow
-def test_a_resume_with_another_thread_count_says_so_in_one_line(tmp_path):
+def test_a_resume_with_another_thread_count_says_so_in_one_line(tmp_path, job):
     assert finish(job(tmp_path / "run", tmp_path / "x.pt", "--threads", "2", "--kill-at", "10")) == -9
     resumed = job(tmp_path / "run", tmp_path / "resumed.pt", "--resume", "--threads", "1")
     assert finish(resumed) == 0
@@ -103,18 +109,13 @@ def test_a_resume_with_another_thread_count_says_so_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_while_saving_resumes_from_previous_checkpoint(tmp_path, uninterrupted):
+def test_killed_while_saving_resumes_from_previous_checkpoint(tmp_path, job, uninterrupted):
     signal_file = tmp_path / "paused"
-    env = dict(os.environ, GPULAB_CHECKPOINT_PAUSE_SIGNAL=str(signal_file))
-    proc = subprocess.Popen(
-        [sys.executable, str(JOB), str(tmp_path / "run"), str(tmp_path / "x.pt"), "--pause-save-at", "15"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    env = {"GPULAB_CHECKPOINT_PAUSE_SIGNAL": str(signal_file)}
+    proc = job(tmp_path / "run", tmp_path / "x.pt", "--pause-save-at", "15", env=env)
     deadline = time.time() + 120
     while not signal_file.exists():
-        assert proc.poll() is None, proc.stderr.read()
+        assert proc.poll() is None, proc.stderr_path.read_text()
         assert time.time() < deadline
         time.sleep(0.05)
     proc.kill()  # SIGKILL in the middle of writing step 15
