@@ -4,19 +4,19 @@ outlives it, the worker checkpoints at the next step, prints its stop line and r
 attempt (``SLURM_RESTART_COUNT=1``, no ``--resume``) resumes and ends on the weights of a run that was
 never interrupted.
 
-``scontrol`` is a script on PATH that records its arguments (the real cluster is tests/distributed/).
+``scontrol`` is a script on PATH that records its arguments (the real cluster is tests/distributed/). The
+launcher and the requeued attempt are processes forked from the tests' fork server (tests/forked.py), as in
+test_cli_preemption.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_cli_preemption import RUN, assert_same_weights, env, final_weights, gpulab, wait_for_training
+from test_cli_preemption import RUN, assert_same_weights, final_weights, finished, wait_for_training
 
 JOB = "4242"
 
@@ -37,24 +37,39 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+HERE = Path(__file__).resolve().parent  # preempt_recipe.py
+
+
 def slurm_env(tmp_path: Path, **more: str) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "scontrol"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
     fake.chmod(0o755)
-    e = env()
-    return {**e, "PATH": f"{bin_dir}{os.pathsep}{e['PATH']}", "SLURM_JOB_ID": JOB, **more}
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": JOB, **more}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(gpulab_server, tmp_path_factory) -> Path:
+    """The run never stopped, to compare the requeued one with."""
+    where = tmp_path_factory.mktemp("uninterrupted")
+    code, stderr = finished(gpulab_server, *RUN, "--out", "ref", cwd=where, name="ref")
+    assert code == 0, stderr
+    return where / "ref"
+
+
+def start(server, argv: list[str], tmp_path: Path, name: str, **more: str):
+    """``gpulab ARGV`` in the fake SLURM job, forked from ``server`` in a session of its own."""
+    return server.start("gpulab.cli:main", argv, stderr=tmp_path / f"{name}.stderr", cwd=tmp_path,
+                        session=True, path=[str(HERE)], env=slurm_env(tmp_path, **more))  # fmt: skip
 
 
 @pytest.mark.slow
-def test_sigusr1_checkpoints_requeues_the_job_and_the_next_attempt_resumes_bit_exact(tmp_path):
-    ref = gpulab(*RUN, "--out", "ref", cwd=tmp_path)
-    assert ref.returncode == 0, ref.stderr
-
-    launch = [sys.executable, "-m", "gpulab", "launch", "--nnodes", "1", "--nproc-per-node", "1", "--"]
-    proc = subprocess.Popen([*launch, "gpulab", *RUN, "--out", "run"], cwd=tmp_path, env=slurm_env(tmp_path),
-                            start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+def test_sigusr1_checkpoints_requeues_the_job_and_the_next_attempt_resumes_bit_exact(
+    tmp_path, gpulab_server, uninterrupted
+):
+    launch = ["launch", "--nnodes", "1", "--nproc-per-node", "1", "--", "gpulab"]
+    proc = start(gpulab_server, [*launch, *RUN, "--out", "run"], tmp_path, "run")
     wait_for_training(proc, tmp_path / "run")
     for pid in [proc.pid, *descendants(proc.pid)]:  # as SLURM signals every process of a step
         os.kill(pid, signal.SIGUSR1)
@@ -72,11 +87,10 @@ def test_sigusr1_checkpoints_requeues_the_job_and_the_next_attempt_resumes_bit_e
     assert (tmp_path / "scontrol.log").read_text().splitlines() == [f"requeue {JOB}"]
 
     # The requeued attempt: the same command, no --resume; SLURM says it is a restart.
-    again = subprocess.run([sys.executable, "-m", "gpulab", *RUN, "--out", "run"], cwd=tmp_path,
-                           env=slurm_env(tmp_path, SLURM_RESTART_COUNT="1"), capture_output=True, text=True,
-                           timeout=240)  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    assert_same_weights(final_weights(tmp_path / "run"), final_weights(tmp_path / "ref"))
+    again = start(gpulab_server, [*RUN, "--out", "run"], tmp_path, "again", SLURM_RESTART_COUNT="1")
+    _, again_stderr = again.communicate(timeout=240)
+    assert again.returncode == 0, again_stderr
+    assert_same_weights(final_weights(tmp_path / "run"), final_weights(uninterrupted))
     assert (tmp_path / "scontrol.log").read_text().splitlines() == [f"requeue {JOB}"]  # once
 
 
