@@ -65,15 +65,6 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert a[k].equal(b[k]), k
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(gpulab_server, tmp_path_factory) -> Path:
-    """The run never stopped: one for every signal's comparison (each was its own 200-step process)."""
-    where = tmp_path_factory.mktemp("uninterrupted")
-    code, stderr = finished(gpulab_server, *RUN, "--out", "ref", cwd=where, name="ref")
-    assert code == 0, stderr
-    return where / "ref"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(

@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_cli_preemption import RUN, assert_same_weights, final_weights, finished, wait_for_training
+from test_cli_preemption import RUN, assert_same_weights, final_weights, wait_for_training
 
 JOB = "4242"
 
@@ -47,15 +47,6 @@ def slurm_env(tmp_path: Path, **more: str) -> dict[str, str]:
     fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
     fake.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": JOB, **more}
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(gpulab_server, tmp_path_factory) -> Path:
-    """The run never stopped, to compare the requeued one with."""
-    where = tmp_path_factory.mktemp("uninterrupted")
-    code, stderr = finished(gpulab_server, *RUN, "--out", "ref", cwd=where, name="ref")
-    assert code == 0, stderr
-    return where / "ref"
 
 
 def start(server, argv: list[str], tmp_path: Path, name: str, **more: str):
