@@ -68,15 +68,14 @@ def inspect_tf(user: dict[str, Any]) -> Any:
             except Exception as exc:
                 failed = rec.failed(exc, config.batch_size, building=False)
                 return _report(InspectReport, config, precision, failed)
-        for row, layer, args in rec.calls:  # after the trace: the layer's own graph, nothing recorded
-            row.flops_forward = _graph_flops(tf, _layer_function(tf, layer), args)
-        step = _step_function(tf, keras, model, recipe.loss_fn)
-        total = _graph_flops(tf, step, (x, y))
         # The model's forward traced on the whole input: its recorded call kept positional tensors only, so
         # a dict or a tuple of several inputs left it without a figure ("forward n/a").
         forward = _graph_flops(tf, _layer_function(tf, model), (x,))
-        if rec.rows and rec.rows[0].name == "" and rec.rows[0].flops_forward is None:
-            rec.rows[0].flops_forward = forward
+        for row, layer, args in rec.calls:  # after the trace: the layer's own graph, nothing recorded
+            is_model = layer is model  # its row takes the figure above rather than a second trace
+            row.flops_forward = forward if is_model else _graph_flops(tf, _layer_function(tf, layer), args)
+        step = _step_function(tf, keras, model, recipe.loss_fn)
+        total = _graph_flops(tf, step, (x, y))
     inspection = Inspection(rec.rows, total, forward, config.batch_size, run_dtype, "an eager Keras call")
     del out
     trainable = sum(_count(w) for w in model.trainable_weights)
