@@ -24,11 +24,16 @@ SIGUSR1 is SLURM's warning before a time limit (``#SBATCH --signal=USR1@90`` in 
 Lightning's SLURMEnvironment expects): the same request (checkpoint at the next step), after which rank 0
 requeues the job (``requeue.py``) and the next attempt resumes from that checkpoint.
 
+Forked children (DataLoader workers, persistent or not) inherit the pipe: they close their copies at the
+fork, and the watch's thread is told to end by a byte no signal has (0), never by the end of the pipe, so a
+worker still alive when the fit ends cannot keep the run from exiting (it hung after its last step).
+
 Engine-neutral (no framework import): the TensorFlow engine uses the same watch, callback and message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -43,6 +48,21 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL)
 SLURM_REPEAT_WINDOW_S = (
     5.0  # well inside SLURM's KillWait (30 s by default), after which SIGKILL comes anyway
 )
+_STOP = b"\0"  # written by __exit__: no signal's number is 0
+_OPEN_PIPES: set[int] = set()  # the pipe ends of entered watches, closed in a forked child
+
+
+def _close_in_child() -> None:
+    """A forked child (a DataLoader worker) keeps none of the parent's watch pipes and signals nowhere."""
+    for fd in list(_OPEN_PIPES):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _OPEN_PIPES.clear()
+    with contextlib.suppress(ValueError, OSError):  # not the main thread of the child
+        signal.set_wakeup_fd(-1)
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def repeat_window(environ: Mapping[str, str] | None = None) -> float:
@@ -71,6 +91,7 @@ class SignalWatch:
         read, write = os.pipe()
         os.set_blocking(write, False)  # set_wakeup_fd's requirement: a handler must never block
         self._pipe = (read, write)
+        _OPEN_PIPES.update(self._pipe)
         self._thread = threading.Thread(target=self._count, args=(read,), name="gpulab-signals", daemon=True)
         self._thread.start()
         self._wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -90,14 +111,19 @@ class SignalWatch:
         self._previous = {}
         if self._pipe is not None:
             signal.set_wakeup_fd(self._wakeup)
-            os.close(self._pipe[1])  # the thread reads the end of the pipe and returns
+            os.set_blocking(self._pipe[1], True)  # the stop byte must get through even if signals filled it
+            os.write(self._pipe[1], _STOP)
             self._thread.join()
-            os.close(self._pipe[0])
+            _OPEN_PIPES.difference_update(self._pipe)
+            for fd in self._pipe:
+                os.close(fd)
             self._pipe = self._thread = None
 
     def _count(self, read: int) -> None:
         while data := os.read(read, 64):
             for signum in data:
+                if signum == _STOP[0]:
+                    return
                 if signum in self.signals:
                     self._handle(signum)
 

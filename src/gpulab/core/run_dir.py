@@ -6,9 +6,12 @@
   metrics.jsonl and overwrite each other's checkpoints and summary, both exiting 0. The lock is an
   ``flock`` on ``OUT/.gpulab.lock``, which holds the holder's pid and host for the refusal message. The
   kernel drops an ``flock`` when its process dies, however it dies, so a lock file left by a killed run is
-  stale by construction and simply taken over. Only rank 0 of a launch takes it (one process per run), so
-  the ranks of one job never refuse each other, and a restarted attempt's rank 0 takes it anew. The
-  checkpoint directory is locked too (``ROOT/.gpulab.lock``), wherever it lives: two runs with different
+  stale by construction and simply taken over. Forked children (DataLoader workers) would share the lock
+  and outlive a killed run for seconds (a resume was refused meanwhile): they close their copies at the
+  fork, and a lock whose recorded holder is a dead process of this host is taken over whoever holds it.
+  Only rank 0 of a launch takes it (one process per run), so the ranks of one job never refuse each other,
+  and a restarted attempt's rank 0 takes it anew.
+  The checkpoint directory is locked too (``ROOT/.gpulab.lock``), wherever it lives: two runs with different
   ``--out`` and one ``checkpoint_dir`` would otherwise replace and prune each other's checkpoints.
 - A full disk anywhere in the run (the lock file, a log, a checkpoint) is one line naming the directory and
   the bytes free, not a traceback.
@@ -34,6 +37,17 @@ from gpulab.checkpoint.save import BEST, free_bytes, is_disk_full
 from gpulab.errors import ConfigError, GpulabError, RunDirError
 
 LOCK_FILE = ".gpulab.lock"
+_HELD: set[int] = set()  # the lock descriptors of this process, closed in a forked child
+
+
+def _close_in_child() -> None:
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 # What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes
 # these and nothing else, so a mistyped --out (a home directory) loses no file gpulab did not write.
 RUN_OUTPUTS = (
@@ -120,12 +134,17 @@ class RunDirLock:
             except OSError as exc:
                 holder = _describe(_read_holder(self.path))
                 os.close(fd)
+                if _holder_dead(self.path):  # only what it left holds the lock (an older run's workers)
+                    with contextlib.suppress(OSError):
+                        self.path.unlink()
+                    continue
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) or _holder_alive(self.path):
                     raise self._busy(holder) from None
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no flock here: a dead pid is stale
             # A holder that was releasing may have unlinked the file we opened: lock the file at the path.
             if _same_file(fd, self.path):
                 self._fd = fd
+                _HELD.add(fd)
             else:
                 os.close(fd)
 
@@ -133,6 +152,7 @@ class RunDirLock:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()  # while still holding it, so no one locks a file about to vanish
+            _HELD.discard(self._fd)
             os.close(self._fd)
             self._fd = None
             if self._made_dir:  # a checkpoint directory no checkpoint went into is not left behind
@@ -186,6 +206,12 @@ def _holder_alive(path: Path) -> bool:
     except (PermissionError, ValueError, TypeError):
         return True
     return True
+
+
+def _holder_dead(path: Path) -> bool:
+    """The recorded holder is a process of this host that no longer exists."""
+    holder = _read_holder(path)
+    return bool(holder.get("pid")) and holder.get("host") == socket.gethostname() and not _holder_alive(path)
 
 
 def _same_file(fd: int, path: Path) -> bool:

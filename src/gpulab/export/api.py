@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpulab import engines
 from gpulab.artifact import formats
+from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import run_engine
 from gpulab.artifact.sidecar import ExportResult
 from gpulab.core.recipes.trust import RecipeTrust
@@ -88,4 +89,6 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     required = getattr(module, "REQUIRED_SUFFIX", None)
     if out is not None and required and not Path(out).name.endswith(required):
         raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
+    if out is not None:
+        check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
     return engine, module, fixed

@@ -18,6 +18,7 @@ import numpy as np
 
 from gpulab.artifact import arrays, parity
 from gpulab.artifact.atomic import write_atomically, write_text
+from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import SUMMARY_FILE, file_stem, run_summary
 from gpulab.checkpoint.io import verify_files
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
@@ -131,6 +132,7 @@ def export_tf(
     else:
         _, inputs, target = keras_inputs(source.model.model, source.val_data, source.recipe)
     artifact = Path(out) if out else path / "export" / f"{file_stem(source.recipe)}{module.SUFFIX}"
+    check_export_out(artifact, module.NAME)  # the default place too: a file there may be the user's
     example = arrays.example(inputs, fixed or batch["example"])
     started = time.perf_counter()
     weights = sum(int(np.prod(w.shape)) * w.dtype.itemsize for w in source.model.model.get_weights())

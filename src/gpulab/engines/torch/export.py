@@ -15,6 +15,7 @@ import torch
 from gpulab.artifact import data as export_data
 from gpulab.artifact import parity
 from gpulab.artifact.atomic import write_atomically, write_text
+from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import file_stem
 from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR, ExportResult
 from gpulab.core.recipes.trust import RecipeTrust
@@ -45,6 +46,7 @@ def export_torch(
     )
     folder = (source.run_dir or Path.cwd()) / "export"
     artifact = Path(out) if out else folder / f"{file_stem(source.recipe)}{module.SUFFIX}"
+    check_export_out(artifact, module.NAME)  # the default place too: a file there may be the user's
     example = export_data.example(data.inputs, fixed or EXAMPLE_BATCH)
     model = deployable(source.model, precision, data, signature, example)
     started = time.perf_counter()
