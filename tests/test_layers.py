@@ -17,7 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "gpulab"
 LAYERS = [
     ("__main__", "cli"),
     ("bench", "tune", "export", "profiling"),  # the verbs, engine-neutral: each engine's part is its own
-    ("engines.torch", "engines.tensorflow"),
+    # the engines, one folder each; engines/__init__.py is the package (the registry's old names, deprecated)
+    ("engines.torch", "engines.tensorflow", "engines"),
     # core: what every engine's loop uses; artifact: what every engine's export writes and checks (format
     # registry and helpers, the inputs, parity), so an engine's export stands on it, not on the verb
     ("core", "artifact"),
@@ -27,15 +28,15 @@ LAYERS = [
     ("distributed",),  # process groups and launchers
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
-    # engines: the registry and the Engine protocol (engines/__init__.py, no engine imported), which config
-    # asks what settings an engine lacks; the engines themselves (engines.torch, ...) stand above
-    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved", "engines"),
-    ("hardware", "errors", "redaction"),
+    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
+    # engine_registry: the registry and the Engine protocol (no engine imported), which config, checkpoint,
+    # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above
+    ("hardware", "errors", "redaction", "engine_registry"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported
 # component). Each engine's part of a verb lives in engines/<name>/, on the machinery below the engines
-# (measure/, artifact/); the verbs reach an engine through gpulab.engines.
+# (measure/, artifact/); the verbs reach an engine through gpulab.engine_registry.
 # None left: measure/harness.py, the last, now asks the device seam it is given (measure/device_seam.py).
 KNOWN_UPWARD: set[tuple[str, str]] = set()
 
@@ -118,6 +119,29 @@ def test_no_import_cycle_between_modules():
     }
     cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(sorted(c)) for c in cycles)
+
+
+def package(module: str) -> str:
+    """The package under gpulab a module belongs to, subpackages included (engines/torch/ is engines'):
+    importing ``gpulab.engines.torch.x`` runs ``gpulab/engines/__init__.py`` first."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gpulab"
+
+
+def test_no_import_cycle_between_packages():
+    """No package reaches itself through others: a package's modules, its subpackages' and its
+    ``__init__`` are one node (Python runs the parents' ``__init__`` of every module it imports). The
+    registry once sat in engines/__init__.py, asked by config, checkpoint and artifact, which engines/torch/
+    imports: a cycle the module graph did not show."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, targets in import_graph().items():
+        graph[package(module)] |= {package(t) for t in targets if package(t) != package(module)}
+    graph.pop("gpulab", None)  # gpulab/__init__.py: the public names, each loaded on first use by name
+    graph = {m: ts - {"gpulab"} for m, ts in graph.items()}
+    cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
+    assert not cycles, "import cycles between packages:\n" + "\n".join(
+        " <-> ".join(sorted(c)) for c in cycles
+    )
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -46,7 +46,7 @@ def test_an_unknown_precision_is_an_error_not_an_fp32_peak():
 
 def test_each_engine_has_its_strategies():
     """Each engine says which of the table's strategies it has (the others it lacks: refused by config)."""
-    from gpulab import engines
+    from gpulab import engine_registry as engines
 
     def of(name: str) -> tuple[str, ...]:
         return engines.get(name).lacks["strategy"].takes

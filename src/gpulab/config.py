@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab import precisions as precision_table
 from gpulab.config_bounds import MAX_DEPTH, check_bounds
 from gpulab.errors import ConfigError, choices
@@ -57,7 +57,8 @@ def _validate_device(value: str) -> str:
 
 
 def _validate_engine(value: str) -> str:
-    """One of the registry's names (``gpulab.engines``: the built-ins and any registered at run time)."""
+    """One of the registry's names (``gpulab.engine_registry``: the built-ins and any registered at run
+    time)."""
     if value not in engines.names():
         raise ValueError(f"valid choices: {choices(engines.names())}")
     return value
@@ -267,7 +268,7 @@ class TrainerSettings(Settings):
     )
     engine: str = Field(
         engines.DEFAULT,
-        description="the framework that trains: an engine's name (gpulab.engines: "
+        description="the framework that trains: an engine's name (gpulab.engine_registry: "
         + "|".join(engines.names())
         + ", or one registered there)",
     )

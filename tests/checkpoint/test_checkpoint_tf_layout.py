@@ -79,7 +79,7 @@ def test_checkpoint_export_asks_the_engine_that_wrote_it(tmp_path, capsys):
 
 def test_the_storage_package_imports_neither_tensorflow_nor_an_engine():
     """gpulab.checkpoint sits below both engines: importing every module of it loads no TensorFlow and no
-    engine (gpulab.engines, the registry config asks, loads none; one process: its own interpreter, as this
+    engine (gpulab.engine_registry, the registry config asks, loads none; one process: its own interpreter, as this
     session may hold them)."""
     code = (
         "import importlib, pkgutil, sys, gpulab.checkpoint as c\n"

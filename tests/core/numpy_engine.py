@@ -29,7 +29,7 @@ from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult, FitState
 from gpulab.core.summary import environment as core_environment
-from gpulab.engines import CheckpointLayout
+from gpulab.engine_registry import CheckpointLayout
 from gpulab.errors import ConfigError
 
 NAME = "numpy"
@@ -239,7 +239,7 @@ class NumpyRun(RunSteps):
 
 
 class NumpyEngine:
-    """The engine object ``gpulab.engines.get`` returns: what ``gpulab train`` asks of it."""
+    """The engine object ``gpulab.engine_registry.get`` returns: what ``gpulab train`` asks of it."""
 
     name = NAME
     checkpoint_layouts = {LAYOUT: CheckpointLayout((WEIGHTS, META))}

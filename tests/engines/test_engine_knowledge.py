@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.bench.report import render_html
 from gpulab.bench.versus import add_comparison
 from gpulab.cli import main
 from gpulab.cli.doctor import run_doctor
 from gpulab.config import TrainerSettings, check_engine, parse_config
-from gpulab.engines import Lack
+from gpulab.engine_registry import Lack
 from gpulab.errors import ConfigError
 from gpulab.hardware.checks import Check
 from gpulab.hardware.facts import Facts

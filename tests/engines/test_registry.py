@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpulab"

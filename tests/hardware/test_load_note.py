@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.hardware.load import OtherCpuLoad, load_during, usable_cores
 
 HOG = "import time\nend = time.time() + 90\nwhile time.time() < end: pass"

@@ -1,6 +1,6 @@
 """The export formats: one module each (``NAME``, ``SUFFIX``, ``RUNTIME``, ``available``, ``write``,
 ``load``) in the engine whose models it writes (engines/<name>/formats/), found by name here through the
-engine's ``export_formats`` (``gpulab.engines``: the formats its runs export to, and their modules);
+engine's ``export_formats`` (``gpulab.engine_registry``: the formats its runs export to, and their modules);
 another engine's run is refused in one line (``export/api.py``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.errors import ConfigError, choices
 
 # --precision's choices; engines/torch/formats/base.py's DTYPES gives each its torch dtype

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpulab.engines import DEFAULT
+from gpulab.engine_registry import DEFAULT
 from gpulab.errors import CheckpointError
 
 SUMMARY_FILE = "summary.json"  # as core/summary.py writes it (not imported: keeps export's checks light)

@@ -17,8 +17,8 @@ from typing import Any
 
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
-from gpulab.engines import DEFAULT
-from gpulab.engines import get as get_engine
+from gpulab.engine_registry import DEFAULT
+from gpulab.engine_registry import get as get_engine
 from gpulab.errors import ConfigError, choices
 from gpulab.measure.results import new_document, write_results
 from gpulab.measure.suite_run import SUITE_NAMES
@@ -42,7 +42,7 @@ class BenchConfig:
     variants: list[str] = field(default_factory=list)  # the transformer suite's rows to run; empty: all
 
     def engine_names(self) -> list[str]:
-        from gpulab.engines import names
+        from gpulab.engine_registry import names
 
         unknown = [e for e in self.engines if e not in names()]
         if unknown or not self.engines:

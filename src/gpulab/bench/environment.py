@@ -11,7 +11,7 @@ from gpulab.core.summary import environment as core_environment
 from gpulab.measure.results import gpu_readings
 
 if TYPE_CHECKING:
-    from gpulab.engines import Engine
+    from gpulab.engine_registry import Engine
 
 
 def environment(device: Any, in_process: list[Engine]) -> dict[str, Any]:

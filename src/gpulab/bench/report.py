@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.bench.versus import speed_ratio
-from gpulab.engines import DEFAULT
+from gpulab.engine_registry import DEFAULT
 
 REPORT_FILE = "report.html"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.measure.plots import Panel, Plot, Series, matplotlib_missing, render
 
 TIME, THROUGHPUT = ("step_time", "time"), ("samples_per_s", "tflops")

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.errors import CheckpointError, choices
 
 MANIFEST = "MANIFEST.json"

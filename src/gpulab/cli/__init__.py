@@ -70,7 +70,7 @@ def entry() -> None:
 def _missing_framework(module: str | None) -> str | None:
     """A framework that is an engine's extra (pyproject.toml) is missing: one line naming the extra and
     the other engines; None for any other missing module (a bug: its traceback)."""
-    from gpulab import engines
+    from gpulab import engine_registry as engines
 
     engine = engines.for_framework(module)
     if engine is None:

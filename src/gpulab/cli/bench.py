@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 
 _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within noise": "", "info": "dim"}
 

@@ -42,7 +42,7 @@ def inspect(
     A checkpoint that names a module:function recipe names code that export would import: it is said,
     and exit 2, unless you repeat the recipe with --recipe or pass --trust-recipe.
     """
-    from gpulab import engines
+    from gpulab import engine_registry as engines
     from gpulab.checkpoint.inspect import inspect_checkpoint
     from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
 
@@ -105,7 +105,7 @@ def export(
 
     The checkpoint is verified against its manifest first.
     """
-    from gpulab import engines
+    from gpulab import engine_registry as engines
     from gpulab.checkpoint.io import manifest_layout, verify_manifest
     from gpulab.checkpoint.read import locate
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.cli.console import make_console
 from gpulab.hardware.doctor import Report
 from gpulab.hardware.doctor import run_doctor as machine_doctor

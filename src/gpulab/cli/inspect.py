@@ -18,7 +18,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpulab import engines, precisions
+from gpulab import engine_registry as engines
+from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.profile import _flops
 from gpulab.config import layer_settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 
 
 def launch(

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpulab import engines, precisions
+from gpulab import engine_registry as engines
+from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings

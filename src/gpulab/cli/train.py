@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from gpulab import engines, precisions
+from gpulab import engine_registry as engines
+from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
@@ -46,7 +47,7 @@ def train(
 
     Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
     """
-    from gpulab import engines
+    from gpulab import engine_registry as engines
 
     flags = {
         "recipe": recipe,

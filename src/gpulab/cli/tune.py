@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.cli.console import make_console
 from gpulab.config import layer_settings
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.artifact import formats
 from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import run_engine
@@ -20,7 +20,7 @@ from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.errors import CheckpointError, ConfigError, choices
 
 if TYPE_CHECKING:
-    from gpulab.engines import Engine
+    from gpulab.engine_registry import Engine
 
 
 def parse_batch_dim(value: str | int) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.artifact import data as export_data
 from gpulab.artifact import formats, parity
 from gpulab.artifact.atomic import write_atomically

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpulab.engines import DEFAULT
+from gpulab.engine_registry import DEFAULT
 from gpulab.errors import GpulabError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.measure.inspection import InspectReport
 
 

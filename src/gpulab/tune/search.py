@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpulab.engines import DEFAULT
+from gpulab.engine_registry import DEFAULT
 from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure

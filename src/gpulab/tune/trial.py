@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.config import merge
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError

@@ -8,7 +8,7 @@ import re
 from collections.abc import Collection
 
 from gpulab.checkpoint.io import META
-from gpulab.engines import CheckpointLayout
+from gpulab.engine_registry import CheckpointLayout
 
 TF_LAYOUT = "tensorflow"
 TF_PREFIX = "ckpt"  # tf.train.Checkpoint.write(DIR/ckpt) -> ckpt.index + ckpt.data-*

@@ -1,5 +1,5 @@
-"""The TensorFlow engine's ``Engine`` (gpulab.engines): what each verb asks of it, TensorFlow imported only
-inside the methods that run it."""
+"""The TensorFlow engine's ``Engine`` (gpulab.engine_registry): what each verb asks of it, TensorFlow
+imported only inside the methods that run it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulab.engines import Lack
+from gpulab.engine_registry import Lack
 from gpulab.engines.tensorflow.bench import TF_PREFIX
 from gpulab.engines.tensorflow.checkpoint_layout import LAYOUTS as CHECKPOINT_LAYOUTS
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulab.engines import Lack
+from gpulab.engine_registry import Lack
 from gpulab.engines.torch.checkpoint.layouts import LAYOUTS as CHECKPOINT_LAYOUTS
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 

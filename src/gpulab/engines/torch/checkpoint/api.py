@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gpulab import engines
+from gpulab import engine_registry as engines
 from gpulab.checkpoint.inspect import inspect_checkpoint as storage_report
 from gpulab.checkpoint.inspect import named_recipe, recipe_in_meta
 from gpulab.checkpoint.io import (

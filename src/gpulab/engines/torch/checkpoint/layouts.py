@@ -4,7 +4,7 @@ engine object names them."""
 from __future__ import annotations
 
 from gpulab.checkpoint.io import META, STATE, WEIGHTS
-from gpulab.engines import CheckpointLayout
+from gpulab.engine_registry import CheckpointLayout
 
 DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index of the shard files
 # "full": the whole model in safetensors (written by rank 0); "sharded": every rank's shard through

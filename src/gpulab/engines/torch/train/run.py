@@ -53,7 +53,7 @@ def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
     if mistakes:
         raise ConfigError(mistakes[0])
     config = parse_config(RunConfig, merge(recipe.defaults, user))
-    if config.engine != NAME:  # each verb asks gpulab.engines for the engine; a direct call may not
+    if config.engine != NAME:  # each verb asks gpulab.engine_registry for the engine; a direct call may not
         raise ConfigError(
             f"engine {config.engine!r} is not available on this command yet (train, launch, profile, bench, "
             "inspect, export and tune have it); this command runs the torch engine: remove the engine setting"

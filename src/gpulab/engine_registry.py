@@ -1,0 +1,217 @@
+"""The engine registry: one object per framework behind one protocol, found by name and imported on first
+use. It lives beside config, below everything that asks it (config, checkpoint, artifact, the verbs) and
+below the engines it registers (``engines/<name>/``), so no package imports one above it.
+
+A verb (train, profile, inspect, export, launch, bench, tune, doctor) asks ``get(name)`` for everything
+engine-specific, and config asks it what settings an engine lacks; no code outside ``engines/`` and this
+module compares an engine's name or keeps a table of engines. ``get`` imports only the engine asked for,
+and an engine module imports its framework only when a method needs it: a torch run never loads the
+TensorFlow engine, a TensorFlow run never loads the torch one. This module imports nothing of gpulab but
+errors, so config, checkpoint and artifact can ask it.
+
+To add an engine: a folder ``engines/<name>/`` whose module's ``ENGINE`` satisfies ``Engine``, and its line
+in ``_REGISTRY`` (docs/ARCHITECTURE.md, "How to add an engine"); or, at run time (a plugin, a test's
+engine), ``register(name, loader)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpulab.errors import ConfigError, choices
+
+DEFAULT = "torch"  # a run that names no engine
+
+
+@dataclass(frozen=True)
+class Lack:
+    """A setting an engine lacks (or some values of): the values it takes there (``takes``; None: only the
+    setting's default) or, instead, the values it refuses (``refuses``); ``said``: how the refusal names
+    what to write instead, where the values do not say it."""
+
+    takes: tuple | None = None
+    refuses: tuple = ()
+    said: str = ""
+
+    def allows(self, value: Any, default: Any) -> bool:
+        if self.refuses:
+            return value not in self.refuses
+        return value == default if self.takes is None else value in self.takes
+
+    def valid(self, default: Any) -> str:
+        if self.said:
+            return self.said
+        if self.takes:
+            return f"valid there: {choices(self.takes)}"
+        return f"leave it unset (default {default!r})"
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """What a checkpoint of one MANIFEST layout must list (``checkpoint/io.py`` verifies it): ``files``
+    always, and ``implied(listed)``: files the listed ones imply (a TensorFlow checkpoint's data shards,
+    counted in their names)."""
+
+    files: tuple[str, ...]
+    implied: Callable[[Collection[str]], list[str]] | None = None
+
+    def required(self, listed: Collection[str]) -> list[str]:
+        return [*self.files, *(self.implied(listed) if self.implied else [])]
+
+
+class Engine(Protocol):
+    """What the verbs need of an engine. Methods import the framework (and the engine's part of the verb,
+    engines/<name>/) when called, never at the engine module's import."""
+
+    name: str
+    framework: str  # the framework's name as people write it ("PyTorch"): reports and error lines
+    framework_module: str  # its import name: a ModuleNotFoundError for it means the engine's extra is missing
+    extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
+    lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
+    export_formats: Mapping[str, str]  # the formats a run of this engine exports to -> the module of each
+    export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
+    export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
+    export_model: str  # what its export writes, as an error names it
+    launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
+    launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
+    launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
+    bench_in_process: bool  # its suites run in bench's process on a torch device (else its worker picks one)
+    bench_prefix: str  # results.json names its side of suite S "<prefix>S"
+    bench_compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
+    bench_speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
+    compiler: str  # what compile: true runs, as reports name it ("torch.compile", "XLA")
+    profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
+    flop_counter: str  # how inspect counted FLOPs, as printed
+    cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
+    compile_failure: str  # a tune trial whose compile failed, in the engine's words
+    threads_hint: str  # the train report's hint when other processes competed for the CPU
+    checkpoint_layouts: Mapping[str, CheckpointLayout]  # its checkpoints' MANIFEST layouts (checkpoint/io.py)
+
+    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
+        """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
+
+    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+        """``gpulab train``: train, write the run directory (rank zero); return the settings, the
+        ``FitResult`` and the directory's path there."""
+
+    def environment(self) -> dict[str, Any]:
+        """Versions and device name for summary.json and reports."""
+
+    def doctor(self, facts: Any) -> list[Any]:
+        """``gpulab doctor``: this engine's checks of the machine's ``Facts`` (``hardware.checks.Check``s;
+        none where they do not apply)."""
+
+    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        """``gpulab profile``: a ``ProfileResult``."""
+
+    def inspect(self, user: dict[str, Any]) -> Any:
+        """``gpulab inspect``: an ``InspectReport``."""
+
+    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        """``gpulab export`` of a run of this engine to ``module``'s format (``request``: out, precision,
+        input_file, trust: the user's word on a recipe the run names): an ``ExportResult``."""
+
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        """A built-in or user recipe by name (its validation data in this engine's layout)."""
+
+    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        """``gpulab infer --recipe-data``: the recipe's validation data as an artifact's (inputs, target)
+        torch tensors; ``names``: the artifact's input names, where it records them."""
+
+    def launch(self, spec: Any, options: dict[str, Any]) -> None:
+        """``gpulab launch``: start the workers of ``spec``."""
+
+    def check_bench(self) -> None:
+        """Raise a one-line error when this engine's bench side cannot run here."""
+
+    def bench_environment(self) -> dict[str, Any]:
+        """Its part of bench's results.json environment, where its suites run in bench's process."""
+
+    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        """Run this engine's side of the bench ``names`` into ``doc``."""
+
+    def tuner(self) -> Any:
+        """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
+
+    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        """``gpulab checkpoint inspect``: check what this engine's files in a verified checkpoint hold, as
+        its resume reads them; add problems and the recipe they name to ``report``."""
+
+    def export_weights(self, directory: Path, out: Path) -> Path:
+        """``gpulab checkpoint export``: a verified checkpoint's weights alone, as one file (``out``)."""
+
+
+# The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``
+# picks, for the CLI's help, which is shown without importing any engine).
+_REGISTRY: dict[str, tuple[str | Callable[[], Engine], str]] = {
+    "torch": ("gpulab.engines.torch", "PyTorch (launch: torchrun)"),
+    "tensorflow": ("gpulab.engines.tensorflow.engine", "TensorFlow/Keras (launch: TF_CONFIG workers)"),
+}
+
+
+def register(name: str, loader: str | Callable[[], Engine], help: str = "") -> None:
+    """Add an engine at run time (a plugin's, a test's): ``loader`` is the module holding ``ENGINE`` or a
+    function returning the engine object, ``help`` what ``--engine NAME`` picks. From then on config takes
+    ``engine: NAME`` and every verb reaches it through ``get``; the built-ins' lines are ``_REGISTRY``'s."""
+    _REGISTRY[name] = (loader, help or name)
+
+
+def names() -> tuple[str, ...]:
+    """Every engine's name, the built-ins first (nothing imported)."""
+    return tuple(_REGISTRY)
+
+
+def option_help() -> str:
+    """The help of an ``--engine`` option: each name and what it picks (nothing imported)."""
+    return "; ".join(f"{name}: {help}" for name, (_, help) in _REGISTRY.items()) + f" [default: {DEFAULT}]"
+
+
+def get(name: str | None) -> Engine:
+    """The engine called ``name`` (None: the default), its module imported now."""
+    name = name or DEFAULT
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown engine {name!r}; valid: {choices(names())}")
+    loader = _REGISTRY[name][0]
+    return importlib.import_module(loader).ENGINE if isinstance(loader, str) else loader()
+
+
+def find(has: Callable[[Engine], bool]) -> Engine | None:
+    """The first engine ``has`` holds for, asking the engines already imported first: a TensorFlow run
+    reading its own checkpoints or exporting to its own format never loads another engine's module."""
+    loaded = [n for n in _REGISTRY if not isinstance(_REGISTRY[n][0], str) or _REGISTRY[n][0] in sys.modules]
+    return next((e for e in map(get, loaded + [n for n in _REGISTRY if n not in loaded]) if has(e)), None)
+
+
+def for_layout(layout: str) -> Engine:
+    """The engine whose checkpoints have the MANIFEST ``layout`` (engine modules load no framework)."""
+    engine = find(lambda e: layout in e.checkpoint_layouts)
+    if engine is None:
+        raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
+    return engine
+
+
+def checkpoint_layout(layout: str) -> CheckpointLayout | None:
+    """What a checkpoint of MANIFEST ``layout`` must hold, from the engine that writes it; None: no
+    engine's."""
+    engine = find(lambda e: layout in e.checkpoint_layouts)
+    return engine.checkpoint_layouts[layout] if engine else None
+
+
+def layouts() -> list[str]:
+    """Every registered engine's checkpoint layouts."""
+    return [layout for name in _REGISTRY for layout in get(name).checkpoint_layouts]
+
+
+def for_framework(module: str | None) -> Engine | None:
+    """The engine whose framework imports as ``module`` (a ModuleNotFoundError's name), if any."""
+    return next((e for e in map(get, _REGISTRY) if e.framework_module == module), None)
+
+
+def of(user: Mapping[str, Any]) -> Engine:
+    """The engine a user's settings name (``engine``; torch when unset)."""
+    return get(user.get("engine"))
