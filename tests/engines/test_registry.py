@@ -36,6 +36,20 @@ def test_a_checkpoint_layout_names_the_engine_that_reads_it():
         engines.for_layout("jax")
 
 
+def test_the_registrys_old_path_hands_its_names_over_with_one_warning():
+    """The registry moved out of engines/ (gpulab.engine_registry); a plugin's ``gpulab.engines.register``
+    still works for a release, and says where it lives now."""
+    import gpulab.engines
+    from gpulab.moved import MovedWarning
+
+    with pytest.warns(
+        MovedWarning, match=r"gpulab\.engines\.register is deprecated.*gpulab\.engine_registry"
+    ):
+        assert gpulab.engines.register is engines.register
+    with pytest.raises(AttributeError, match="no attribute 'jax'"):
+        gpulab.engines.jax  # noqa: B018
+
+
 @pytest.mark.parametrize("name", engines.names())
 def test_every_engine_offers_what_the_verbs_ask(name):
     engine = engines.get(name)
