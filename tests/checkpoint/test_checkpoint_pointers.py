@@ -104,7 +104,7 @@ def test_a_renamed_step_whose_meta_was_rewritten_is_refused_by_its_state(roots):
     (root / "latest").write_text("step-00000030\n")
     trainer = SimpleNamespace(runtime=SimpleNamespace(world_size=1, rank=0, is_rank_zero=True), extras={})
     with pytest.raises(Exception, match="state.pt: records step 10, but the directory is step 30"):
-        Checkpointer(root, None, None, None).resume(trainer, "latest", force=True)
+        Checkpointer(root, None, None).resume(trainer, "latest", force=True)
 
 
 def test_latest_naming_a_missing_step_falls_back_with_a_line(roots):

@@ -26,6 +26,7 @@ from gpulab.core.callbacks import CallbackList, default_callbacks
 from gpulab.core.context import FitContext
 from gpulab.core.engine_step import EngineStep
 from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.core.plan import plan_fit
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult, FitState
 from gpulab.core.summary import environment as core_environment
@@ -87,13 +88,10 @@ class NumpyTrainer(EngineStep):
         self.w, self.b = np.zeros(self.x.shape[1]), 0.0
         self._grad_w, self._grad_b = np.zeros_like(self.w), 0.0
         self._losses: list[float] = []
-        self.batches_per_epoch = -(-len(self.x) // s.batch_size)
-        self.batches_per_step = s.accumulate
-        steps_per_epoch = -(-self.batches_per_epoch // s.accumulate)
-        total = s.max_steps or s.epochs * steps_per_epoch
-        self.state = FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
+        self.plan = plan_fit(s, -(-len(self.x) // s.batch_size), s.accumulate)
+        self.state = self.plan.fresh_state()
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
-        self.checkpointer = None if root is None else _Checkpointer(Path(root), s.checkpoint_every)
+        self.checkpointer = None if root is None else _Checkpointer(Path(root))
         if resume and self.checkpointer is None:
             raise ConfigError("resume needs a checkpoint directory: set out_dir or checkpoint_dir")
         which = choose_resume(self.checkpointer.root, resume, True) if resume else None
@@ -179,12 +177,9 @@ class _Checkpointer:
     """The weights in ``weights.npz``, the progress and the unread losses in meta.json; the atomic commit,
     MANIFEST, ``latest`` and the verified resume are the project's (``gpulab.checkpoint``)."""
 
-    def __init__(self, root: Path, every: int | None) -> None:
-        self.root, self.every = root, every
+    def __init__(self, root: Path) -> None:
+        self.root = root
         self.last_saved_step: int | None = None
-
-    def due(self, step: int) -> bool:
-        return self.every is not None and step % self.every == 0
 
     def save(self, t: NumpyTrainer) -> Path:
         state = t.state

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from gpulab.checkpoint.io import one_line
 from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
+from gpulab.core.plan import FitPlan
 from gpulab.core.state import FitResult, FitState
 
 
@@ -26,13 +27,12 @@ class EngineStep(Protocol):
     history: list[dict[str, Any]]
     callbacks: Any  # the CallbackList, set last in the engine's set-up (None before)
     extras: dict[str, Any]  # what the set-up measured or chose, carried into the result
-    checkpointer: Any  # due(step), last_saved_step, record_validation(step, metrics); None: no directory
+    checkpointer: Any  # last_saved_step, record_validation(step, metrics); None: no directory
     last_checkpoint: Path | None
     resumed_from: Path | None
     is_rank_zero: bool
     context: FitContext
-    batches_per_epoch: int | None  # micro-batches an epoch; None: a stream of unknown length
-    batches_per_step: int  # micro-batches an optimizer step (1 where a loader batch is a whole step)
+    plan: FitPlan  # the fit's length and windows, from ``core.plan.plan_fit`` over the engine's facts
     sample_scale: int  # how many ranks' samples ``state.samples_seen`` stands for (samples/s is global)
     threads_hint: str  # the busy-machine note's hint for this engine (hardware.load.load_during)
     has_validation: bool

@@ -66,7 +66,7 @@ class FitLoop:
         e.on_loop_start(self.clock)
         e.context = e.fit_context()
         callbacks.on_fit_start(e, state)
-        n = e.batches_per_epoch
+        n = e.plan.batches_per_epoch
         while not self._done():
             ran_out = self._train_epoch()
             self.position.between()
@@ -105,28 +105,27 @@ class FitLoop:
     def _train_epoch(self) -> bool:
         """Train on this epoch's remaining batches; True when they ran out (False: the fit is done)."""
         e, state = self.engine, self.state
-        n, per_step, micro_step = e.batches_per_epoch, e.batches_per_step, e.micro_step
+        plan, micro_step = e.plan, e.micro_step
         start = state.batch_in_epoch
         batches = self.data_wait.wrap(e.epoch_batches())
         for batch in self.position.track("training", batches, start):
             i = state.batch_in_epoch
-            # The last window of an epoch may be short (a stream's length is unknown: its windows are full).
-            window = per_step if n is None else min(per_step, n - (i - i % per_step))
-            closes = i % per_step == window - 1
+            window = plan.window(i)
+            closes = plan.closes(i, window)
             state.samples_seen += micro_step(batch, window, closes)
             state.batch_in_epoch = i + 1
             if closes:
                 self._after_step()
                 if self._done():
                     return False
-        if n is None:
+        if plan.batches_per_epoch is None:
             self._end_of_stream(state.batch_in_epoch - start)
         return True
 
     def _end_of_stream(self, batches: int) -> None:
         """A stream's epoch ended: refuse one that gave nothing (the fit would never reach max_steps), and
         drop a partial accumulation window (stepping on it would need a collective the others never join)."""
-        state, per_step = self.state, self.engine.batches_per_step
+        state, per_step = self.state, self.engine.plan.batches_per_step
         if batches == 0:
             raise DataError(
                 f"the training stream gave no batch in epoch {state.epoch}, so max_steps "
@@ -152,7 +151,7 @@ class FitLoop:
             self.data_wait.seconds = 0.0  # nor its data (worker start-up): waits count from here too
         if state.global_step % self.settings.log_every == 0:
             self._flush_log()
-        if e.checkpointer is not None and e.checkpointer.due(state.global_step):
+        if e.checkpointer is not None and e.plan.checkpoint_due(state.global_step):
             self._save()
         self.callbacks.on_step_end(e, state)
 
@@ -250,7 +249,7 @@ class FitLoop:
                 self.position,
                 step=e.state.global_step,
                 epoch=e.state.epoch,
-                batches_per_epoch=e.batches_per_epoch,
+                batches_per_epoch=e.plan.batches_per_epoch,
                 checkpoint=e.last_checkpoint or e.resumed_from,
                 checkpoints_off=self._checkpoints_off(),
                 out_of_memory=e.is_out_of_memory(error),

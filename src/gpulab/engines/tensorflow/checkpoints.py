@@ -43,14 +43,10 @@ LAYOUT = TF_LAYOUT
 
 
 class TfCheckpointer:
-    def __init__(self, root: str | Path, every: int | None, keep_last: int | None) -> None:
+    def __init__(self, root: str | Path, keep_last: int | None) -> None:
         self.root = Path(root)
-        self.every = every
         self.keep_last = keep_last
         self.last_saved_step: int | None = None
-
-    def due(self, step: int) -> bool:
-        return self.every is not None and step % self.every == 0
 
     def save(self, trainer: Any, tf_checkpoint: Any) -> Path:
         """Every worker writes (a MultiWorkerMirroredStrategy variable may need them all); the chief's copy

@@ -37,6 +37,7 @@ from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
 from gpulab.core.engine_step import EngineStep
 from gpulab.core.nonfinite import NonFiniteLossError
+from gpulab.core.plan import plan_fit
 from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
@@ -166,9 +167,8 @@ class TfTrainer(EngineStep):
                 stacklevel=3,
             )
         self.n_train = tfdata.num_samples(self.train_arrays)
-        self.per_epoch = self.batches_per_epoch = tfdata.batches_per_epoch(self.n_train, self.global_batch)
-        self.batches_per_step = s.accumulate
-        self.state = self._plan(self.per_epoch)
+        self.plan = plan_fit(s, tfdata.batches_per_epoch(self.n_train, self.global_batch), s.accumulate)
+        self.state = self.plan.fresh_state()
         with dist.strategy.scope():
             self.model = recipe.model()
             self.optimizer = self.precision.wrap_optimizer(keras, recipe.optimizer(self.state.total_steps))
@@ -204,7 +204,7 @@ class TfTrainer(EngineStep):
 
         s = self.settings
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
-        self.checkpointer = None if root is None else TfCheckpointer(root, s.checkpoint_every, s.keep_last)
+        self.checkpointer = None if root is None else TfCheckpointer(root, s.keep_last)
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False)
         # The layer graph does not reach the dropout layers' seed generators (Keras's SeedGenerator is not
         # trackable): their states go in by hand, or a resumed run would draw other dropout masks.
@@ -406,15 +406,6 @@ class TfTrainer(EngineStep):
         return metrics
 
     # -- set-up and results ---------------------------------------------------------------------------
-    def _plan(self, per_epoch: int) -> FitState:
-        if per_epoch == 0:
-            from gpulab.errors import DataError
-
-            raise DataError("training data gives no batch (it is empty)")
-        steps_per_epoch = math.ceil(per_epoch / self.settings.accumulate)
-        total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
-        return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
-
     def _default_callbacks(self) -> list[Callback]:
         return default_callbacks(self.settings, self.is_rank_zero)
 

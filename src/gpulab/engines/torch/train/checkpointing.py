@@ -49,15 +49,11 @@ TRAJECTORY_SETTINGS = (*SHARED_TRAJECTORY, "micro_batch")
 
 
 class Checkpointer:
-    def __init__(self, root: str | Path, every: int | None, keep_last: int | None, keep_best: str | None):
+    def __init__(self, root: str | Path, keep_last: int | None, keep_best: str | None):
         self.root = Path(root)
-        self.every = every
         self.keep_last = keep_last
         self.keep_best = tuple(keep_best.split(":")) if keep_best else None
         self.last_saved_step: int | None = None
-
-    def due(self, step: int) -> bool:
-        return self.every is not None and step % self.every == 0
 
     def save(self, trainer: Trainer) -> Path:
         """Everything needed to continue ``trainer`` exactly; called on every rank (it is collective)."""

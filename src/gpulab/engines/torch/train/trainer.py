@@ -31,6 +31,7 @@ from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
 from gpulab.core.engine_step import EngineStep
+from gpulab.core.plan import plan_fit
 from gpulab.core.state import FitResult, FitState
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
@@ -78,7 +79,7 @@ from gpulab.engines.torch.train.items import item_counter, scale_gradients
 from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.engines.torch.train.oom_step import GuardedStep
-from gpulab.errors import ConfigError, DataError, GpulabWarning
+from gpulab.errors import ConfigError, GpulabWarning
 from gpulab.hardware.native_dtypes import native_dtypes
 
 
@@ -205,9 +206,11 @@ class Trainer(EngineStep):
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
         self.train_source, self._val = train, val
-        self.batches_per_epoch = len_or_none(train)  # None: a stream (see gpulab.engines.torch.data.streams)
-        self.batches_per_step = per_step
-        self.state = self._plan(self.batches_per_epoch, per_step)
+        # len_or_none: None for a stream (see gpulab.engines.torch.data.streams)
+        self.plan = plan_fit(s, len_or_none(train), per_step)
+        self._train_loss = LossWindow()
+        self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
+        self.state = self.plan.fresh_state()
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
         self.checkpointer = self._make_checkpointer()
         if resume:
@@ -252,7 +255,7 @@ class Trainer(EngineStep):
     def epoch_batches(self) -> Iterable[Any]:
         self.train_source.set_epoch(self.state.epoch)
         self.model.train()
-        if self.batches_per_epoch is None and self.runtime.world_size > 1:  # streams end unevenly:
+        if self.plan.batches_per_epoch is None and self.runtime.world_size > 1:  # streams end unevenly:
             return stop_together(self.train_source, self.runtime.reduce_flag)  # ranks stop together
         return self.train_source
 
@@ -262,7 +265,7 @@ class Trainer(EngineStep):
         if self._channels_last:
             batch = channels_last_batch(batch)
         if self._graph is not None and not self._compile_check.pending:  # one batch is one step here
-            n = self.batches_per_epoch
+            n = self.plan.batches_per_epoch
             last = None if n is None else state.batch_in_epoch == n - 1
             with self._recompiles.watch():
                 loss = self._graph.step(batch, last_in_epoch=last)
@@ -270,7 +273,7 @@ class Trainer(EngineStep):
             return samples_in(batch)
         with self._recompiles.watch():
             if self.guarded is not None:  # the OOM-guarded whole step
-                loss, _ = self.guarded(batch, self.batches_per_epoch)
+                loss, _ = self.guarded(batch, self.plan.batches_per_epoch)
             else:
                 loss = self._accumulate(batch, window, closes)
         # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
@@ -425,28 +428,10 @@ class Trainer(EngineStep):
         self.runtime.print(f"batch_size: auto picked {search.batch_size} ({search.reason})")  # else unsaid
         return s.model_copy(update={"batch_size": search.batch_size})
 
-    def _plan(self, batches_per_epoch: int | None, batches_per_step: int) -> FitState:
-        self._train_loss = LossWindow()
-        self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
-        if batches_per_epoch is None:
-            if not self.settings.max_steps:
-                raise ConfigError(
-                    "the training data has no length (an IterableDataset): set max_steps; epochs then "
-                    "count its passes"
-                )
-            return FitState(total_steps=self.settings.max_steps)
-        if batches_per_epoch == 0:
-            raise DataError(
-                "training data gives no batch (empty, or fewer samples than batch_size with drop_last)"
-            )
-        steps_per_epoch = math.ceil(batches_per_epoch / batches_per_step)
-        total = self.settings.max_steps or self.settings.epochs * steps_per_epoch
-        return FitState(total_steps=total, steps_per_epoch=steps_per_epoch)
-
     def _make_checkpointer(self) -> Checkpointer | None:
         s = self.settings
         root = s.checkpoint_dir or (f"{s.out_dir}/checkpoints" if s.out_dir else None)
-        return None if root is None else Checkpointer(root, s.checkpoint_every, s.keep_last, s.keep_best)
+        return None if root is None else Checkpointer(root, s.keep_last, s.keep_best)
 
     def save_checkpoint(self) -> Path:
         self._refuse_nonfinite()
