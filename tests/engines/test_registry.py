@@ -20,8 +20,9 @@ HAS_TF = importlib.util.find_spec("tensorflow") is not None
 
 
 def test_an_unknown_engine_is_one_line_naming_the_valid_ones():
-    with pytest.raises(ConfigError, match=r"unknown engine 'jax'; valid: torch\|tensorflow"):
+    with pytest.raises(ConfigError) as err:
         engines.get("jax")
+    assert str(err.value) == f"unknown engine 'jax'; valid: {'|'.join(engines.names())}"
 
 
 def test_a_checkpoint_layout_names_the_engine_that_reads_it():
@@ -30,10 +31,9 @@ def test_a_checkpoint_layout_names_the_engine_that_reads_it():
         "torch",
         "tensorflow",
     ]
-    with pytest.raises(
-        ConfigError, match=r"checkpoint layout 'jax' is no engine's; valid: full\|sharded\|tensorflow"
-    ):
+    with pytest.raises(ConfigError) as err:
         engines.for_layout("jax")
+    assert str(err.value) == f"checkpoint layout 'jax' is no engine's; valid: {'|'.join(engines.layouts())}"
 
 
 def test_the_registrys_old_path_hands_its_names_over_with_one_warning():
