@@ -118,7 +118,10 @@ def launch(
     spec, step = (spec, None) if told else with_slurm(spec)
     hosts = ",".join(step.hosts) if step else hosts
     _check_command(spec.command, module)
-    engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
+    from gpulab.core.early_signals import shared_with_workers
+
+    with shared_with_workers():  # a signal that came before the workers start reaches them (a file)
+        engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
 
 
 def _check_command(command: list[str], module: bool) -> None:

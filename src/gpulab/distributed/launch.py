@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from gpulab.core import early_signals
 from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
@@ -442,7 +443,9 @@ def _outlive_requeue_warning() -> Iterator[None]:
     checkpoint and requeue the job (``core/requeue.py``). Its default action would end the launcher and,
     with it, the workers before they saved; a handler of ours (not SIG_IGN, which the workers would
     inherit) lets it pass."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGUSR1) is early_signals.record  # recorded, shared with late workers
+    ):
         yield
         return
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
