@@ -53,7 +53,13 @@ def launch(
         help="slurm template: SIGUSR1 before the time limit, checkpoint, requeue",
     ),
     requeue_grace: int = typer.Option(
-        90, "--requeue-grace", help="slurm template: seconds before the time limit that SIGUSR1 comes"
+        None,
+        "--requeue-grace",
+        help="slurm template: seconds before the time limit that SIGUSR1 comes (default: from --time, <= 90)",
+    ),
+    time: str = typer.Option(None, "--time", help="slurm template: the job's time limit, e.g. 00:30:00"),
+    array: str = typer.Option(
+        None, "--array", help="slurm template: a job array, e.g. 0-3 (--out names $SLURM_ARRAY_TASK_ID)"
     ),
     image: str = typer.Option("", "--image", help="Container image in the k8s template (required there)"),
     volume_claim: str = typer.Option(
@@ -102,15 +108,15 @@ def launch(
         log_dir=log_dir,
     )
     if print_ is not None:
-        from gpulab.distributed.cluster_templates import K8sPod, render
+        from gpulab.distributed.cluster_templates import K8sPod, SlurmJob, render
 
         # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
         chosen = engines.get(engine)
         pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node)
+        job = SlurmJob(time, array, requeue, requeue_grace)
         text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
-                      chosen.launch_by_torchrun, chosen.launch_templates, requeue, requeue_grace,
-                      pod)  # fmt: skip
+                      chosen.launch_by_torchrun, chosen.launch_templates, job, pod)  # fmt: skip
         typer.echo(text, nl=False)
         return
     # Told nothing of where this node stands: inside a SLURM step, SLURM says.
