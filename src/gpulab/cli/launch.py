@@ -33,7 +33,11 @@ def launch(
     local_addr: str = typer.Option(
         None, "--local-addr", help="This node's address as the other nodes reach it (default: hostname)"
     ),
-    max_restarts: int = typer.Option(0, "--max-restarts", help="Restarts of the whole group after a failure"),
+    max_restarts: int = typer.Option(
+        None,
+        "--max-restarts",
+        help="Restarts of the whole group after a failure (default: 0; 3 for an elastic --print k8s)",
+    ),
     monitor_interval: float = typer.Option(
         0.1, "--monitor-interval", help="Seconds between checks of the workers"
     ),
@@ -74,6 +78,9 @@ def launch(
     memory_per_node: str = typer.Option(
         None, "--memory-per-node", help="k8s: memory a pod requests, e.g. 64Gi (default: 16Gi a process)"
     ),
+    grace_period: int = typer.Option(
+        120, "--grace-period", help="k8s: seconds a stopped pod has to save its checkpoint (Kubernetes: 30)"
+    ),
     engine: str = typer.Option(engines.DEFAULT, "--engine", help=engines.option_help()),
     hosts: str = typer.Option(
         None,
@@ -89,9 +96,12 @@ def launch(
     Uses torch.distributed.run's own API: c10d rendezvous (standalone on one node), elastic restarts,
     gloo on CPUs and NCCL on GPUs. `--print slurm|k8s` prints a cluster template instead.
     """
+    from gpulab.distributed.cluster_templates import default_max_restarts
     from gpulab.distributed.launch import LaunchSpec, local_accelerator, with_slurm
 
     _check_engine_options(engine, locals())
+    if max_restarts is None:
+        max_restarts = default_max_restarts(print_, nnodes)
     spec = LaunchSpec(
         command=list(command or []),
         nproc_per_node=nproc_per_node,
@@ -113,7 +123,7 @@ def launch(
         # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
         chosen = engines.get(engine)
-        pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node)
+        pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node, grace_period)
         job = SlurmJob(time, array, requeue, requeue_grace)
         text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
                       chosen.launch_by_torchrun, chosen.launch_templates, job, pod)  # fmt: skip
