@@ -245,6 +245,10 @@ def worker_env(
         # pytorch/pytorch#135712). Seen here in 4 of 6 restarts with torch 2.13. Not sharing gives
         # each attempt a fresh store hosted by its rank 0, as torchrun did before 2.5.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        # c10d's warnings, each with a C++ backtrace: when a rank dies (kill -9 of rank 0, which hosts the
+        # store) every store call of the others logged ~20 frames (78 lines for one kill), burying the
+        # watchdog's one line that names the rank and its node. Errors still print; a user's value wins.
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
     }
     if backend == "nccl":
         wanted.update(NCCL_SAFE_DEFAULTS)
