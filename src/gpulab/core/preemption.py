@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulab.core import early_signals
-from gpulab.core.requeue import REQUEUE_SIGNAL, requeue
+from gpulab.core.requeue import REQUEUE_SIGNAL, requeue, requeued_by_slurm
 from gpulab.errors import Preempted
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL)
@@ -181,8 +181,10 @@ def preempted_error(
             f"{report['signal']} at step {report['step']}: saved no checkpoint (checkpoints are off)", signum
         )
     saved = f"{report['signal']} at step {report['step']}: saved checkpoint {report['checkpoint']}"
-    job = environ.get("SLURM_JOB_ID") if signum == REQUEUE_SIGNAL else None
-    if not job:
+    job = environ.get("SLURM_JOB_ID")
+    if job and signum != REQUEUE_SIGNAL and requeued_by_slurm(job):  # `scontrol requeue`: SLURM's SIGTERM
+        return Preempted(f"{saved}; SLURM requeued job {job}: its next attempt resumes from it", signum)
+    if not job or signum != REQUEUE_SIGNAL:
         return Preempted(f"{saved}; continue with --resume latest", signum)
     # Said before the requeue: SLURM ends this attempt's processes as soon as the job is requeued.
     _say(f"gpulab: stopped: {saved}; requeueing SLURM job {job}: its next attempt resumes from it")
