@@ -135,7 +135,9 @@ up() {
     fi
     remove_orphans
     mkdir -p "$dir/munge" "$dir/ctl/state" "$REGISTRY"
-    chmod 700 "$dir/munge"
+    # 0755, as munge's own /run/munge: a user who is not root reaches the socket (sbatch, srun), and munged
+    # still finds its directories unwritable by others; the key stays 0600 (mungekey's own mode).
+    chmod 755 "$dir/munge"
     printf 'x%07x\n' $((RANDOM << 15 | RANDOM)) >"$dir/tag"
     printf '%s\n%s %s\n' "$dir" "$owner" "$start" >"$REGISTRY/$(tag)"
     network

@@ -7,9 +7,14 @@ its ``FitResult``, ``Recipe``, ``Callback``, ``mean_over_items`` and ``token_cro
 ``gpulab --help`` and ``gpulab doctor`` start fast (and work without torch).
 """
 
-from gpulab import moved
-from gpulab.config import RunConfig, TrainerSettings
-from gpulab.errors import CheckpointError, ConfigError, DataError, DeviceError, GpulabError
+# First, before anything slow: a job's process holds its stop signals from here (core/early_signals.py).
+from gpulab.core import early_signals as _early_signals
+
+_early_signals.install_for_job()
+
+from gpulab import moved  # noqa: E402
+from gpulab.config import RunConfig, TrainerSettings  # noqa: E402
+from gpulab.errors import CheckpointError, ConfigError, DataError, DeviceError, GpulabError  # noqa: E402
 
 __version__ = "0.1.0"
 

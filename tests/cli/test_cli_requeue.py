@@ -104,3 +104,28 @@ def test_a_failed_requeue_is_one_line_that_says_to_resubmit(tmp_path, monkeypatc
     assert str(outside).endswith(
         "saved checkpoint run/checkpoints/step-00000040; continue with --resume latest"
     )
+
+
+@pytest.mark.parametrize(
+    ("state", "then"),
+    [
+        ("REQUEUED", "SLURM requeued job 7: its next attempt resumes from it"),
+        ("PENDING", "SLURM requeued job 7: its next attempt resumes from it"),
+        ("CANCELLED", "continue with --resume latest"),  # scancel: the user resubmits
+    ],
+)
+def test_after_scontrol_requeue_the_stop_line_says_slurm_resumes_the_job(tmp_path, monkeypatch, state, then):
+    """``scontrol requeue`` (by a user or an admin) ends the attempt with SIGTERM: SLURM starts the job again
+    and its next attempt resumes by itself, so the line must not ask for --resume latest."""
+    from gpulab.core.preemption import preempted_error
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\necho 'JobId=7 JobName=gpulab JobState={state} Reason=None'\n"
+    )
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    report = {"signal": "SIGTERM", "step": 40, "checkpoint": "run/checkpoints/step-00000040"}
+    error = preempted_error(report, rank_zero=True, environ={"SLURM_JOB_ID": "7"})
+    assert str(error) == f"SIGTERM at step 40: saved checkpoint run/checkpoints/step-00000040; {then}"

@@ -103,3 +103,48 @@ def test_a_job_name_kubernetes_refuses_is_one_line(job_name):
     with pytest.raises(LaunchError) as err:
         render("k8s", LaunchSpec(command=["t.py"]), 1, job_name=job_name)
     assert "\n" not in str(err.value) and "--job-name" in str(err.value) and "lower-case" in str(err.value)
+
+
+def _cli_manifest(*args: str) -> dict:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["launch", "--print", "k8s", "--image", "reg.example/gpulab:1", *args, "--", "t.py"]) == 0
+    return yaml.safe_load(out.getvalue())
+
+
+def _launcher_restarts(manifest: dict) -> str:
+    command = _pod(manifest)["containers"][0]["command"][2].split()
+    return command[command.index("--max-restarts") + 1]
+
+
+def test_pods_have_a_grace_period_to_save_in_and_an_elastic_job_restarts_as_asked():
+    """Kubernetes' 30 s from SIGTERM to SIGKILL is too short for a large model's checkpoint: 120 s unless told;
+    an elastic job's policy and its launchers allow the same restarts: 3 by default (0 would end it at the
+    first pod that leaves), --max-restarts when given."""
+    elastic = _cli_manifest("--nnodes", "2:4")
+    assert errors(elastic) == []
+    assert _pod(elastic)["terminationGracePeriodSeconds"] == 120
+    assert elastic["spec"]["elasticPolicy"]["maxRestarts"] == 3 and _launcher_restarts(elastic) == "3"
+
+    told = _cli_manifest("--nnodes", "2:4", "--max-restarts", "7", "--grace-period", "600")
+    assert errors(told) == []
+    assert told["spec"]["elasticPolicy"]["maxRestarts"] == 7 and _launcher_restarts(told) == "7"
+    worker = told["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert _pod(told)["terminationGracePeriodSeconds"] == worker["terminationGracePeriodSeconds"] == 600
+
+    fixed = _cli_manifest("--nnodes", "2")  # not elastic: no policy, no restarts unless asked
+    assert "elasticPolicy" not in fixed["spec"] and _launcher_restarts(fixed) == "0"
+
+    broken = copy.deepcopy(elastic)  # the schema checks the field: a misspelt or negative one is refused
+    _pod(broken)["terminationGracePeriodSecond"] = 120
+    assert any("Additional properties" in e for e in errors(broken))
+    _pod(broken).pop("terminationGracePeriodSecond")
+    _pod(broken)["terminationGracePeriodSeconds"] = -1
+    assert any("minimum" in e for e in errors(broken))
+
+
+def test_a_grace_period_with_no_time_to_save_is_one_line(capsys):
+    assert main(["launch", "--print", "k8s", "--image", "i", "--grace-period", "0", "--", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert "--grace-period must be at least 1 second to save a checkpoint in, got 0" in err
+    assert len(err.strip().splitlines()) == 1

@@ -284,7 +284,8 @@ def test_print_slurm_is_an_sbatch_script_for_the_same_command(capsys):
     words = shlex.split(srun)
     assert words[:4] == ["srun", "--kill-on-bad-exit=1", "bash", "-c"]
     inner = shlex.split(words[4])  # what each node's bash runs
-    assert inner[:5] == ["exec", "python", "-m", "gpulab", "launch"]
+    assert inner[:5] == ["exec", "$GPULAB_PYTHON", "-m", "gpulab", "launch"]
+    assert f"export GPULAB_PYTHON={shlex.quote(sys.executable)}" in lines  # gpulab's own interpreter
     assert inner[inner.index("--nnodes") + 1] == "$SLURM_NNODES"
     assert inner[inner.index("--node-rank") + 1] == "$SLURM_NODEID"
     assert inner[inner.index("--rdzv-endpoint") + 1] == "$GPULAB_RDZV_HOST:$GPULAB_RDZV_PORT"

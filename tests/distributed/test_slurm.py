@@ -318,3 +318,12 @@ def test_a_node_dying_mid_run_ends_the_job_with_a_line_naming_it(cluster, tmp_pa
         line.startswith("gpulab: error: collective ") and "rank 1 on n2" in line for line in log.splitlines()
     )
     assert back.returncode == 0, back.stderr
+
+
+def test_a_user_who_is_not_root_can_reach_munge(cluster):
+    """munge's directory is 0755 as its own /run/munge (it was 0700: a user could not sbatch until it was
+    loosened), its key still 0600; the cluster being up shows munged accepts both."""
+    munge = cluster.root / "munge"
+    assert munge.stat().st_mode & 0o777 == 0o755
+    assert (munge / "munge.key").stat().st_mode & 0o777 == 0o600
+    assert (munge / "munge.socket").stat().st_mode & 0o777 == 0o777  # munged's: anyone may connect

@@ -33,7 +33,11 @@ def launch(
     local_addr: str = typer.Option(
         None, "--local-addr", help="This node's address as the other nodes reach it (default: hostname)"
     ),
-    max_restarts: int = typer.Option(0, "--max-restarts", help="Restarts of the whole group after a failure"),
+    max_restarts: int = typer.Option(
+        None,
+        "--max-restarts",
+        help="Restarts of the whole group after a failure (default: 0; 3 for an elastic --print k8s)",
+    ),
     monitor_interval: float = typer.Option(
         0.1, "--monitor-interval", help="Seconds between checks of the workers"
     ),
@@ -53,7 +57,13 @@ def launch(
         help="slurm template: SIGUSR1 before the time limit, checkpoint, requeue",
     ),
     requeue_grace: int = typer.Option(
-        90, "--requeue-grace", help="slurm template: seconds before the time limit that SIGUSR1 comes"
+        None,
+        "--requeue-grace",
+        help="slurm template: seconds before the time limit that SIGUSR1 comes (default: from --time, <= 90)",
+    ),
+    time: str = typer.Option(None, "--time", help="slurm template: the job's time limit, e.g. 00:30:00"),
+    array: str = typer.Option(
+        None, "--array", help="slurm template: a job array, e.g. 0-3 (--out names $SLURM_ARRAY_TASK_ID)"
     ),
     image: str = typer.Option("", "--image", help="Container image in the k8s template (required there)"),
     volume_claim: str = typer.Option(
@@ -67,6 +77,9 @@ def launch(
     ),
     memory_per_node: str = typer.Option(
         None, "--memory-per-node", help="k8s: memory a pod requests, e.g. 64Gi (default: 16Gi a process)"
+    ),
+    grace_period: int = typer.Option(
+        120, "--grace-period", help="k8s: seconds a stopped pod has to save its checkpoint (Kubernetes: 30)"
     ),
     engine: str = typer.Option(engines.DEFAULT, "--engine", help=engines.option_help()),
     hosts: str = typer.Option(
@@ -83,9 +96,12 @@ def launch(
     Uses torch.distributed.run's own API: c10d rendezvous (standalone on one node), elastic restarts,
     gloo on CPUs and NCCL on GPUs. `--print slurm|k8s` prints a cluster template instead.
     """
+    from gpulab.distributed.cluster_templates import default_max_restarts
     from gpulab.distributed.launch import LaunchSpec, local_accelerator, with_slurm
 
     _check_engine_options(engine, locals())
+    if max_restarts is None:
+        max_restarts = default_max_restarts(print_, nnodes)
     spec = LaunchSpec(
         command=list(command or []),
         nproc_per_node=nproc_per_node,
@@ -102,15 +118,15 @@ def launch(
         log_dir=log_dir,
     )
     if print_ is not None:
-        from gpulab.distributed.cluster_templates import K8sPod, render
+        from gpulab.distributed.cluster_templates import K8sPod, SlurmJob, render
 
         # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
         nproc = nproc_per_node or max(local_accelerator()[1], 1)
         chosen = engines.get(engine)
-        pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node)
+        pod = K8sPod(image, volume_claim, mount_path, cpus_per_node, memory_per_node, grace_period)
+        job = SlurmJob(time, array, requeue, requeue_grace)
         text = render(print_, spec, nproc, job_name, image, gpus_per_node, engine, base_port,
-                      chosen.launch_by_torchrun, chosen.launch_templates, requeue, requeue_grace,
-                      pod)  # fmt: skip
+                      chosen.launch_by_torchrun, chosen.launch_templates, job, pod)  # fmt: skip
         typer.echo(text, nl=False)
         return
     # Told nothing of where this node stands: inside a SLURM step, SLURM says.
@@ -118,7 +134,10 @@ def launch(
     spec, step = (spec, None) if told else with_slurm(spec)
     hosts = ",".join(step.hosts) if step else hosts
     _check_command(spec.command, module)
-    engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
+    from gpulab.core.early_signals import shared_with_workers
+
+    with shared_with_workers():  # a signal that came before the workers start reaches them (a file)
+        engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
 
 
 def _check_command(command: list[str], module: bool) -> None:

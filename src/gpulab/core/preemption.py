@@ -28,6 +28,9 @@ Forked children (DataLoader workers, persistent or not) inherit the pipe: they c
 fork, and the watch's thread is told to end by a byte no signal has (0), never by the end of the pipe, so a
 worker still alive when the fit ends cannot keep the run from exiting (it hung after its last step).
 
+A signal that came before the watch was entered (the process was still importing its framework, or its
+launcher was signalled before it started) was recorded by ``early_signals``: the watch takes it as its first.
+
 Engine-neutral (no framework import): the TensorFlow engine uses the same watch, callback and message.
 """
 
@@ -41,7 +44,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpulab.core.requeue import REQUEUE_SIGNAL, requeue
+from gpulab.core import early_signals
+from gpulab.core.requeue import REQUEUE_SIGNAL, requeue, requeued_by_slurm
 from gpulab.errors import Preempted
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL)
@@ -97,6 +101,9 @@ class SignalWatch:
         self._wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         # The Python-level handler only keeps the default action (exit, KeyboardInterrupt) away.
         self._previous = {s: signal.signal(s, _ignore) for s in self.signals}
+        early = early_signals.take()  # came while the process started (or to its launcher, before it)
+        if early is not None and early in self.signals:
+            self._handle(early)
         return self
 
     def rearm(self) -> None:
@@ -174,8 +181,10 @@ def preempted_error(
             f"{report['signal']} at step {report['step']}: saved no checkpoint (checkpoints are off)", signum
         )
     saved = f"{report['signal']} at step {report['step']}: saved checkpoint {report['checkpoint']}"
-    job = environ.get("SLURM_JOB_ID") if signum == REQUEUE_SIGNAL else None
-    if not job:
+    job = environ.get("SLURM_JOB_ID")
+    if job and signum != REQUEUE_SIGNAL and requeued_by_slurm(job):  # `scontrol requeue`: SLURM's SIGTERM
+        return Preempted(f"{saved}; SLURM requeued job {job}: its next attempt resumes from it", signum)
+    if not job or signum != REQUEUE_SIGNAL:
         return Preempted(f"{saved}; continue with --resume latest", signum)
     # Said before the requeue: SLURM ends this attempt's processes as soon as the job is requeued.
     _say(f"gpulab: stopped: {saved}; requeueing SLURM job {job}: its next attempt resumes from it")

@@ -26,3 +26,20 @@ def requeue(job: str) -> str:
         said = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[0]
         return f"SLURM job {job} was not requeued (scontrol: {said})"
     return ""
+
+
+# The states of a job SLURM is putting back in its queue (``scontrol requeue``, or a node failure with
+# ``--requeue``): its SIGTERM is a requeue's, and the next attempt resumes by itself.
+REQUEUED_STATES = ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PENDING")
+
+
+def requeued_by_slurm(job: str) -> bool:
+    """Whether SLURM is requeueing job ``job`` (asked of ``scontrol``; False when it cannot say)."""
+    try:
+        done = subprocess.run(
+            ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    state = next((w.split("=", 1)[1] for w in done.stdout.split() if w.startswith("JobState=")), "")
+    return done.returncode == 0 and state in REQUEUED_STATES

@@ -17,13 +17,15 @@ rendezvous on the first node:
 GPUs requested per node = processes per node, unless ``gpus_per_node`` says otherwise; 0 asks for none
 (a CPU cluster: SLURM refuses a GPU request where no node has GPUs, "Invalid generic resource (gres)
 specification"). The variables stay shell expansions (quoted), the user's command is quoted word by
-word, so what runs is exactly the command given.
+word, so what runs is exactly the command given; a ``$SLURM_...`` variable in it is left for the node's
+shell (``--out 'runs/x-$SLURM_ARRAY_TASK_ID'`` under ``--array``: each element a run of its own). The sbatch
+script runs the interpreter (and virtual environment) gpulab was rendered from, in lines that say so.
 
 Slurm requeue, as Lightning's SLURMEnvironment users expect: ``--signal=USR1@GRACE`` (SLURM's warning
-GRACE seconds before the time limit; gpulab checkpoints at the next step and requeues the job itself,
-``core/requeue.py``), ``--requeue`` and ``--open-mode=append`` (each attempt's lines are appended to the
-same log, after a line naming the attempt); the next attempt's ``gpulab launch`` resumes with
-``--resume auto``. ``requeue=False`` (``--no-requeue``) asks for none of it.
+GRACE seconds before the time limit, sized for ``--time``: ``slurm_time.py``; gpulab checkpoints at the next
+step and requeues the job itself, ``core/requeue.py``), ``--requeue`` and ``--open-mode=append`` (each
+attempt's lines are appended to the same log, after a line naming the attempt); the next attempt's
+``gpulab launch`` resumes with ``--resume auto``. ``requeue=False`` (``--no-requeue``) asks for none of it.
 
 ``engine="tensorflow"`` (Slurm only): each node's task runs ``gpulab launch --engine tensorflow``, which
 reads the step's nodes and its own rank from SLURM's variables (``distributed/slurm.py``) and builds every
@@ -34,27 +36,46 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 import yaml
 
 from gpulab.distributed.launch import DEFAULT_RDZV_PORT, LaunchSpec, parse_endpoint, parse_nnodes
+from gpulab.distributed.slurm_time import SLURM_EARLY_S, parse_time, warning_grace
 from gpulab.errors import LaunchError, choices
 
 K8S_PORT_NAME = "pytorchjob-port"  # the port name the training operator reads MASTER_PORT from
 K8S_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1035 label
-REQUEUE_GRACE_S = 90  # Lightning's default: a checkpoint of a large model and the requeue fit in it
+SLURM_VARIABLE = re.compile(r"(\$\{?SLURM_[A-Z_]+\}?)")  # $SLURM_ARRAY_TASK_ID, ${SLURM_JOB_ID}
+ARRAY_SPEC = re.compile(r"[0-9]+(-[0-9]+(:[0-9]+)?)?(,[0-9]+(-[0-9]+(:[0-9]+)?)?)*(%[0-9]+)?")
 K8S_MOUNT = "/runs"
 K8S_CPUS_PER_PROCESS = 4  # default requests: what a training process and its data workers typically use
 K8S_MEMORY_GI_PER_PROCESS = 16
+# Kubernetes gives a stopping pod 30 s between SIGTERM and SIGKILL: the step under way fits, a large model's
+# checkpoint (and a tracker's upload) often does not. 120 s, as SLURM's warning before a time limit (90 s)
+# with room for a slow volume; a pod that finishes sooner ends sooner.
+K8S_GRACE_S = 120
+# An elastic job lives by restarts: a pod that leaves or joins restarts the group, so 0 would end the job at
+# the first change. 3, as Kubeflow's own elastic examples; --max-restarts sets it (here and in elasticPolicy).
+K8S_ELASTIC_RESTARTS = 3
 K8S_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?([KMGTPE]i?)?")  # 32Gi, 64G, 500M
 
 
-def _launcher_line(spec: LaunchSpec, nproc: int, *, nnodes: str, node_rank: str, endpoint: str, run_id: str):
+def _launcher_line(
+    spec: LaunchSpec,
+    nproc: int,
+    *,
+    nnodes: str,
+    node_rank: str,
+    endpoint: str,
+    run_id: str,
+    python: str = "python",
+):
     """``python -m gpulab launch ...`` with the per-node values given as already-quoted shell words."""
     words = [
-        "exec python -m gpulab launch",
+        f"exec {python} -m gpulab launch",
         f"--nnodes {nnodes}",
         f"--node-rank {node_rank}",
         f"--nproc-per-node {nproc}",
@@ -66,23 +87,49 @@ def _launcher_line(spec: LaunchSpec, nproc: int, *, nnodes: str, node_rank: str,
         words.append("--module")
     if spec.no_python:
         words.append("--no-python")
-    return " ".join(words) + " -- " + shlex.join(spec.command)
+    return " ".join(words) + " -- " + command_words(spec.command)
+
+
+def command_words(command: list[str]) -> str:
+    """The user's command, quoted word by word; a SLURM variable in it (``$SLURM_ARRAY_TASK_ID``) stays one
+    the node's shell expands, in double quotes: the rest of the word is exactly as given."""
+    return " ".join(_word(word) for word in command)
+
+
+def _word(word: str) -> str:
+    if not SLURM_VARIABLE.search(word):
+        return shlex.quote(word)
+    pieces = SLURM_VARIABLE.split(word)  # literal, variable, literal, ...
+    quoted = "".join(p if i % 2 else re.sub(r'([\\"`$])', r"\\\1", p) for i, p in enumerate(pieces))
+    return f'"{quoted}"'
 
 
 def _port(spec: LaunchSpec) -> int:
     return parse_endpoint(spec.rdzv_endpoint)[1] if spec.rdzv_endpoint else DEFAULT_RDZV_PORT
 
 
-def _engine_launcher_line(spec: LaunchSpec, nproc: int, engine: str, base_port: int | None) -> str:
+def _engine_launcher_line(
+    spec: LaunchSpec, nproc: int, engine: str, base_port: int | None, python: str = "python"
+) -> str:
     """``gpulab launch --engine ENGINE`` on each node, for an engine whose launcher reads SLURM itself."""
-    words = [f"exec python -m gpulab launch --engine {engine}", f"--nproc-per-node {nproc}"]
+    words = [f"exec {python} -m gpulab launch --engine {engine}", f"--nproc-per-node {nproc}"]
     if base_port is not None:
         words.append(f"--base-port {base_port}")
     if spec.module:
         words.append("--module")
     if spec.no_python:
         words.append("--no-python")
-    return " ".join(words) + " -- " + shlex.join(spec.command)
+    return " ".join(words) + " -- " + command_words(spec.command)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """What the sbatch script asks of SLURM besides the launch: its time limit, an array, the requeue."""
+
+    time: str | None = None  # --time as SLURM reads it; the warning's grace follows it
+    array: str | None = None  # --array=SPEC: each element a run of its own (its --out names the index)
+    requeue: bool = True
+    requeue_grace: int | None = None  # default: from the time limit (slurm_time.warning_grace)
 
 
 def render_slurm(
@@ -93,11 +140,14 @@ def render_slurm(
     engine: str = "torch",
     base_port: int | None = None,
     torchrun: bool = True,
-    requeue: bool = True,
-    requeue_grace: int = REQUEUE_GRACE_S,
+    job: SlurmJob | None = None,
 ) -> str:
     """``torchrun``: the engine's workers meet through torchrun's rendezvous on the first host; otherwise each
     node runs ``gpulab launch --engine ENGINE``, which reads the step's nodes and its rank from SLURM."""
+    job = job or SlurmJob()
+    limit = parse_time(job.time) if job.time is not None else None
+    grace = warning_grace(limit, job.requeue_grace) if job.requeue else 0
+    _check_array(spec, job.array)
     lo, hi = parse_nnodes(spec.nnodes)
     gpus = nproc if gpus_per_node is None else gpus_per_node
     header = [
@@ -107,18 +157,23 @@ def render_slurm(
         f"#SBATCH --nodes={hi if lo == hi else f'{lo}-{hi}'}",
         "#SBATCH --ntasks-per-node=1",
         *([f"#SBATCH --gpus-per-node={gpus}"] if gpus else []),
-        "#SBATCH --output=%x-%j.out",
-        *_requeue_lines(requeue, requeue_grace),
+        *([f"#SBATCH --time={job.time}"] if job.time is not None else []),
+        *([f"#SBATCH --array={job.array}", "#SBATCH --output=%x-%A_%a.out"] if job.array else []),
+        *([] if job.array else ["#SBATCH --output=%x-%j.out"]),
+        *_requeue_lines(job.requeue, grace, limit),
         "set -euo pipefail",
         "",
+        *_interpreter_lines(),
     ]
+    requeue = job.requeue
     if requeue:
         header += [
             'echo "gpulab: job $SLURM_JOB_ID, attempt $((${SLURM_RESTART_COUNT:-0} + 1)), on $(hostname)"',
             "",
         ]
+    python = '"$GPULAB_PYTHON"'
     if not torchrun:
-        inner = _engine_launcher_line(spec, nproc, engine, base_port)
+        inner = _engine_launcher_line(spec, nproc, engine, base_port, python)
         body = ["# One task per node; each reads the step's nodes and its rank from SLURM's variables."]
     else:
         inner = _launcher_line(
@@ -128,6 +183,7 @@ def render_slurm(
             node_rank='"$SLURM_NODEID"',
             endpoint='"$GPULAB_RDZV_HOST:$GPULAB_RDZV_PORT"',
             run_id='"$SLURM_JOB_ID"',
+            python=python,
         )
         body = [
             "# The first host of the allocation hosts the rendezvous store (it runs --node-rank 0).",
@@ -139,16 +195,52 @@ def render_slurm(
     return "\n".join([*header, *body, f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}", ""])
 
 
-def _requeue_lines(requeue: bool, grace: int) -> list[str]:
+def _requeue_lines(requeue: bool, grace: int, limit: int | None) -> list[str]:
     if not requeue:
         return ["#SBATCH --no-requeue"]
+    sized = "sized for this --time" if limit is not None else "give --print --time for a short job"
     return [
-        f"# SIGUSR1 {grace} s before the time limit: gpulab checkpoints, then requeues this job; the next",
-        "# attempt resumes from that checkpoint and appends to the same log.",
+        f"# SIGUSR1 {grace} s before the time limit ({sized}; SLURM may send it {SLURM_EARLY_S} s early):",
+        "# gpulab checkpoints, then requeues this job; the next attempt resumes from that checkpoint and",
+        "# appends to the same log.",
         f"#SBATCH --signal=USR1@{grace}",
         "#SBATCH --requeue",
         "#SBATCH --open-mode=append",
     ]
+
+
+def _interpreter_lines() -> list[str]:
+    """The interpreter (and virtual environment) gpulab runs from here: what the nodes run, unless changed."""
+    python = shlex.quote(sys.executable)
+    if sys.prefix == sys.base_prefix:
+        return [
+            "# The interpreter gpulab was rendered with; change this line if the nodes have it elsewhere.",
+            f"export GPULAB_PYTHON={python}",
+            "",
+        ]
+    venv = shlex.quote(sys.prefix)
+    return [
+        "# The virtual environment gpulab was rendered from, and its interpreter; change these lines if the",
+        "# nodes have it elsewhere.",
+        f"export VIRTUAL_ENV={venv}",
+        'export PATH="$VIRTUAL_ENV/bin:$PATH"',
+        f"export GPULAB_PYTHON={python}",
+        "",
+    ]
+
+
+def _check_array(spec: LaunchSpec, array: str | None) -> None:
+    """Each element of an array trains a run of its own: a ``gpulab train`` --out must name the index."""
+    if not array:
+        return
+    if not ARRAY_SPEC.fullmatch(array):
+        raise LaunchError(f"--array {array!r} is not a SLURM array; e.g. 0-3, 1,3,5 or 0-15%4")
+    out = _out_dir(spec.command)
+    if "train" in spec.command and (out is None or "SLURM_ARRAY_TASK_ID" not in out):
+        raise LaunchError(
+            "--array: every element would train into the same --out; put the index in it, e.g. "
+            "--out 'runs/exp-$SLURM_ARRAY_TASK_ID' (single quotes: the node's shell expands it)"
+        )
 
 
 @dataclass(frozen=True)
@@ -160,6 +252,13 @@ class K8sPod:
     mount_path: str = K8S_MOUNT
     cpus: int | None = None  # default: K8S_CPUS_PER_PROCESS per process
     memory: str | None = None  # default: K8S_MEMORY_GI_PER_PROCESS Gi per process
+    grace_s: int = K8S_GRACE_S  # terminationGracePeriodSeconds: SIGTERM to SIGKILL, to save a checkpoint in
+
+
+def default_max_restarts(kind: str | None, nnodes: str | None) -> int:
+    """``--max-restarts`` when not given: K8S_ELASTIC_RESTARTS for an elastic PyTorchJob, else none."""
+    elastic = nnodes is not None and len(set(parse_nnodes(nnodes))) > 1
+    return K8S_ELASTIC_RESTARTS if kind == "k8s" and elastic else 0
 
 
 def _k8s_replica(command: str, pod: K8sPod, claim: str, gpus: int, port: int, replicas: int) -> dict:
@@ -181,11 +280,8 @@ def _k8s_replica(command: str, pod: K8sPod, claim: str, gpus: int, port: int, re
         {"name": "runs", "persistentVolumeClaim": {"claimName": claim}},
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},  # shared memory for DataLoader workers and NCCL
     ]
-    return {
-        "replicas": replicas,
-        "restartPolicy": "OnFailure",
-        "template": {"spec": {"containers": [container], "volumes": volumes}},
-    }
+    pod_spec = {"terminationGracePeriodSeconds": pod.grace_s, "containers": [container], "volumes": volumes}
+    return {"replicas": replicas, "restartPolicy": "OnFailure", "template": {"spec": pod_spec}}
 
 
 def _check_k8s_pod(spec: LaunchSpec, pod: K8sPod) -> None:
@@ -197,6 +293,10 @@ def _check_k8s_pod(spec: LaunchSpec, pod: K8sPod) -> None:
         )
     if not PurePosixPath(pod.mount_path).is_absolute():
         raise LaunchError(f"--mount-path must be an absolute path in the container, got {pod.mount_path!r}")
+    if pod.grace_s < 1:
+        raise LaunchError(
+            f"--grace-period must be at least 1 second to save a checkpoint in, got {pod.grace_s}"
+        )
     if pod.cpus is not None and pod.cpus < 1:
         raise LaunchError(f"--cpus-per-node must be at least 1, got {pod.cpus}")
     if pod.memory is not None and not K8S_QUANTITY.fullmatch(pod.memory):
@@ -278,6 +378,7 @@ def render_k8s(
         f"# Generated by `gpulab launch --print k8s`: one launcher per pod, {nproc} process(es) each.\n"
         f"# The work (--out, checkpoints) lives on PersistentVolumeClaim {claim!r}, mounted at\n"
         f"# {pod.mount_path}; create it first ({access}).\n"
+        f"# A stopped pod has {pod.grace_s} s (--grace-period) to finish its step and save a checkpoint.\n"
     )
     return header + yaml.safe_dump(manifest, sort_keys=False, width=1_000_000)
 
@@ -296,8 +397,7 @@ def render(
     base_port: int | None = None,
     torchrun: bool = True,
     kinds: tuple[str, ...] = TEMPLATES,
-    requeue: bool = True,
-    requeue_grace: int = REQUEUE_GRACE_S,
+    job: SlurmJob | None = None,
     pod: K8sPod | None = None,
 ) -> str:
     """The sbatch script (``slurm``) or PyTorchJob manifest (``k8s``) for ``spec``; ``kinds``: those the
@@ -312,10 +412,6 @@ def render(
         raise LaunchError(
             f"--print {kind} has no template for the {engine} engine; valid for it: {choices(kinds)}"
         )
-    if requeue_grace < 1:
-        raise LaunchError(f"--requeue-grace must be at least 1 second, got {requeue_grace}")
     if kind == "k8s":
         return render_k8s(spec, nproc, job_name, image, gpus_per_node, pod)
-    return render_slurm(
-        spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun, requeue, requeue_grace
-    )
+    return render_slurm(spec, nproc, job_name, gpus_per_node, engine, base_port, torchrun, job)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from gpulab.core import early_signals
 from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
@@ -244,6 +245,10 @@ def worker_env(
         # pytorch/pytorch#135712). Seen here in 4 of 6 restarts with torch 2.13. Not sharing gives
         # each attempt a fresh store hosted by its rank 0, as torchrun did before 2.5.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        # c10d's warnings, each with a C++ backtrace: when a rank dies (kill -9 of rank 0, which hosts the
+        # store) every store call of the others logged ~20 frames (78 lines for one kill), burying the
+        # watchdog's one line that names the rank and its node. Errors still print; a user's value wins.
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
     }
     if backend == "nccl":
         wanted.update(NCCL_SAFE_DEFAULTS)
@@ -442,7 +447,9 @@ def _outlive_requeue_warning() -> Iterator[None]:
     checkpoint and requeue the job (``core/requeue.py``). Its default action would end the launcher and,
     with it, the workers before they saved; a handler of ours (not SIG_IGN, which the workers would
     inherit) lets it pass."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGUSR1) is early_signals.record  # recorded, shared with late workers
+    ):
         yield
         return
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)

@@ -85,3 +85,30 @@ def test_the_bar_shows_the_first_steps_loss_before_the_first_log():
 
     _fit(callbacks=[Look()], progress=True, max_steps=3, log_every=100)
     assert shown == [f"{_first_logged_loss():.4f}"] * 3
+
+
+def test_the_eta_leaves_out_a_one_off_such_as_a_retrace_after_a_resume(monkeypatch, capsys):
+    """A fit resumed at step 400 of 1000: its second step takes 10 s (a graph traced again), then each step
+    0.05 s; the ETA is the 600 steps left at 0.05 s, not at the 10 s step (it said 1:24:19 for a run that
+    ended 30 s later). A host that waits for the device every 10 steps (9 short gaps, 1 long) keeps it."""
+    from types import SimpleNamespace
+
+    from gpulab.core.callbacks import log_lines
+
+    def eta_after(gaps: list[float]) -> str:
+        clock = iter(__import__("itertools").accumulate([100.0, *gaps]))
+        monkeypatch.setattr(log_lines.time, "monotonic", lambda: next(clock))
+        lines = LogLines(every_s=3600.0)
+        state = SimpleNamespace(global_step=400, total_steps=1000, steps_per_epoch=0, epoch=0, first_loss=0.5)
+        for _ in range(len(gaps) + 1):
+            state.global_step += 1
+            lines.on_step_end(None, state)
+        lines._last_line = 0.0  # the next step prints its line
+        monkeypatch.setattr(log_lines.time, "monotonic", lambda: 200.0)
+        return lines._eta(state, 200.0)[0]
+
+    capsys.readouterr()
+    # steps 402..450: one 10 s retrace then 48 steps of 0.05 s; 549 steps left at 0.05 s = 27 s
+    assert eta_after([10.0] + [0.05] * 48) == "ETA 0:00:27"
+    # a sync every 10 steps: 9 gaps of 0.01 s, one of 0.41 s: 0.05 s a step on average, kept
+    assert eta_after(([0.01] * 9 + [0.41]) * 5) == "ETA 0:00:27"

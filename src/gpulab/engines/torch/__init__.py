@@ -40,7 +40,7 @@ class TorchEngine:
         ("--rdzv-endpoint", "rdzv_endpoint", None),
         ("--rdzv-id", "rdzv_id", None),
         ("--local-addr", "local_addr", None),
-        ("--max-restarts", "max_restarts", 0),
+        ("--max-restarts", "max_restarts", None),
     )
     launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
     launch_by_torchrun = True

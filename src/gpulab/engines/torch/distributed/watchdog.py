@@ -132,6 +132,14 @@ def _who(rank: int, beat: dict[str, Any]) -> str:
     return f"rank {rank} on {beat['host']}" if beat.get("host") else f"rank {rank}"
 
 
+def _where(beat: dict[str, Any], name: str) -> str:
+    """Where a rank behind is: an earlier collective of the same name is said to be one."""
+    if not beat["collective"]:
+        return "outside any collective"
+    earlier = "an earlier " if beat["collective"] == name else ""
+    return f"in {earlier}{beat['collective']!r}"
+
+
 def progress(beat: dict[str, Any]) -> tuple[int, int]:
     """How far a rank has come: steps done, then collectives entered (ranks run the same program)."""
     return (beat["step"], beat["seq"])
@@ -190,6 +198,9 @@ class Watchdog:
         self._published: tuple | None = None
         self._aborting = False
         self._behind: dict[int, tuple[tuple[int, int], float]] = {}  # rank -> (progress, first seen behind)
+        # rank 0's node, read from its heartbeat while the store is up: rank 0 hosts the store, and once it
+        # dies the line about it must still name its node
+        self.store_host: str | None = HOST if rank == 0 else None
 
     # -- main thread ----------------------------------------------------------------------------------
     def collective(self, name: str, timeout_s: float | None = None) -> _Collective:
@@ -246,18 +257,18 @@ class Watchdog:
         try:
             others = self._read_heartbeats()
         except Exception as exc:  # the store is gone: its host (rank 0 under torchrun) has exited
-            return f"{head}; the c10d store is unreachable ({_first_line(exc)}): rank 0 has probably exited"
+            lost = f"the c10d store is unreachable ({_first_line(exc)})"
+            return f"{head}; {lost}: {self._store_owner()} has probably exited"
         behind, silent = [], []
         now = time.time()
         for rank, beat in others.items():
             if beat is None:
                 silent.append(f"rank {rank} never sent a heartbeat")
             elif beat["seq"] < seq:
-                where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
-                who = _who(rank, beat)
+                # its heartbeat's collective is an earlier one (maybe of the same name): it never got here
                 behind.append(
-                    f"{who} did not reach {name!r} (it has {beat['step']} steps done and has been "
-                    f"{where} for {now - beat['since']:.1f}s)"
+                    f"{_who(rank, beat)} did not reach {name!r} (it has {beat['step']} steps done; its last "
+                    f"heartbeat, {now - beat['since']:.1f}s ago, found it {_where(beat, name)})"
                 )
         if behind or silent:
             return f"{head}: {'; '.join(behind + silent)}"
@@ -283,17 +294,27 @@ class Watchdog:
             tick = time.monotonic() + self.interval_s
             try:
                 self._publish()
+                self._learn_store_host()
                 if self._check_abort() or self._watch_progress():
                     return
             except Exception as exc:  # store unreachable
                 if self.heartbeat.state[1] is not None and not self._stop.is_set():
                     self._say(
-                        f"lost the c10d store while in {self.heartbeat.state[1]!r} ({_first_line(exc)})"
+                        f"lost the c10d store while in {self.heartbeat.state[1]!r} ({_first_line(exc)}): "
+                        f"{self._store_owner()} has probably exited"
                     )
                     self._exit_fn(EXIT_CODE)
                     return
                 continue  # between collectives (e.g. rank 0 finished first): nothing is waiting on it
             self._backstop()
+
+    def _learn_store_host(self) -> None:
+        if self.store_host is None and self.store.check(["hb/0"]):
+            self.store_host = json.loads(self.store.get("hb/0")).get("host") or ""
+
+    def _store_owner(self) -> str:
+        """``rank 0 on n1``: the store's host, whose loss is named as the cause."""
+        return f"rank 0 on {self.store_host}" if self.store_host else "rank 0"
 
     def _publish(self) -> None:
         state = (self.heartbeat.state, self.heartbeat.step, self.phase_timeout_s)
@@ -346,11 +367,9 @@ class Watchdog:
         parts = []
         for rank in stalled:
             beat = beats[rank]
-            where = f"in {beat['collective']!r}" if beat["collective"] else "outside any collective"
-            who = _who(rank, beat)
             parts.append(
-                f"{who} did not reach {name!r} (it has {beat['step']} steps done and has made no "
-                f"progress for {now - self._behind[rank][1]:.1f}s, {where})"
+                f"{_who(rank, beat)} did not reach {name!r} (it has {beat['step']} steps done and has made "
+                f"no progress for {now - self._behind[rank][1]:.1f}s, {_where(beat, name)})"
             )
         return (
             f"stalled rank(s) {', '.join(map(str, stalled))}, found by rank {self.rank}'s watchdog: "
