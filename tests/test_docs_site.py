@@ -34,6 +34,12 @@ def _html(site: Path, page: Path) -> Path:
     return site / (page.parent if page.name == "index" else page) / "index.html"
 
 
+def test_every_guide_page_is_in_the_sites_navigation():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in sorted((ROOT / "docs" / "guide").glob("*.md")):
+        assert f": guide/{page.name}\n" in nav, f"{page.name} is not in mkdocs.yml's nav"
+
+
 @needs_mkdocs
 def test_the_site_builds_strict_with_every_guide_page(site):
     pages = sorted((ROOT / "docs").rglob("*.md"))
