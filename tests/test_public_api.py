@@ -1,4 +1,4 @@
-"""The public API holds still: what the README and the examples tell users to import comes from ``gpulab``
+"""The public API holds still: what the README, the user guide and the examples tell users to import comes from ``gpulab``
 itself, the list of those names is frozen here, and a path the README once printed keeps working for a
 release as an alias that says, in one DeprecationWarning line, where the name lives now."""
 
@@ -40,7 +40,8 @@ PUBLIC = [
 
 
 def _user_texts() -> dict[str, str]:
-    files = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.py"))]
+    guide = sorted((ROOT / "docs" / "guide").glob("*.md"))
+    files = [ROOT / "README.md", *guide, *sorted((ROOT / "examples").glob("*.py"))]
     return {str(path.relative_to(ROOT)): path.read_text() for path in files}
 
 
