@@ -88,7 +88,9 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
     module.available()
     required = getattr(module, "REQUIRED_SUFFIX", None)
     if out is not None and required and not Path(out).name.endswith(required):
-        raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
+        raise ConfigError(
+            f"--out {out}: format {fmt} needs a file name ending in {required} (e.g. {out}{required})"
+        )
     if out is not None:
         check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
     return engine, module, fixed
