@@ -84,6 +84,8 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
             f"--precision {precision}: format {fmt} exports {engine.export_model}; "
             f"valid: {choices(engine.export_precisions)}"
         )
+    if out is not None:
+        check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
     module = formats.get(fmt)
     module.available()
     required = getattr(module, "REQUIRED_SUFFIX", None)
@@ -91,6 +93,4 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
         raise ConfigError(
             f"--out {out}: format {fmt} needs a file name ending in {required} (e.g. {out}{required})"
         )
-    if out is not None:
-        check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
     return engine, module, fixed
