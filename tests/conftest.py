@@ -24,6 +24,9 @@ os.environ.setdefault("USE_TF", "0")
 # the other worker's (tests/cli: 174 s -> 155 s on the 2-core VM). A test about threads sets its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+# gpulab reads its test hooks (GPULAB_CHECKPOINT_PAUSE_AT, GPULAB_INJECT_OOM, ...) only when asked: the
+# tests ask, for every process they start (tests/checkpoint/test_test_hooks.py proves a user's run does not).
+os.environ.setdefault("GPULAB_TEST_HOOKS", "1")
 
 # Seconds per file from a full run (scripts/test_durations.py): the longest files are handed out first.
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")

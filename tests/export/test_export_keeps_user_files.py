@@ -4,27 +4,12 @@ Found by a new user (2026-11-28): ``--out RUN/checkpoints`` exited 0 with every 
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-from pathlib import Path
 
 import pytest
+from tree_hash import tree_hash
 
 from gpulab.cli import main
-
-
-def tree_hash(root: Path) -> str:
-    """Every path under ``root`` with its kind and bytes: equal before and after means nothing changed."""
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        h.update(str(path.relative_to(root)).encode())
-        if path.is_symlink():
-            h.update(b"L" + str(path.readlink()).encode())
-        elif path.is_file():
-            h.update(b"F" + path.read_bytes())
-        else:
-            h.update(b"D")
-    return h.hexdigest()
 
 
 @pytest.fixture

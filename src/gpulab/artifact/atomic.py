@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from gpulab.artifact.ownership import WRITE_ERRNOS, OutputRefused, write_failure
 from gpulab.checkpoint.io import TMP_PREFIX, fsync_dir, remove_path
 from gpulab.checkpoint.save import free_bytes, is_disk_full
 from gpulab.errors import GpulabError
@@ -25,15 +26,18 @@ class ExportDiskFull(GpulabError):
     """No space left for an export's artifact or its records (exit 2, one line)."""
 
 
-def write_atomically(out: Path, write: Callable[[Path], T], needed: int = 0) -> T:
+def write_atomically(out: Path, write: Callable[[Path], T], needed: int = 0, option: str = "--out") -> T:
     """``write(tmp)`` writes the artifact at ``tmp`` (same directory, same suffix: a writer may insist on
     ``.pt2``); then ``tmp`` replaces ``out``. Whatever ``write`` raises, nothing is left at ``tmp``.
 
     ``needed``: the bytes the artifact will take at least (its weights), checked against the free space
     first. torch's zip writer (exported, aoti, torchscript) cannot fail cleanly: a short write leaves it
     in a state its destructor aborts the process on, so a disk that cannot hold the weights is refused
-    before it starts."""
-    tmp = out.with_name(f"{TMP_PREFIX}{os.getpid()}-{out.name}")
+    before it starts. A place that cannot be written (read-only, no permission, a file where a folder
+    goes) is one line naming it and ``option``, the fix."""
+    # A name without a suffix gets one: torch's zip writer takes a file's name up to its last dot as the
+    # archive's, and refuses the empty name of ".tmp-PID-model".
+    tmp = out.with_name(f"{TMP_PREFIX}{os.getpid()}-{out.name}{'' if out.suffix else '.tmp'}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         if needed and (free := free_bytes(out.parent)) < needed:
@@ -52,6 +56,8 @@ def write_atomically(out: Path, write: Callable[[Path], T], needed: int = 0) -> 
                 f"{out.parent}: no space left on the device to write {out.name} ({free_bytes(out.parent):,} "
                 "bytes are free); nothing was written: free space there or give --out on a bigger disk"
             ) from None
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:  # read-only, permission, a file in the way
+            raise OutputRefused(write_failure(out, exc, option)) from None
         raise
     return result
 

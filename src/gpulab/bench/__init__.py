@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpulab.artifact.ownership import claim_output_folder
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
 from gpulab.engine_registry import DEFAULT
@@ -108,7 +109,7 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
     in_process = [e for e in map(get_engine, engines) if e.bench_in_process]
     doc = new_document(settings, environment(device, in_process))
-    out = Path(config.out_dir)
+    out = claim_output_folder(Path(config.out_dir), "bench")  # a folder of the user's is refused, untouched
     for engine in engines:
         get_engine(engine).bench(names, ctx, config, doc, out, log)
     if len(engines) > 1:

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpulab import engine_registry as engines
 from gpulab.errors import CheckpointError, choices
+from gpulab.hooks import hook, hook_seconds
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
@@ -31,19 +32,26 @@ REFUSED_SUFFIX = ".refused"  # a checkpoint a resume refused, kept aside (never 
 STEP_DIR = re.compile(r"^step-(\d{8,})$")
 _CHUNK = 1 << 20
 
-# Test hook (see docs/RELIABILITY.md): GPULAB_CHECKPOINT_PAUSE_AT=<point> makes the saver write <point>
+# Test hook (see docs/RELIABILITY.md; read only with GPULAB_TEST_HOOKS=1, gpulab/hooks.py):
+# GPULAB_CHECKPOINT_PAUSE_AT=<point> makes the saver write <point>
 # to the file named by GPULAB_CHECKPOINT_PAUSE_SIGNAL and sleep there, so a test can SIGKILL it.
 PAUSE_POINTS = ("after-weights", "before-rename", "before-latest")
 
 
+class UnreadableCheckpoint(CheckpointError):
+    """A checkpoint file this user may not read: not damaged, so never refused and set aside for an older
+    step (a resume once moved it aside and went back a step): one line naming it and the fix, exit 2."""
+
+
 def pause_point(name: str) -> None:
     """Stop at a named point of a save when the test hook asks for it; a no-op otherwise."""
-    if os.environ.get("GPULAB_CHECKPOINT_PAUSE_AT") != name:
+    if hook("GPULAB_CHECKPOINT_PAUSE_AT") != name:
         return
-    signal_file = os.environ.get("GPULAB_CHECKPOINT_PAUSE_SIGNAL")
+    seconds = hook_seconds("GPULAB_CHECKPOINT_PAUSE_SECONDS", 60.0)  # a bad value: said before pausing
+    signal_file = hook("GPULAB_CHECKPOINT_PAUSE_SIGNAL")
     if signal_file:
         write_text_atomic(Path(signal_file), name)
-    time.sleep(float(os.environ.get("GPULAB_CHECKPOINT_PAUSE_SECONDS", "60")))
+    time.sleep(seconds)
 
 
 def step_dir_name(step: int) -> str:
@@ -157,8 +165,11 @@ def file_status(directory: Path, name: str, record: dict[str, Any], *, hash_file
         return "missing"
     if path.stat().st_size != record["size"]:
         return "size mismatch"
-    if hash_files and sha256_of(path) != record["sha256"]:
-        return "checksum mismatch"
+    try:
+        if hash_files and sha256_of(path) != record["sha256"]:
+            return "checksum mismatch"
+    except OSError as exc:  # no read permission: one line, not a traceback from deep in the hashing
+        return f"unreadable ({exc.strerror}): give this user read permission on it, or run as its owner"
     return "ok"
 
 
@@ -187,6 +198,8 @@ def _verify_records(
             status += f" ({said} says {record['size']} bytes, file has {found})"
         elif status == "checksum mismatch":
             status += f" (sha256 differs from {manifest}: the file was changed or corrupted)"
+        if status.startswith("unreadable"):
+            raise UnreadableCheckpoint(f"{directory / name}: {status}")
         if status != "ok":
             raise CheckpointError(f"{directory / name}: {status}")
 

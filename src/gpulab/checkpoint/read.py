@@ -20,6 +20,7 @@ from gpulab.checkpoint.io import (
     META,
     REQUIRED,
     STEP_DIR,
+    UnreadableCheckpoint,
     file_status,
     one_line,
     step_of,
@@ -94,10 +95,33 @@ def locate(
     raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
 
 
+def verified(path: Path) -> Path:
+    """The checkpoint ``path`` means, its MANIFEST verified: the one ``ROOT/latest`` names for a root, and
+    refused if it does not verify, never silently swapped for an older step (``checkpoint export`` once
+    copied the previous step's weights over a flipped byte). A ``latest`` that is not followed (a link, a
+    missing step) falls back to the newest verified step, said as a warning."""
+    import warnings
+
+    from gpulab.errors import GpulabWarning
+
+    refused: list[tuple[Path, str]] = []
+    directory, checked = locate(path, verify_latest=False, refused=refused)
+    if refused:
+        passed = "; ".join(f"{d.name} refused ({why})" for d, why in refused)
+        warnings.warn(
+            f"{passed}; using {directory}, the newest valid checkpoint", GpulabWarning, stacklevel=2
+        )
+    if not checked:
+        verify_manifest(directory)
+    return directory
+
+
 def problem(directory: Path, hash_only: Collection[str] | None = None) -> str | None:
     """Why ``directory``'s MANIFEST does not verify (one line), or None when it does."""
     try:
         verify_manifest(directory, hash_only=hash_only)
+    except UnreadableCheckpoint:
+        raise  # not damaged: said, never passed over for an older step
     except CheckpointError as exc:
         return str(exc)
     return step_mismatch(directory)
@@ -214,6 +238,10 @@ def load_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+# file_status's words -> the report's column (an unreadable file is no mismatch: its bytes were not read)
+_STATUS = {"ok": "ok", "missing": "missing", "unreadable": "unreadable"}
+
+
 def file_reports(directory: Path, manifest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for name, record in manifest.items():
@@ -225,7 +253,7 @@ def file_reports(directory: Path, manifest: dict[str, dict[str, Any]]) -> list[d
                 "size": path.stat().st_size if path.is_file() else None,
                 "expected_size": record["size"],
                 "sha256": record["sha256"],
-                "status": "ok" if status == "ok" else "missing" if status == "missing" else "mismatch",
+                "status": _STATUS.get(status.split(" (")[0], "mismatch"),
             }
         )
     return rows

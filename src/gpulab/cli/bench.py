@@ -72,7 +72,10 @@ def bench(
     console = Console() if sys.stdout.isatty() else Console(width=120)
     if suites and suites[0] == "compare":
         raise typer.Exit(_compare(suites[1:], tolerance, console))
+    from gpulab.artifact.ownership import check_output_folder
     from gpulab.bench import BenchConfig, run_bench
+
+    check_output_folder(out, "bench")  # a folder of the user's: refused before a suite starts
 
     config = BenchConfig(
         suites=list(suites or []),

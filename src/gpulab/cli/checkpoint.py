@@ -12,12 +12,14 @@ from gpulab.cli.console import make_console
 from gpulab.cli.export import recipe_option, trust_option
 from gpulab.cli.text import number
 from gpulab.core.recipes.trust import UntrustedRecipeError
+from gpulab.errors import CheckpointError
 
 checkpoint_app = typer.Typer(
     help="Inspect and export checkpoints.", no_args_is_help=True, rich_markup_mode=None
 )
 
 
+_WHERE_FIX = "give a run folder (gpulab train --out), its checkpoints folder or a step-* folder in it"
 WHERE = "A run directory (its checkpoints), a checkpoints root (uses 'latest'), or one checkpoint directory"
 
 
@@ -46,6 +48,8 @@ def inspect(
     from gpulab.checkpoint.inspect import inspect_checkpoint
     from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
 
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointError(f"{path}: no such run, checkpoints folder or checkpoint; {_WHERE_FIX}")
     root, run_dir = _checkpoints(path)
     # the storage is read here; the files of the engine that wrote it (its MANIFEST's layout), by that engine
     report = inspect_checkpoint(root, lambda layout: engines.for_layout(layout).read_checkpoint)
@@ -55,6 +59,14 @@ def inspect(
         report["recipe"], report["recipe_file"] = named
     report["names_code"] = bool(named and names_code(named[0]))
     report["recipe_refused"] = refused
+    unreadable = [f for f in report.get("files", []) if f["status"] == "unreadable"]
+    if (
+        unreadable
+    ):  # not a damaged checkpoint: one this user may not read (exit 2, as any place gpulab cannot use)
+        name = Path(report["path"]) / unreadable[0]["name"]
+        raise CheckpointError(
+            f"{name}: unreadable: give this user read permission on it, or run as its owner"
+        )
     if as_json:
         print(json.dumps(report, indent=2, default=str))
     else:
@@ -103,18 +115,23 @@ def export(
 ) -> None:
     """Write the model weights to one .safetensors file.
 
-    The checkpoint is verified against its manifest first.
+    The checkpoint is verified against its manifest first: for a run, the step its `latest` names, which
+    is refused (exit 2) if it does not verify, never swapped for an older step. The file carries gpulab's
+    mark and the step in its metadata header; a later export replaces only such a file.
     """
     from gpulab import engine_registry as engines
-    from gpulab.checkpoint.io import manifest_layout, verify_manifest
-    from gpulab.checkpoint.read import locate
+    from gpulab.artifact.ownership import check_place, check_replaceable
+    from gpulab.checkpoint.io import META, manifest_layout
+    from gpulab.checkpoint.read import load_meta, verified
+    from gpulab.checkpoint.weights_file import is_marked
 
-    directory, verified = locate(_checkpoints(path)[0])
-    if not verified:
-        verify_manifest(directory)
+    check_replaceable(to, "a checkpoint export", is_marked, "--to")  # before anything is read
+    check_place(to, "--to")
+    directory = verified(_checkpoints(path)[0])
     # the weights by the engine that wrote them (its MANIFEST's layout); no recipe is read or imported
     written = engines.for_layout(manifest_layout(directory)).export_weights(directory, to)
-    make_console().print(f"wrote {written}")
+    step = load_meta(directory / META).get("step")
+    make_console().print(f"wrote {written} (step {step}, from {directory})", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,7 @@ def profile(
 
     Writes DIR/trace.json (Perfetto or chrome://tracing), DIR/key_averages.txt and DIR/profile.json.
     """
+    from gpulab.artifact.ownership import check_output_folder
     from gpulab.measure.profile_report import ProfileOptions
 
     flags = {
@@ -73,6 +74,7 @@ def profile(
     user = layer_settings(config, flags, set_)
     out_dir = out or Path(f"runs/profile-{str(user.get('recipe', 'run')).replace(':', '.')}")
     user.pop("out_dir", None)  # profile writes only to --out
+    check_output_folder(out_dir, "profile")  # a folder of the user's: refused before a framework loads
     options = ProfileOptions(
         warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
     )

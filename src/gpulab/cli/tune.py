@@ -48,10 +48,13 @@ def tune(
     (use it with gpulab train --config), OUT/tune.json (every trial, and why values were skipped) and
     OUT/tune.png (samples/s per trial, with its spread, against the default's).
     """
+    from gpulab.artifact.ownership import check_output_folder
     from gpulab.tune.report import print_report, write_outputs
     from gpulab.tune.search import Search
 
     user = layer_settings(config, {"recipe": recipe, "device": device, "engine": engine}, set_)
+    out_dir = out or Path(f"runs/tune-{str(user['recipe']).replace(':', '.')}")
+    check_output_folder(out_dir, "tune")  # a folder of the user's: refused before a trial runs
     # Piped to a file or a CI log: wide enough for the table (rich would assume 80 columns).
     console = make_console() if sys.stdout.isatty() else make_console(width=150)
     result = Search(
@@ -61,7 +64,6 @@ def tune(
         steps=steps,
         log=lambda line: console.print(line, markup=False, highlight=False, style="dim"),
     ).run()
-    out_dir = out or Path(f"runs/tune-{str(user['recipe']).replace(':', '.')}")
     tuned, json_path, png = write_outputs(out_dir, user, result)
     print_report(console, result, tuned, json_path, png)
 

@@ -84,11 +84,13 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
             f"--precision {precision}: format {fmt} exports {engine.export_model}; "
             f"valid: {choices(engine.export_precisions)}"
         )
+    if out is not None:
+        check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
     module = formats.get(fmt)
     module.available()
     required = getattr(module, "REQUIRED_SUFFIX", None)
     if out is not None and required and not Path(out).name.endswith(required):
-        raise ConfigError(f"--out {out}: format {fmt} needs a file name ending in {required}")
-    if out is not None:
-        check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
+        raise ConfigError(
+            f"--out {out}: format {fmt} needs a file name ending in {required} (e.g. {out}{required})"
+        )
     return engine, module, fixed

@@ -16,6 +16,8 @@ from gpulab.artifact import formats, parity
 from gpulab.artifact.atomic import write_atomically
 from gpulab.artifact.input_check import check_inputs
 from gpulab.artifact.loader_choice import choose_format
+from gpulab.artifact.ownership import check_place, check_replaceable
+from gpulab.artifact.predictions import SUFFIX, is_predictions, write_predictions
 from gpulab.artifact.sidecar import read_sidecar, sidecar_path
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
 from gpulab.errors import ConfigError, DataError
@@ -51,6 +53,8 @@ def infer(
         raise ConfigError(f"{artifact}: no such artifact (write one with gpulab export)")
     if (input_file is None) == (not recipe_data):
         raise ConfigError("give exactly one of --input FILE.npz|FILE.npy|DIR and --recipe-data")
+    out = Path(out) if out else artifact.with_name(artifact.name + ".predictions.npz")
+    check_predictions_out(out)
     sidecar = read_sidecar(artifact)
     module = formats.get(choose_format(artifact, fmt))
     module.available()
@@ -74,11 +78,21 @@ def infer(
     arrays = {"output": output.numpy()}
     if output.dim() >= 2:
         arrays["top1"] = output.argmax(-1).numpy()
-    out = Path(out) if out else artifact.with_name(artifact.name + ".predictions.npz")
-    write_atomically(out, lambda tmp: np.savez(tmp, **arrays))
+    write_atomically(out, lambda tmp: write_predictions(tmp, arrays))
     shift = sidecar.get("labels_shifted") is True  # a causal LM (export.json): accuracy as training reads it
     acc = parity.accuracy(output, target, shift) if parity.is_classifier(output, target) else None
     return InferResult(out, len(output), seconds, module.RUNTIME, acc)
+
+
+def check_predictions_out(out: Path) -> None:
+    """``--out`` ends in .npz (NumPy adds it otherwise: the file landed beside its name, a temporary one
+    was left behind), is a path gpulab may write, and holds nothing but earlier predictions of gpulab's."""
+    if not out.name.endswith(SUFFIX) or out.name == SUFFIX:
+        raise ConfigError(
+            f"--out {out}: predictions are an .npz file; give a name ending in .npz (e.g. {out}.npz)"
+        )
+    check_replaceable(out, "infer's predictions", is_predictions)
+    check_place(out)
 
 
 def _load(module, artifact: Path, runtime: str):

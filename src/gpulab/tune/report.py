@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpulab.artifact.ownership import claim_output_folder
 from gpulab.tune import plot
 from gpulab.tune.search import TuneResult, vs_default
 from gpulab.tune.trial import Trial
@@ -34,7 +35,7 @@ def tuned_settings(user: dict[str, Any], result: TuneResult) -> dict[str, Any]:
 
 def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tuple[Path, Path, Path | None]:
     """tuned.yaml, tune.json and tune.png (None when matplotlib is missing)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_output_folder(out_dir, "tune")  # a folder of the user's is refused, untouched
     png = plot.draw(result, out_dir)
     settings = tuned_settings(user, result)
     header = "\n".join(f"# {line}" for line in summary_lines(result)) + "\n"

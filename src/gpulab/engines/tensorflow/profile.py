@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpulab.artifact.ownership import claim_output_folder
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.errors import ConfigError
 
@@ -56,8 +57,7 @@ def profile_tf(user: dict[str, Any], out_dir: str | Path, options: Any) -> Any:
     config, recipe = resolve_tf_config(user)
     tf = require_tensorflow()
     trainer = TfTrainer(settings=config.trainer_settings(unset=frozenset({"out_dir"})))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_folder(Path(out_dir), "profile")  # a folder of the user's is refused, untouched
     with trainer.built(recipe):
         report = _profile(tf, trainer, out, options)
     report = {"recipe": config.recipe, **report, **recipe.info}

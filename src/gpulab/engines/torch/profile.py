@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from gpulab.artifact.ownership import claim_output_folder
 from gpulab.engines.torch.data import make_loader
 from gpulab.engines.torch.data.transfer import map_tensors
 from gpulab.engines.torch.measure.flops import device_peaks, training_step_flops
@@ -40,7 +41,7 @@ from gpulab.engines.torch.runtime.memory import memory_snapshot, memory_stats, r
 from gpulab.engines.torch.runtime.memory_format import channels_last_batch
 from gpulab.engines.torch.runtime.oom import sync_gradients
 from gpulab.engines.torch.runtime.step_call import LossCall, check_batch, step_loss
-from gpulab.errors import ConfigError, DataError
+from gpulab.errors import DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
 from gpulab.measure.diagnosis import diagnose
@@ -112,9 +113,7 @@ def profile_loop(
     """Warm up, time, then profile training steps of ``model`` on ``data``; write the results."""
     o = options or ProfileOptions()
     rt, out = runtime, Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output directory {str(out)!r} is a file: choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_folder(out, "profile")  # a file, or a folder of the user's: refused, untouched
     model, opt = rt.setup(model, optimizer)
     forward = model
     if compile:

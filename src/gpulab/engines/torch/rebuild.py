@@ -9,7 +9,6 @@ refused, never replaced by an older one without saying so.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from torch import nn
 from gpulab.artifact.run_record import checkpoint_root, recorded_recipe, run_engine, run_summary
 from gpulab.checkpoint.io import STATE
 from gpulab.core.recipes.trust import RecipeTrust, check_recorded
-from gpulab.errors import CheckpointError, ConfigError, GpulabWarning
+from gpulab.errors import CheckpointError, ConfigError
 
 
 @dataclass
@@ -40,20 +39,10 @@ class Source:
 
 def verified_checkpoint(path: Path):
     """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
-    from gpulab.checkpoint.io import verify_manifest
-    from gpulab.checkpoint.read import locate
+    from gpulab.checkpoint.read import verified
     from gpulab.engines.torch.checkpoint.api import read_verified_checkpoint
 
-    # verify_latest=False: the one `latest` names is checked below and refused if it fails, rather than
-    # silently exporting an older step.
-    refused: list[tuple[Path, str]] = []  # a `latest` naming another step or a place outside: said
-    directory, verified = locate(path, verify_latest=False, refused=refused)
-    if refused:
-        passed = "; ".join(f"{d.name} refused ({why})" for d, why in refused)
-        said = f"{passed}; using {directory}, the newest valid checkpoint"
-        warnings.warn(said, GpulabWarning, stacklevel=2)
-    if not verified:
-        verify_manifest(directory)
+    directory = verified(path)  # the step `latest` names, refused if it fails: never an older one silently
     ckpt = read_verified_checkpoint(directory)
     if ckpt.layout != "full":
         raise CheckpointError(

@@ -14,7 +14,6 @@ are listed in docs/RELIABILITY.md.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from gpulab.checkpoint.io import (
     STATE,
     TMP_PREFIX,
     WEIGHTS,
-    fsync_dir,
     fsync_file,
     is_complete,
     manifest_layout,
@@ -47,6 +45,7 @@ from gpulab.checkpoint.read import (
     load_weights,
     locate,
     step_dirs,
+    verified,
 )
 from gpulab.checkpoint.save import (
     check_extra_files,
@@ -227,32 +226,36 @@ def read_torch_files(directory: Path, meta: dict[str, Any], report: dict[str, An
 
 def export_weights(path: str | os.PathLike, to_file: str | os.PathLike) -> Path:
     """Copy a verified checkpoint's ``model.safetensors`` to ``to_file`` (atomically replaced)."""
-    directory, verified = locate(Path(path))
-    if not verified:
-        verify_manifest(directory)
+    directory = verified(Path(path))
     if manifest_layout(directory) not in LAYOUTS:
         read_verified_checkpoint(directory)  # raises: another engine's checkpoint, one line saying whose
     return copy_weights(directory, to_file)
 
 
 def copy_weights(directory: Path, to_file: str | os.PathLike) -> Path:
-    """``gpulab checkpoint export``: a verified torch checkpoint's ``model.safetensors`` copied to
-    ``to_file`` (atomically replaced)."""
+    """``gpulab checkpoint export``: a verified torch checkpoint's ``model.safetensors`` written to
+    ``to_file`` (atomically) with gpulab's mark in its header (``checkpoint/weights_file.py``); a file
+    there that gpulab's mark does not name is refused, untouched."""
+    from gpulab.artifact.atomic import write_atomically
+    from gpulab.artifact.ownership import check_place, check_replaceable
+    from gpulab.checkpoint.weights_file import is_marked, write_marked
+
+    target = Path(to_file)
+    check_replaceable(target, "a checkpoint export", is_marked, "--to")
+    check_place(target, "--to")
     if manifest_layout(directory) != "full":
         raise CheckpointError(
             f"{directory} holds sharded (fsdp2) weights; convert them to one file with "
             "torch.distributed.checkpoint.format_utils.dcp_to_torch_save"
         )
     check_weights_header(directory / WEIGHTS)
-    target = Path(to_file)
-    tmp = target.with_name(f"{TMP_PREFIX}{target.name}-{os.getpid()}")
-    try:
-        shutil.copyfile(directory / WEIGHTS, tmp)
-        fsync_file(tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(target.parent)
+    step = load_meta(directory / META).get("step")
+
+    def write(tmp: Path) -> None:
+        write_marked(directory / WEIGHTS, tmp, step)
+        fsync_file(tmp)  # durable before it is renamed into place
+
+    write_atomically(target, write, option="--to")
     return target
 
 

@@ -9,6 +9,7 @@ import torch
 from gpulab.engines.torch.formats.base import Runner, export_program, output_path
 
 NAME, SUFFIX, RUNTIME = "exported", ".pt2", "torch.export ExportedProgram"
+REQUIRED_SUFFIX = ".pt2"  # torch.export.save refuses any other name (a 66-line traceback once)
 
 
 def available() -> None:

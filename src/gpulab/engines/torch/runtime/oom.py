@@ -28,7 +28,6 @@ guard's life): the worst moment, with every micro-batch's gradients accumulated.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -38,6 +37,7 @@ import torch
 from gpulab.engines.torch.data.transfer import batch_size_of, map_tensors
 from gpulab.engines.torch.runtime.memory import release_cached_memory
 from gpulab.errors import ConfigError, GpulabError
+from gpulab.hooks import hook
 
 T = TypeVar("T")
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]
@@ -184,12 +184,15 @@ def sync_gradients(params: Iterable[torch.nn.Parameter], all_reduce: AllReduce |
 
 def injected_attempts(rank: int, environ: dict[str, str] | None = None) -> set[int]:
     """Attempts at which ``GPULAB_INJECT_OOM`` asks this rank to raise, e.g. ``"1:0,1:3"``."""
-    value = (os.environ if environ is None else environ).get(INJECT_ENV, "").strip()
+    # read only when tests ask for hooks (gpulab/hooks.py); a given ``environ`` is read as it is
+    value = ((hook(INJECT_ENV) if environ is None else environ.get(INJECT_ENV)) or "").strip()
     attempts: set[int] = set()
     for item in filter(None, (part.strip() for part in value.split(","))):
         who, sep, when = item.partition(":")
         if not sep or not who.isdigit() or not when.isdigit():
-            raise ConfigError(f"{INJECT_ENV}={value!r}: expected RANK:ATTEMPT[,RANK:ATTEMPT...]")
+            raise ConfigError(
+                f"{INJECT_ENV}={value!r}: expected RANK:ATTEMPT[,RANK:ATTEMPT...]; fix the value or unset it"
+            )
         if int(who) == rank:
             attempts.add(int(when))
     return attempts
