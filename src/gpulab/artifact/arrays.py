@@ -100,13 +100,15 @@ def concatenate(parts: list[Any]) -> Any:
 
 def by_names(val_data: Any, names: list[str], recipe: str) -> tuple[Inputs, np.ndarray]:
     """A recipe's ``(x, y)`` validation arrays as the inputs an artifact names: ``x`` a dict by those
-    names, or a tuple in their order (a Keras model of several inputs)."""
+    names, or a tuple in their order (a Keras model of several inputs); ``y`` an array, or a dict of them
+    by output name (a model of several outputs)."""
     data = as_arrays(val_data)
     x = data[0] if isinstance(data, tuple) and len(data) == 2 else None
+    target = tree_map(np.asarray, data[-1]) if isinstance(x, (Mapping, tuple, list)) else None
     if isinstance(x, Mapping) and all(n in x for n in names):
-        return tuple(np.ascontiguousarray(np.asarray(x[n])) for n in names), np.asarray(data[-1])
+        return tuple(np.ascontiguousarray(np.asarray(x[n])) for n in names), target
     if isinstance(x, (tuple, list)) and len(x) == len(names):
-        return tuple(np.ascontiguousarray(np.asarray(a)) for a in x), np.asarray(data[-1])
+        return tuple(np.ascontiguousarray(np.asarray(a)) for a in x), target
     raise DataError(
         f"recipe {recipe!r}'s validation data does not hold the inputs {', '.join(names)}; "
         "give --input FILE.npz"
@@ -135,8 +137,14 @@ def batches(inputs: Inputs, size: int, fixed: bool, cat: Callable[[list], Any] =
         yield chunk, real
 
 
-def run_batched(fn: Callable[..., np.ndarray], inputs: Inputs, size: int, fixed: bool) -> np.ndarray:
-    return np.concatenate([np.asarray(fn(*chunk))[:real] for chunk, real in batches(inputs, size, fixed)])
+def run_batched(fn: Callable[..., Any], inputs: Inputs, size: int, fixed: bool) -> Any:
+    """``fn``'s outputs over every batch, joined: one array, or a dict of them (a model's several
+    outputs by name)."""
+    outs = [
+        tree_map(lambda a, r=real: np.asarray(a)[:r], fn(*chunk))
+        for chunk, real in batches(inputs, size, fixed)
+    ]
+    return concatenate(outs)
 
 
 def example(inputs: Inputs, batch: int) -> Inputs:

@@ -137,13 +137,19 @@ def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | N
 _read_npz = arrays.read_npz
 
 
-def run_batched(fn: Callable[..., torch.Tensor], inputs: Inputs, size: int, fixed: bool) -> torch.Tensor:
+def run_batched(fn: Callable[..., Any], inputs: Inputs, size: int, fixed: bool) -> Any:
     import torch
 
     with torch.no_grad():
-        # torch.as_tensor: a TensorFlow runtime's runner (infer of a TF artifact) returns NumPy arrays
+        # torch.as_tensor: a TensorFlow runtime's runner (infer of a TF artifact) returns NumPy arrays, and
+        # for a model of several outputs a dict of them by output name
         chunks = arrays.batches(inputs, size, fixed, cat=torch.cat)
-        outs = [torch.as_tensor(fn(*c))[:real].detach().cpu() for c, real in chunks]
+        outs = [
+            arrays.tree_map(lambda t, r=real: torch.as_tensor(t)[:r].detach().cpu(), fn(*c))
+            for c, real in chunks
+        ]
+    if outs and isinstance(outs[0], Mapping):
+        return {name: torch.cat([o[name] for o in outs]) for name in outs[0]}
     return torch.cat(outs)
 
 

@@ -13,6 +13,7 @@ its artifacts here without torch.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,32 @@ def compare(eager: Any, got: Any, target: Any | None, precision: str, *, shift: 
         passed = passed and agree >= tol.min_top1_agreement
     report["passed"] = passed
     return report
+
+
+def compare_outputs(eager: Any, got: Any, target: Any | None, precision: str, *, shift: bool = False) -> dict:
+    """``compare`` for one output; for a model of several (dicts of them by output name), each output's
+    report under ``outputs`` (its target the target's entry of that name), the worst figures on top and
+    passed only where every output passed."""
+    if not isinstance(eager, Mapping):
+        return compare(eager, got, target, precision, shift=shift)
+    if not isinstance(got, Mapping) or sorted(got) != sorted(eager):
+        given = sorted(got) if isinstance(got, Mapping) else "one tensor"
+        return {"passed": False, "problem": f"outputs {given} != eager {sorted(eager)}"}
+    targets = target if isinstance(target, Mapping) else {}
+    outputs = {n: compare(eager[n], got[n], targets.get(n), precision, shift=shift) for n in eager}
+    problems = [f"output {n}: {r['problem']}" for n, r in outputs.items() if "problem" in r]
+    if problems:
+        return {"passed": False, "problem": "; ".join(problems), "outputs": outputs}
+    reports = list(outputs.values())
+    return {
+        "samples": reports[0]["samples"],
+        "max_abs_error": max(r["max_abs_error"] for r in reports),
+        "max_rel_error": max(r["max_rel_error"] for r in reports),
+        "share_within_tolerance": min(r["share_within_tolerance"] for r in reports),
+        "tolerance": reports[0]["tolerance"],
+        "outputs": outputs,
+        "passed": all(r["passed"] for r in reports),
+    }
 
 
 def write(report: dict, artifact: Path) -> Path:

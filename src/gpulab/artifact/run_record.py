@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gpulab import engine_registry as engines
+from gpulab.checkpoint.io import LATEST, MANIFEST
 from gpulab.engine_registry import DEFAULT
 from gpulab.errors import CheckpointError
 
@@ -24,9 +26,44 @@ def run_summary(path: Path) -> dict[str, Any] | None:
 
 
 def run_engine(path: Path) -> str:
-    """``torch`` or ``tensorflow``: what trained the run (summary.json's ``engine``; torch if none)."""
+    """``torch`` or ``tensorflow``: what trained the run: summary.json's ``engine``; a run that failed or
+    was stopped wrote none, and its checkpoints' MANIFEST layout tells instead; torch if neither does."""
     summary = run_summary(path) if path.is_dir() else None
-    return str((summary or {}).get("engine") or DEFAULT)
+    if summary is not None:
+        return str(summary.get("engine") or DEFAULT)
+    layout = checkpoint_layout_in(path) if path.is_dir() else None
+    engine = engines.find(lambda e: layout in e.checkpoint_layouts) if layout else None
+    return engine.name if engine else DEFAULT
+
+
+def checkpoint_layout_in(path: Path) -> str | None:
+    """The MANIFEST layout of the newest checkpoint at ``path`` (a checkpoint, a root of ``step-*``
+    directories or a run directory); None where it holds none (its MANIFEST read as data only)."""
+    candidates = [path, *sorted(path.glob("step-*"), reverse=True)]
+    candidates += sorted(path.glob("checkpoints/step-*"), reverse=True)
+    for directory in candidates:
+        try:
+            doc = json.loads((directory / MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            return str(doc.get("layout") or "full")
+    return None
+
+
+def refuse_unfinished(path: Path) -> None:
+    """A run directory with neither summary.json nor any checkpoint (a run that failed or was stopped
+    before its first checkpoint): one line saying there is nothing to export, before any engine is asked."""
+    if not path.is_dir() or run_summary(path) is not None:
+        return
+    found = [path / MANIFEST, path / LATEST, path / "checkpoints", *path.glob("step-*")]
+    if any(p.exists() for p in found):
+        return
+    raise CheckpointError(
+        f"{path}: no summary.json and no checkpoint, so nothing to export (a run that failed or was stopped "
+        f"before its first checkpoint leaves neither); train it to the end: gpulab train ... --out {path} "
+        "--overwrite"
+    )
 
 
 def file_stem(recipe: str) -> str:

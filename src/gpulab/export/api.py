@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpulab import engine_registry as engines
 from gpulab.artifact import formats
 from gpulab.artifact.ownership import check_export_out
-from gpulab.artifact.run_record import run_engine
+from gpulab.artifact.run_record import refuse_unfinished, run_engine
 from gpulab.artifact.sidecar import ExportResult
 from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.errors import CheckpointError, ConfigError, choices
@@ -39,6 +39,7 @@ def parse_batch_dim(value: str | int) -> int | None:
 def check_engine(path: Path, fmt: str) -> Engine:
     """The engine that trained ``path`` (a checkpoint file: torch's), if it exports to ``fmt``; else one line
     naming the formats it does export to."""
+    refuse_unfinished(path)
     engine = engines.get(run_engine(path) if path.is_dir() else None)
     if fmt not in engine.export_formats:
         owner = formats.owner(fmt)  # raises for a format no engine has

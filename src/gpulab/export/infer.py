@@ -75,10 +75,9 @@ def infer(
         given = ", ".join(f"{str(x.dtype).removeprefix('torch.')} {list(x.shape)}" for x in inputs)
         raise DataError(f"{artifact}: {module.RUNTIME} refused the inputs ({given}): {first}") from exc
     seconds = time.perf_counter() - started
-    arrays = {"output": output.numpy()}
-    if output.dim() >= 2:
-        arrays["top1"] = output.argmax(-1).numpy()
-    write_atomically(out, lambda tmp: write_predictions(tmp, arrays))
+    write_atomically(out, lambda tmp: write_predictions(tmp, predictions(output)))
+    if isinstance(output, dict):  # several outputs: each has its own target, no one accuracy
+        return InferResult(out, len(next(iter(output.values()))), seconds, module.RUNTIME, None)
     shift = sidecar.get("labels_shifted") is True  # a causal LM (export.json): accuracy as training reads it
     acc = parity.accuracy(output, target, shift) if parity.is_classifier(output, target) else None
     return InferResult(out, len(output), seconds, module.RUNTIME, acc)
@@ -93,6 +92,20 @@ def check_predictions_out(out: Path) -> None:
         )
     check_replaceable(out, "infer's predictions", is_predictions)
     check_place(out)
+
+
+def predictions(output: Any) -> dict[str, np.ndarray]:
+    """``output`` (and ``top1`` for class scores); a model of several outputs: each by its name (and
+    ``NAME_top1``)."""
+    named = output if isinstance(output, dict) else {"output": output}
+    arrays = {}
+    for name, tensor in named.items():
+        arrays[name] = tensor.numpy()
+        if len(named) == 1 and tensor.dim() >= 2:
+            arrays["top1"] = tensor.argmax(-1).numpy()
+        elif tensor.dim() >= 2 and tensor.shape[-1] > 1:  # class scores, not one regressed value
+            arrays[f"{name}_top1"] = tensor.argmax(-1).numpy()
+    return arrays
 
 
 def _load(module, artifact: Path, runtime: str):

@@ -120,16 +120,22 @@ class TensorFlowEngine:
         return keras_recipe(name, dict(options))
 
     def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import arrays
         from gpulab.artifact import data as export_data
 
-        if names is None:
+        data = arrays.as_arrays(recipe.val_data)
+        several = isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], Mapping)  # outputs
+        if names is None and not several:
             return export_data.from_recipe(recipe.val_data, name)
+        import numpy as np
         import torch  # infer runs every artifact's inputs as torch tensors (artifact/data.py)
 
-        from gpulab.artifact.arrays import by_names
-
-        inputs, target = by_names(recipe.val_data, names, name)  # (inputs, target) arrays, by the names
-        return tuple(map(torch.from_numpy, inputs)), torch.from_numpy(target)
+        if names is None:  # one input, a target per output
+            inputs, target = arrays.one_input((data[0],), f"recipe {name!r}"), data[1]
+        else:
+            inputs, target = arrays.by_names(recipe.val_data, names, name)  # (inputs, target), by the names
+        tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+        return tuple(map(tensor, inputs)), arrays.tree_map(tensor, target)
 
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         from gpulab.engines.tensorflow.launch import launch_tf

@@ -75,7 +75,7 @@ def rebuild_keras(path: Path, trust: RecipeTrust) -> KerasSource:
     model = recipe.model()
     val_data = as_arrays(recipe.val_data)  # NumPy, tf.data or a generator: read once, here
     served, inputs, _ = keras_inputs(model, val_data, name)
-    served(*(x[:1] for x in inputs))  # creates the variables (a subclassed model has none yet)
+    served.probe(*(x[:1] for x in inputs))  # creates the variables (a subclassed model has none yet)
     try:
         model.load_weights(str(weights))
     except Exception as exc:  # a truncated file, or weights of other options than summary.json records
@@ -115,8 +115,9 @@ def npz_inputs(path: Path, served: Serving) -> tuple[tuple[np.ndarray, ...], np.
 def eager_runner(model: Serving):
     """The Keras model called eagerly (inference mode: dropout off): the reference of the parity check."""
 
-    def run(*xs: np.ndarray) -> np.ndarray:
-        return model(*xs, training=False).numpy()
+    def run(*xs: np.ndarray) -> np.ndarray | dict[str, np.ndarray]:
+        out = model(*xs, training=False)
+        return {k: v.numpy() for k, v in out.items()} if isinstance(out, dict) else out.numpy()
 
     return run
 
@@ -145,7 +146,7 @@ def export_tf(
     eager = arrays.run_batched(eager_runner(source.model), inputs, size, fixed is not None)
     got = arrays.run_batched(module.load(artifact), inputs, size, fixed is not None)
     report = {"format": module.NAME, "runtime": module.RUNTIME, "precision": "fp32"}
-    report |= parity.compare(eager, got, target, "fp32")
+    report |= parity.compare_outputs(eager, got, target, "fp32")
     report["reference"] = "eager Keras model"
     report["data"] = str(input_file) if input_file else f"recipe {source.recipe} validation set"
     return ExportResult(artifact, report, parity.write(report, artifact), info)
@@ -172,6 +173,7 @@ def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: fl
             # one input stays unnamed (infer feeds an .npz's arrays in file order); several by name
             for named, x in zip(_names(source.model), inputs, strict=True)
         ],
+        **({"outputs": source.model.outputs} if source.model.outputs else {}),
         "export_seconds": round(seconds, 3),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

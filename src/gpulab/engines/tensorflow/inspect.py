@@ -74,7 +74,10 @@ def inspect_tf(user: dict[str, Any]) -> Any:
         for row, layer, args in rec.calls:  # after the trace: the layer's own graph, nothing recorded
             is_model = layer is model  # its row takes the figure above rather than a second trace
             row.flops_forward = forward if is_model else _graph_flops(tf, _layer_function(tf, layer), args)
-        step = _step_function(tf, keras, model, recipe.loss_fn)
+        from gpulab.engines.tensorflow.losses import combined_loss
+
+        loss_fn = combined_loss(recipe.loss_fn, recipe.loss_weights, out)  # a dict of losses: per output
+        step = _step_function(tf, keras, model, loss_fn)
         total = _graph_flops(tf, step, (x, y))
     inspection = Inspection(rec.rows, total, forward, config.batch_size, run_dtype, "an eager Keras call")
     del out

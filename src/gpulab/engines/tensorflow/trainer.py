@@ -36,6 +36,7 @@ from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
 from gpulab.core.context import FitContext
 from gpulab.core.engine_step import EngineStep
+from gpulab.core.failure import add_failure_note
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.core.plan import plan_fit
 from gpulab.core.state import FitResult, FitState
@@ -44,6 +45,7 @@ from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_facts, device_name
 from gpulab.engines.tensorflow.failure import describe_batch, describe_error, is_out_of_memory
 from gpulab.engines.tensorflow.importing import require_tensorflow
+from gpulab.engines.tensorflow.losses import combined_loss
 from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.stop_flag import StopFlag
 from gpulab.engines.tensorflow.strategy import make_strategy
@@ -57,8 +59,10 @@ THREADS_HINT = " (TensorFlow's CPU threads competed with those processes)"
 class TfRecipe:
     """What ``TfTrainer.fit`` needs; built under the fit's strategy scope and precision policy.
 
-    ``model``: ``() -> keras.Model`` (its output layer in float32); ``loss_fn``: ``(y, output) -> per-example
-    losses``; ``optimizer``: ``(total_steps) -> keras optimizer`` (a schedule needs the length);
+    ``model``: ``() -> keras.Model`` (its output layer in float32; Sequential, functional or subclassed);
+    ``loss_fn``: ``(y, output) -> per-example losses``, or for several outputs a dict of losses by output
+    name (a list in their order) with ``loss_weights`` alike, as ``model.compile`` takes them
+    (``losses.py``); ``optimizer``: ``(total_steps) -> keras optimizer`` (a schedule needs the length);
     ``correct_fn``: ``(y, output) -> per-example 0/1`` for accuracy, or None.
     """
 
@@ -68,6 +72,7 @@ class TfRecipe:
     optimizer: Callable[[int], Any]
     val_data: Any = None
     correct_fn: Callable | None = None
+    loss_weights: Any = None
     defaults: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -171,6 +176,7 @@ class TfTrainer(EngineStep):
         self.state = self.plan.fresh_state()
         with dist.strategy.scope():
             self.model = recipe.model()
+            self.loss_fn = self._loss(recipe)
             self.optimizer = self.precision.wrap_optimizer(keras, recipe.optimizer(self.state.total_steps))
             if s.clip_grad_norm is not None and dist.replicas == 1:
                 # Keras clips after unscaling (fp16) and before applying: exact with one replica.
@@ -190,12 +196,28 @@ class TfTrainer(EngineStep):
                 cache=s.data_cache, prefetch=s.prefetch_factor,
             )  # fmt: skip
             self.val_data = self._distribute(val)
-        self.loss_fn, self.correct_fn = recipe.loss_fn, recipe.correct_fn
+        self.correct_fn = recipe.correct_fn
         # Outside the strategy's scope: each worker's own request, read by its replicas.
         self.stop_flag = StopFlag(tf) if self._agree_on_stop else None
         self.step = CompiledStep(tf, self._step_fn(tf), jit=s.compile)
         self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
         self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+
+    def _loss(self, recipe: TfRecipe) -> Callable:
+        """The recipe's loss as the step takes it. A subclassed model has no variables before its first
+        call (the optimizer would build on none), and a dict of losses must match the outputs: one sample
+        through the model, in inference mode (no dropout draw), settles both before anything else runs."""
+        one_loss = callable(recipe.loss_fn) and not isinstance(recipe.loss_fn, (dict, list, tuple))
+        if self.model.built and one_loss and recipe.loss_weights is None:
+            return recipe.loss_fn
+        x = self._tf.nest.map_structure(lambda a: a[:1], self.train_arrays[0])
+        try:
+            output = self.model(x, training=False)
+        except Exception as error:  # the user's model: its traceback, and where gpulab called it
+            add_failure_note(error, "gpulab: the model's first call failed (one training sample through it, "
+                             "before the fit, to create its variables and read its outputs)")  # fmt: skip
+            raise
+        return combined_loss(recipe.loss_fn, recipe.loss_weights, output)
 
     def _resume(self, tf: Any, resume: str | None) -> None:
         """Checkpoints: the model, the optimizer (slots, iterations, loss scale) and the step in a

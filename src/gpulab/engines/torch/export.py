@@ -59,9 +59,12 @@ def export_torch(
     info["output"] = model.output_name
     if shifts_labels(source.model):  # a causal LM's logits at t predict the label at t+1 (infer reads it)
         info["labels_shifted"] = True
-    if facts.get("sequence_dim") == "dynamic":  # as base.batch_dims marks them
-        for entry, x in zip(info["inputs"], data.inputs, strict=True):
-            if x.dim() >= 2 and not x.is_floating_point():
+    if facts.get("sequence_dim") == "dynamic":
+        # the inputs the format ran at another length (TorchScript's probe), else the token inputs, as
+        # base.batch_dims makes them symbolic
+        tried = info.pop("sequence_inputs", None)
+        for i, (entry, x) in enumerate(zip(info["inputs"], data.inputs, strict=True)):
+            if i in tried if tried is not None else x.dim() >= 2 and not x.is_floating_point():
                 entry["shape"][1] = "sequence"
     write_text(artifact.with_name(artifact.name + SIDECAR), json.dumps(info, indent=2) + "\n")
     report = check_parity(

@@ -1,7 +1,7 @@
 """``savedmodel``: a TensorFlow-engine run's Keras model as a SavedModel directory with a
 ``serving_default`` signature (one input ``input``, or a model's several inputs by their names; one output
-``output``; batch dimension None unless ``--batch-dim N``), as TF Serving loads it; run back through
-``tf.saved_model.load`` and that signature.
+``output``, or a model's several by their names; batch dimension None unless ``--batch-dim N``), as TF
+Serving loads it; run back through ``tf.saved_model.load`` and that signature.
 
 TensorFlow is imported here only inside the functions (``available`` only looks for it); inputs and
 outputs are NumPy arrays (a torch tensor on the CPU is read as one): no torch."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpulab.engines.tensorflow.formats.serving import check_count, input_order, serving
+from gpulab.engines.tensorflow.formats.serving import check_count, input_order, output_order, serving
 from gpulab.errors import MissingPackageError
 
 Runner = Callable[..., np.ndarray]  # engines.torch.formats.base.Runner's NumPy twin (that imports torch)
@@ -61,11 +61,14 @@ def save(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path) 
     served = serving(model)
     archive = keras.export.ExportArchive()
     archive.track(served.model)
-    # A dict output names the signature's output tensor (`output`, not Keras's `output_0`); the inputs
-    # take the specs' names.
-    archive.add_endpoint(
-        "serve", lambda *xs: {OUTPUT: served(*xs, training=False)}, specs(example, dynamic, served.names)
-    )
+
+    # A dict output names the signature's output tensors (`output`, not Keras's `output_0`; several
+    # outputs by their own names); the inputs take the specs' names.
+    def serve(*xs: Any) -> dict[str, Any]:
+        out = served(*xs, training=False)
+        return out if isinstance(out, dict) else {OUTPUT: out}
+
+    archive.add_endpoint("serve", serve, specs(example, dynamic, served.names))
     archive.write_out(str(out), verbose=False)
 
 
@@ -78,10 +81,12 @@ def load(path: Path) -> Runner:
     tf = tensorflow()
     serve = tf.saved_model.load(str(path)).signatures[SIGNATURE]
     names = input_order(path, list(serve.structured_input_signature[1]))
+    outputs = output_order(path, list(serve.structured_outputs))
 
-    def run(*xs: Any) -> np.ndarray:
+    def run(*xs: Any) -> np.ndarray | dict[str, np.ndarray]:
         check_count(names, xs)
         feed = {name: tf.constant(np.asarray(x)) for name, x in zip(names, xs, strict=True)}
-        return serve(**feed)[OUTPUT].numpy()
+        got = serve(**feed)
+        return got[OUTPUT].numpy() if outputs is None else {n: got[n].numpy() for n in outputs}
 
     return run

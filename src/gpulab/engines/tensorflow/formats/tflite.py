@@ -14,7 +14,7 @@ import numpy as np
 
 from gpulab.engines.tensorflow.formats import savedmodel
 from gpulab.engines.tensorflow.formats.savedmodel import Runner
-from gpulab.engines.tensorflow.formats.serving import check_count, input_order
+from gpulab.engines.tensorflow.formats.serving import check_count, input_order, output_order
 from gpulab.errors import ConfigError
 
 NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
@@ -53,7 +53,7 @@ def interpreter(path: Path) -> Any:
 
 def load(path: Path) -> Runner:
     interp = interpreter(path)
-    if len(interp.get_input_details()) > 1:
+    if len(interp.get_input_details()) > 1 or len(interp.get_output_details()) > 1:
         return _by_name(interp, path)
     interp.allocate_tensors()
     inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
@@ -73,17 +73,19 @@ def load(path: Path) -> Runner:
 
 
 def _by_name(interp: Any, path: Path) -> Runner:
-    """Several inputs: fed by name through the signature (the interpreter's tensor order is its own);
-    the signature runner resizes to each batch."""
+    """Several inputs or outputs: by name through the signature (the interpreter's tensor order is its
+    own); the signature runner resizes to each batch."""
     runner = interp.get_signature_runner(savedmodel.SIGNATURE)
     details = runner.get_input_details()
     names = input_order(path, list(details))
+    outputs = output_order(path, list(runner.get_output_details()))
 
-    def run(*xs: Any) -> np.ndarray:
+    def run(*xs: Any) -> np.ndarray | dict[str, np.ndarray]:
         check_count(names, xs)
         feed = {
             n: np.asarray(x).astype(details[n]["dtype"], copy=False) for n, x in zip(names, xs, strict=True)
         }
-        return runner(**feed)[savedmodel.OUTPUT].copy()
+        got = runner(**feed)
+        return got[savedmodel.OUTPUT].copy() if outputs is None else {n: got[n].copy() for n in outputs}
 
     return run

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpulab.engines.torch.formats.base import Runner, has_sequence, output_path
+from gpulab.engines.torch.formats.base import Runner, output_path
 from gpulab.errors import ConfigError, GpulabWarning
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"
@@ -36,18 +36,32 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
             scripted, how = _trace(model, example), "trace"
         scripted.save(str(output_path(out)))
         facts = {"method": how}
-        if dynamic and has_sequence(example):
-            facts |= _sequence(scripted, model, example)
+        if dynamic:
+            facts |= _sequences(scripted, model, example)
     return facts
 
 
-def _sequence(scripted, model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> dict:
-    """Whether the artifact takes another sequence length, as tested, never assumed: the example's token
-    inputs padded with zeros to 1.5x its length, run through it and the eager model. ``sequence_dim``
+def _sequences(scripted, model: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> dict:
+    """Which inputs take another length along dimension 1 (``sequence_inputs``, their positions): the
+    token inputs, and float sequences ``[batch, time, features]`` (an LSTM's), tried together first;
+    where that fails the token inputs alone, as before float sequences were tried. A float input that
+    fails is not called a sequence at all (it may be an image's rows)."""
+    tokens = [i for i, x in enumerate(example) if x.dim() >= 2 and not x.is_floating_point()]
+    floats = [i for i, x in enumerate(example) if x.dim() == 3 and x.is_floating_point()]
+    if floats:
+        both = _sequence(scripted, model, example, tokens + floats)
+        if both["sequence_dim"] == "dynamic" or not tokens:
+            return both if both["sequence_dim"] == "dynamic" else {}
+    return _sequence(scripted, model, example, tokens) if tokens else {}
+
+
+def _sequence(scripted, model: torch.nn.Module, example: tuple[torch.Tensor, ...], which: list[int]) -> dict:
+    """Whether the artifact takes another sequence length, as tested, never assumed: the inputs ``which``
+    padded with zeros to 1.5x their length, run through it and the eager model. ``sequence_dim``
     ``dynamic`` (with the lengths checked) only where both agree."""
-    length = next(x.shape[1] for x in example if x.dim() >= 2 and not x.is_floating_point())
+    length = example[which[0]].shape[1]
     longer = length + max(1, length // 2)
-    padded = tuple(_padded(x, longer) for x in example)
+    padded = tuple(_padded(x) if i in which else x for i, x in enumerate(example))
     try:
         with torch.no_grad():
             want, got = model(*padded), scripted(*padded)
@@ -56,14 +70,14 @@ def _sequence(scripted, model: torch.nn.Module, example: tuple[torch.Tensor, ...
         return {"sequence_dim": f"fixed (length {longer} fails: {type(exc).__name__}: {first})"}
     if want.shape != got.shape or not torch.allclose(got.float(), want.float(), rtol=1e-4, atol=1e-5):
         return {"sequence_dim": f"fixed (the artifact specialises on length {length})"}
-    return {"sequence_dim": "dynamic", "sequence_checked": [length, longer]}
+    return {"sequence_dim": "dynamic", "sequence_checked": [length, longer], "sequence_inputs": which}
 
 
-def _padded(x: torch.Tensor, length: int) -> torch.Tensor:
-    """A token input (integer or boolean, 2+ dimensions) padded with zeros along dimension 1."""
-    if x.dim() < 2 or x.is_floating_point():
-        return x
-    pad = torch.zeros(x.shape[0], length - x.shape[1], *x.shape[2:], dtype=x.dtype, device=x.device)
+def _padded(x: torch.Tensor) -> torch.Tensor:
+    """An input padded with zeros along dimension 1 to its length plus half (inputs of one length, ids
+    and their mask, stay of one length)."""
+    longer = x.shape[1] + max(1, x.shape[1] // 2)
+    pad = torch.zeros(x.shape[0], longer - x.shape[1], *x.shape[2:], dtype=x.dtype, device=x.device)
     return torch.cat([x, pad], dim=1)
 
 
