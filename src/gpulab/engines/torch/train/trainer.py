@@ -448,11 +448,15 @@ class Trainer(EngineStep):
         check_parameters(rt, self.model, step)
 
     def train_loss_state(self) -> dict[str, Any]:
-        """The running training-loss window, so a resumed run logs the same numbers."""
-        return self._train_loss.state_dict()
+        """The running training-loss window of every rank (summed over them: a collective), so a resumed
+        run logs the same numbers with any number of ranks."""
+        rt = self.runtime
+        total = (lambda sums: rt.all_reduce(sums, "sum")) if rt.world_size > 1 else None
+        return self._train_loss.state_dict(reduce=total)
 
     def load_train_loss_state(self, saved: dict[str, Any] | None) -> None:
-        self._train_loss.load_state_dict(saved, self.runtime.device)
+        rt = self.runtime
+        self._train_loss.load_state_dict(saved, rt.device, holder=rt.is_rank_zero)
 
     def micro_batch_state(self) -> dict[str, Any] | None:
         """The OOM guard's split (``micro_batch: auto``), so a resumed run keeps the smaller micro-batch."""
