@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from gpulab.redaction import redact, redacted
+from gpulab.redaction import (
+    CREDENTIALS_ENV,
+    hide_credentials,
+    redact,
+    redacted,
+    redacted_argv,
+    redacting_output,
+    restore_credentials,
+)
 
 
 @pytest.mark.parametrize(
@@ -43,3 +53,29 @@ def test_redacted_walks_nested_settings_and_keeps_other_values():
         "x": None,
     }
     assert settings["mlflow"]["tracking_uri"] == "http://u:secret@h"  # a copy: the live value is untouched
+
+
+def test_a_library_line_printed_with_a_credential_comes_out_masked(capsys):
+    with redacting_output():
+        print("🏃 View run r at: http://u:pw@h:5000/#/experiments/1/runs/x")
+        print("🧪 View experiment at: https://h/?token=abc/#/experiments/1", file=sys.stderr)
+    out, err = capsys.readouterr()
+    assert out == "🏃 View run r at: http://u:***@h:5000/#/experiments/1/runs/x\n"
+    assert err == "🧪 View experiment at: https://h/?token=***#/experiments/1\n"  # the value ran to the #
+    print("after")
+    assert capsys.readouterr().out == "after\n"  # the streams are given back
+
+
+def test_a_childs_credentials_travel_in_its_environment_and_only_back_to_their_place(monkeypatch):
+    args = ["train", "mlp", "--set", "mlflow.tracking_uri=http://u:pw@h", "--out", "r"]
+    shown, env = hide_credentials(args)
+    assert shown == ["train", "mlp", "--set", "mlflow.tracking_uri=http://u:***@h", "--out", "r"]
+    assert "pw" in env[CREDENTIALS_ENV] and hide_credentials(["train", "mlp"]) == (["train", "mlp"], {})
+    assert restore_credentials(shown, env) == args
+    # An argument that is not the masked form of the original stays as given.
+    assert restore_credentials(["train", "mlp", "--set", "other"], env) == ["train", "mlp", "--set", "other"]
+    assert restore_credentials(shown, {CREDENTIALS_ENV: "not json"}) == shown
+    monkeypatch.setattr(sys, "argv", ["gpulab", *args])
+    with redacted_argv():
+        assert sys.argv[4] == "mlflow.tracking_uri=http://u:***@h"
+    assert sys.argv[1:] == args

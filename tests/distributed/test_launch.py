@@ -25,6 +25,7 @@ from gpulab.distributed import launch as L  # noqa: E402
 from gpulab.distributed import preflight as P  # noqa: E402
 from gpulab.distributed.cluster_templates import render  # noqa: E402
 from gpulab.errors import LaunchError, WorkersFailedError  # noqa: E402
+from gpulab.redaction import CREDENTIALS_ENV  # noqa: E402
 
 
 @pytest.fixture
@@ -105,6 +106,18 @@ def test_cpu_defaults_one_process_gloo_standalone(cpu_only):
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "GLOO_SOCKET_IFNAME": "lo",  # one node: loopback only (test_loopback.py)
     }  # no NCCL ones
+
+
+def test_a_credential_reaches_a_gpulab_rank_through_its_environment_and_is_echoed_masked(cpu_only):
+    uri = "mlflow.tracking_uri=http://u:pw@h:5000"
+    plan = L.plan_launch(L.LaunchSpec(command=["gpulab", "train", "mlp", "--set", uri]), environ={})
+    assert plan.script_args == ["train", "mlp", "--set", "mlflow.tracking_uri=http://u:***@h:5000"]
+    assert json.loads(plan.env[CREDENTIALS_ENV]) == {"3": uri}
+    assert "pw" not in L.describe_plan(plan)
+    # A script of the user's own gets its arguments as given (it knows nothing of gpulab's environment).
+    script = L.plan_launch(L.LaunchSpec(command=[JOB, "--set", uri]), environ={})
+    assert script.script_args == ["--set", uri] and CREDENTIALS_ENV not in script.env
+    assert "pw" not in L.describe_plan(script)
 
 
 def test_gpu_defaults_one_process_per_gpu_nccl_with_safe_env(four_gpus):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gpulab.artifact.array_headers import check_input_file
 from gpulab.errors import DataError
 
 Inputs = tuple[np.ndarray, ...]
@@ -17,8 +18,11 @@ Inputs = tuple[np.ndarray, ...]
 
 def read_npz(path: str | Path) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz``, an ``.npy`` (one array, named after the file) or a directory of
-    ``.npy`` files (each named after its file, in name order); object arrays (pickles) refused."""
+    ``.npy`` files (each named after its file, in name order); what no model takes, or would not fit,
+    refused from the headers first (``array_headers.py``)."""
     path = Path(path)
+    if path.exists():  # a missing one: np.load's own line below
+        check_input_file(path)
     if path.is_dir():
         files = sorted(path.glob("*.npy"))
         if not files:

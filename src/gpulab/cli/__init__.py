@@ -6,6 +6,7 @@ environment problem) into one line on stderr and exit code 2; ``--debug`` keeps 
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 import warnings
@@ -13,6 +14,7 @@ import warnings
 import typer
 
 from gpulab.errors import GpulabError, GpulabWarning, choices
+from gpulab.redaction import CREDENTIALS_ENV, restore_credentials
 
 app = typer.Typer(
     name="gpulab",
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
     _register()
     _one_line_warnings()
+    if argv is None and CREDENTIALS_ENV in os.environ:  # a rank of `gpulab launch`: its argv is masked
+        argv = restore_credentials(sys.argv[1:])
+        del os.environ[CREDENTIALS_ENV]
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         app(args=argv, prog_name="gpulab", standalone_mode=True)  # `python -m gpulab` says gpulab too

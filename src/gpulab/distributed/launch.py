@@ -45,6 +45,7 @@ from gpulab.distributed.preflight import check_port_free, is_local_address, wait
 from gpulab.distributed.slurm import SlurmStep, outside_step_note, scontrol_hostnames, slurm_step
 from gpulab.errors import LaunchError, WorkersFailedError
 from gpulab.hardware.load import usable_cores
+from gpulab.redaction import hide_credentials, redact
 
 BACKEND_ENV = "GPULAB_DIST_BACKEND"
 DEFAULT_RDZV_PORT = 29400  # torch's c10d rendezvous default
@@ -302,6 +303,9 @@ def plan_launch(spec: LaunchSpec, environ: Mapping[str, str] | None = None) -> L
     extra = loopback_interface_env(backend) if loopback else {}
     if spec.log_dir and backend == "nccl":  # the flight recorder's dumps beside the ranks' logs
         extra.update(flight_recorder_env(spec.log_dir))
+    if script == "gpulab":  # a credential reaches the ranks through their environment, not their argv
+        args, hidden = hide_credentials(args)
+        extra.update(hidden)
     return LaunchPlan(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -426,7 +430,7 @@ def describe_plan(plan: LaunchPlan) -> str:
     where = "standalone" if plan.standalone else plan.endpoint
     return (
         f"gpulab launch: {plan.nproc_per_node} process(es) per node x {nodes} node(s), backend "
-        f"{plan.backend}, rendezvous {where}: {shlex.join([plan.script, *plan.script_args])}"
+        f"{plan.backend}, rendezvous {where}: {redact(shlex.join([plan.script, *plan.script_args]))}"
     )
 
 

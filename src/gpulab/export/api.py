@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpulab import engine_registry as engines
 from gpulab.artifact import formats
+from gpulab.artifact.array_headers import check_input_file
 from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import refuse_unfinished, run_engine
 from gpulab.artifact.sidecar import ExportResult
@@ -67,6 +68,8 @@ def export(
     path = Path(path)
     trust = RecipeTrust(recipe, trust_recipe)
     engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    if input_file is not None and Path(input_file).exists():  # before the checkpoint is read
+        check_input_file(input_file)
     request = {"out": out, "precision": precision, "input_file": input_file, "trust": trust, "output": output}
     return engine.export(path, module, fixed, **request)
 

@@ -67,3 +67,8 @@ def host_memory_json(limit_bytes: int | None = None) -> dict[str, Any]:
         "limit_bytes": limit_bytes,
         "peak_fraction": peak / total if total else None,
     }
+
+
+def available_ram_bytes() -> int:
+    """Host memory a new allocation can take now without swapping (the kernel's MemAvailable)."""
+    return int(psutil.virtual_memory().available)

@@ -9,11 +9,7 @@ import http.server
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -145,57 +141,9 @@ def test_a_run_stopped_by_sigterm_resumes_in_the_same_mlflow_run(tmp_path, monke
     assert "summary.json" in {a.path for a in client.list_artifacts(again.info.run_id)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str, timeout: float = 10):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.status, response.read()
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    """A real ``mlflow server`` on 127.0.0.1 and a free port (SQLite store, artifacts proxied by the server),
-    up once its /health answers (bounded), stopped with its whole process group at the end."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-           "--artifacts-destination", str(tmp_path / "server-artifacts")]  # fmt: skip
-    log = (tmp_path / "server.log").open("w")
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # no job-runner process: unused here
-    server = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180  # it took 92 s to answer at load 12 on 2 cores
-        while True:
-            if server.poll() is not None:
-                pytest.fail(
-                    f"mlflow server exited {server.returncode}: {(tmp_path / 'server.log').read_text()[-2000:]}"
-                )
-            try:
-                if _get(f"{url}/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"mlflow server not healthy in 180 s: {(tmp_path / 'server.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.2)
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

@@ -34,7 +34,7 @@ from gpulab.core.callbacks.tracker_record import (
 )
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.errors import GpulabError, GpulabWarning
-from gpulab.redaction import redact
+from gpulab.redaction import redact, redacting_output
 
 DEFAULT_EXPERIMENT = "gpulab"
 _BATCH_METRICS = 1000  # MLflow's limits per log_batch call
@@ -183,7 +183,13 @@ class MlflowLogger(HandOverLogger):
             closing("mlflow", lambda: self._log_checkpoint(Path(checkpoint)))
         closing("mlflow", lambda: self._tag_resolved(result))
         status = "KILLED" if preempted else "FINISHED"
-        closing("mlflow", lambda: self.client.set_terminated(self.run_id, status))
+        closing("mlflow", lambda: self._terminate(status))
+
+    def _terminate(self, status: str) -> None:
+        """The run ended; MLflow's own ``View run ... at: URL`` lines printed with the URL's credentials
+        masked (it prints the tracking URI as given, password and ``?token=`` included)."""
+        with redacting_output():
+            self.client.set_terminated(self.run_id, status)
 
     def _tag_resolved(self, result) -> None:
         """What "auto" resolved to (the parameters hold the settings as given)."""
@@ -196,7 +202,7 @@ class MlflowLogger(HandOverLogger):
             return
         closing("mlflow", self._flush)
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        closing("mlflow", lambda: self.client.set_terminated(self.run_id, status))
+        closing("mlflow", lambda: self._terminate(status))
 
     def _log_checkpoint(self, path: Path) -> None:
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0

@@ -30,6 +30,7 @@ from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closi
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.core.callbacks.wandb_history import held_steps
 from gpulab.core.callbacks.wandb_service import start_outside_the_run
+from gpulab.redaction import redacted_argv
 
 DEFAULT_PROJECT = "gpulab"
 
@@ -52,7 +53,8 @@ class WandbLogger(HandOverLogger):
             Path(self.out_dir).mkdir(parents=True, exist_ok=True)
         start_outside_the_run(wandb)
         try:
-            self.run = self._init(wandb, trainer, entry)
+            with redacted_argv():  # W&B saves the program's arguments in the run (and uploads them)
+                self.run = self._init(wandb, trainer, entry)
         except Exception as exc:  # no login for online mode, a server that does not answer
             mode = self.settings.mode or os.environ.get("WANDB_MODE") or "online"
             fix = "run `wandb login`, or set WANDB_MODE=offline (wandb.mode: offline)"
