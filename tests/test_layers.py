@@ -31,7 +31,8 @@ LAYERS = [
     ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
     # engine_registry: the registry and the Engine protocol (no engine imported), which config, checkpoint,
     # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above
-    ("hardware", "errors", "redaction", "engine_registry"),
+    # hooks: the test-only switches (GPULAB_TEST_HOOKS=1) that checkpoint/ and the torch runtime read
+    ("hardware", "errors", "redaction", "engine_registry", "hooks"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported
