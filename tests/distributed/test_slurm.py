@@ -245,6 +245,47 @@ def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exac
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in got)
 
 
+def test_a_warning_while_the_job_starts_requeues_it_and_it_finishes_bit_exactly(
+    cluster, tmp_path, uninterrupted
+):
+    """SLURM's warning may come at any moment of a short job (up to 60 s early): here at once, as soon as the
+    job's step exists (its launchers still starting, before their workers exist or import torch). The
+    attempt checkpoints at its first step and requeues itself; the next finishes as one never stopped."""
+    job = cluster.sbatch(rendered("--", "gpulab", *RUN), tmp_path)
+    deadline = time.monotonic() + 120
+    while f"{job}.0 " not in cluster.login("squeue", "-h", "-s", "-j", job, "-o", "%i ").stdout:
+        assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[-3000:]
+        time.sleep(0.05)
+    assert cluster.login("scancel", "--signal=USR1", job).returncode == 0
+    deadline = time.monotonic() + 120
+    while "JobState=PENDING" not in cluster.login("scontrol", "show", "job", "-o", job).stdout:
+        assert time.monotonic() < deadline, output(tmp_path, job)[-3000:]
+        time.sleep(0.2)
+    cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
+    assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
+    log = output(tmp_path, job)
+    stops = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
+    assert len(stops) == 1 and f"requeueing SLURM job {job}" in stops[0], log[-3000:]
+    assert "killed by SIGUSR1" not in log and "User defined signal" not in log, log[-3000:]
+    got = final_weights(tmp_path / "run")
+    assert got.keys() == uninterrupted.keys() and all(got[k].equal(uninterrupted[k]) for k in got)
+
+
+def test_an_array_of_two_trains_two_runs(cluster, tmp_path):
+    """Each element's $SLURM_ARRAY_TASK_ID reaches its --out: two runs, two logs (before: one shared --out,
+    the second element printed `nothing to do`)."""
+    run = ["train", "mlp", "--max-steps", "10", "--set", "mfu=false", "--set", "tensorboard=false"]
+    script = rendered("--array", "0-1", "--", "gpulab", *run, "--out", "runs/a-$SLURM_ARRAY_TASK_ID")
+    job = cluster.sbatch(script, tmp_path)
+    for index in (0, 1):
+        element = f"{job}_{index}"
+        assert cluster.wait(element, timeout=180) == "COMPLETED", (
+            tmp_path / f"gpulab-{element}.out"
+        ).read_text()
+        assert json.loads((tmp_path / "runs" / f"a-{index}" / "summary.json").read_text())["steps"] == 10
+        assert "nothing to do" not in (tmp_path / f"gpulab-{element}.out").read_text()
+
+
 def test_scancel_then_sigkill_resume_bit_exactly_and_every_tracker_equals_metrics_jsonl(
     cluster, tmp_path, uninterrupted
 ):

@@ -103,3 +103,27 @@ def test_the_script_runs_gpulabs_own_interpreter_and_environment(capsys):
         assert f"export VIRTUAL_ENV={shlex.quote(sys.prefix)}" in lines
         assert 'export PATH="$VIRTUAL_ENV/bin:$PATH"' in lines
     assert any("change these lines" in line or "change this line" in line for line in lines)
+
+
+@pytest.mark.parametrize(("srun_status", "requeued"), [(138, True), (1, False), (0, False)])
+def test_a_task_killed_by_the_warning_while_starting_requeues_the_job(
+    capsys, tmp_path, srun_status, requeued
+):
+    """The whole script run by bash, srun and scontrol scripts on PATH: srun's 138 (a task died of SIGUSR1
+    before gpulab held it) requeues the job; any other failure does not (gpulab requeues it itself)."""
+    lines = script(capsys, "--", "gpulab", "train", "mlp")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"srun": f"exit {srun_status}", "scontrol": f'echo "$@" >> {tmp_path / "calls"}',
+                       "hostname": "echo n1"}.items():  # fmt: skip
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "71",
+           "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(lines)], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == srun_status
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert ("requeue 71" in calls) == requeued, calls
+    assert ("requeueing SLURM job 71" in done.stdout) == requeued, done.stdout

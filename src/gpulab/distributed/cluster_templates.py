@@ -192,7 +192,25 @@ def render_slurm(
             "",
             "# One task per node; single quotes so each node expands its own $SLURM_NODEID.",
         ]
-    return "\n".join([*header, *body, f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}", ""])
+    srun = f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}"
+    return "\n".join([*header, *body, *(_requeue_on_early_warning(srun) if requeue else [srun]), ""])
+
+
+def _requeue_on_early_warning(srun: str) -> list[str]:
+    """A task still starting (bash, the interpreter) when SLURM's warning comes dies of it before gpulab
+    holds the signal (found on the cluster: a warning sent as the step started). Nothing of the attempt is
+    lost then, so the script requeues the job as gpulab would; srun says 138 (128 + SIGUSR1) only then."""
+    return [
+        srun + " || {",
+        "    status=$?",
+        "    # 138: SIGUSR1 reached a task before gpulab held it; nothing of this attempt is lost: requeue",
+        '    if [ "$status" = 138 ]; then',
+        '        echo "gpulab: SIGUSR1 came while the job was starting: requeueing SLURM job $SLURM_JOB_ID"',
+        '        scontrol requeue "$SLURM_JOB_ID" || true',
+        "    fi",
+        '    exit "$status"',
+        "}",
+    ]
 
 
 def _requeue_lines(requeue: bool, grace: int, limit: int | None) -> list[str]:

@@ -15,13 +15,16 @@ step with no hole and no duplicate (``tracker_replay.py``).
 
 W&B's helper process is started outside the run's process tree (``wandb_service.py``): a signal meant for
 the run (scancel, ``kill -TERM`` of the run and its children) does not reach it, so it takes every row
-until gpulab closes the run after its checkpoint.
+until gpulab closes the run after its checkpoint. Where the signal reaches it all the same (SLURM with
+proctrack/cgroup signals every process of the job), the rows it lost are written for ``wandb sync`` and the
+run says so in one line (``wandb_rescue.py``); a resume sends them itself.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,9 @@ from gpulab.core.callbacks.hand_over import HandOverLogger
 from gpulab.core.callbacks.tracker_record import TrackerIds, cannot_start, closing, flat_settings, numeric
 from gpulab.core.callbacks.tracker_replay import Acked, recorded
 from gpulab.core.callbacks.wandb_history import held_steps
+from gpulab.core.callbacks.wandb_rescue import forget, rescue
 from gpulab.core.callbacks.wandb_service import start_outside_the_run
+from gpulab.errors import GpulabWarning
 from gpulab.redaction import redacted_argv
 
 DEFAULT_PROJECT = "gpulab"
@@ -44,6 +49,7 @@ class WandbLogger(HandOverLogger):
         self.run = None
         self._acked = Acked()
         self._logged: int | None = None  # the last step handed to W&B
+        self._helper: int | None = None  # wandb-core's pid, when gpulab started it
 
     def on_fit_start(self, trainer, state):
         import wandb
@@ -51,7 +57,7 @@ class WandbLogger(HandOverLogger):
         entry = self.ids.read("wandb") if trainer.context.resumed_from is not None else None
         if self.out_dir:
             Path(self.out_dir).mkdir(parents=True, exist_ok=True)
-        start_outside_the_run(wandb)
+        self._helper = start_outside_the_run(wandb)
         try:
             with redacted_argv():  # W&B saves the program's arguments in the run (and uploads them)
                 self.run = self._init(wandb, trainer, entry)
@@ -71,6 +77,7 @@ class WandbLogger(HandOverLogger):
         for logged_step, metrics in recorded(self.out_dir, step):
             self._record(logged_step, metrics)
         self._hand_over()
+        forget(self.out_dir)  # rows an earlier attempt's helper lost: sent just now
 
     def _init(self, wandb: Any, trainer: Any, entry: dict[str, str] | None) -> Any:
         return wandb.init(
@@ -109,11 +116,43 @@ class WandbLogger(HandOverLogger):
         if self._logged is not None:
             self.run.log({}, step=self._logged, commit=True)
 
+    def _helper_gone(self) -> bool:
+        """Whether the wandb-core gpulab started has ended (a stop signal reached it too)."""
+        if self._helper is None:
+            return False
+        try:
+            os.kill(self._helper, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def _lost_helper(self, step: int) -> None:
+        """wandb-core died with the rows it had not written: they go to ``OUT/wandb-unsent`` (one line)."""
+        run_id, project = self.run.id, self.run.project or ""
+        self.run = None
+        try:
+            count, where = rescue(str(self.out_dir), run_id, project, step)
+        except Exception as exc:
+            what = f"{exc}; a resume sends them from metrics.jsonl"
+        else:
+            if not count:
+                return
+            what = f"{count} row(s) are kept in {where}: a resume sends them, else `wandb sync {where}`"
+        warnings.warn(f"wandb: its helper was stopped with the run before it wrote its last rows; {what}",
+                      GpulabWarning, stacklevel=2)  # fmt: skip
+
     def on_fit_end(self, trainer, state, result):
         if self.run is None:
             return
+        # with an out_dir the rows W&B lacks can be written again (metrics.jsonl); without, as before
+        if self.out_dir and (self._helper_gone() or _connection_lost(self._commit_last)):
+            self._lost_helper(state.global_step)
+            return
         run, preempted = self.run, state.stop_signal is not None
-        closing("wandb", self._commit_last)
+        if not self.out_dir:
+            closing("wandb", self._commit_last)
         closing("wandb", lambda: run.summary.update(numeric(result.to_json())))
         if preempted:  # W&B shows the run as preempted until a resume continues it
             closing("wandb", run.mark_preempting)
@@ -123,7 +162,26 @@ class WandbLogger(HandOverLogger):
     def on_exception(self, trainer, state, error):
         if self.run is None:
             return
+        if self.out_dir and self._helper_gone():
+            self._lost_helper(state.global_step)
+            return
         run = self.run
         closing("wandb", self._hand_over)
         closing("wandb", lambda: run.finish(exit_code=1))
         self.run = None
+
+
+def _connection_lost(send: Any) -> bool:
+    """``send()``; True when the connection to wandb-core is lost (it was killed); another error is the
+    one warning ``closing`` writes."""
+    try:
+        send()
+    except ConnectionError:
+        return True
+    except Exception as exc:
+        closing("wandb", lambda error=exc: _raise(error))
+    return False
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
