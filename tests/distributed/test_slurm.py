@@ -264,9 +264,12 @@ def test_a_warning_while_the_job_starts_requeues_it_and_it_finishes_bit_exactly(
     cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
     assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
     log = output(tmp_path, job)
+    # requeued once: by gpulab after its checkpoint, or (a task still in bash or the interpreter's start)
+    # by the script, srun saying the task died of it
     stops = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
-    assert len(stops) == 1 and f"requeueing SLURM job {job}" in stops[0], log[-3000:]
-    assert "killed by SIGUSR1" not in log and "User defined signal" not in log, log[-3000:]
+    early = [line for line in log.splitlines() if line.startswith("gpulab: SIGUSR1 came while the job was")]
+    assert len(stops + early) == 1 and f"requeueing SLURM job {job}" in (stops + early)[0], log[-3000:]
+    assert "killed by SIGUSR1" not in log, log[-3000:]  # no worker of gpulab's died of it
     got = final_weights(tmp_path / "run")
     assert got.keys() == uninterrupted.keys() and all(got[k].equal(uninterrupted[k]) for k in got)
 
