@@ -32,7 +32,8 @@ LAYERS = [
     # engine_registry: the registry and the Engine protocol (no engine imported), which config, checkpoint,
     # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above
     # hooks: the test-only switches (GPULAB_TEST_HOOKS=1) that checkpoint/ and the torch runtime read
-    ("hardware", "errors", "redaction", "engine_registry", "hooks"),
+    # early_signals: a job's stop signals held from gpulab/__init__.py's first line (standard library only)
+    ("hardware", "errors", "redaction", "engine_registry", "hooks", "early_signals"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported

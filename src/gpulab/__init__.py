@@ -7,8 +7,8 @@ its ``FitResult``, ``Recipe``, ``Callback``, ``mean_over_items`` and ``token_cro
 ``gpulab --help`` and ``gpulab doctor`` start fast (and work without torch).
 """
 
-# First, before anything slow: a job's process holds its stop signals from here (core/early_signals.py).
-from gpulab.core import early_signals as _early_signals
+# First, before anything slow: a job's process holds its stop signals from here (early_signals.py).
+from gpulab import early_signals as _early_signals
 
 _early_signals.install_for_job()
 

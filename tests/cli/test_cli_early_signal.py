@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_cli_requeue import JOB, descendants, slurm_env
 
-from gpulab.core.early_signals import job_verb
+from gpulab.early_signals import job_verb
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

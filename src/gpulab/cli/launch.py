@@ -134,7 +134,7 @@ def launch(
     spec, step = (spec, None) if told else with_slurm(spec)
     hosts = ",".join(step.hosts) if step else hosts
     _check_command(spec.command, module)
-    from gpulab.core.early_signals import shared_with_workers
+    from gpulab.early_signals import shared_with_workers
 
     with shared_with_workers():  # a signal that came before the workers start reaches them (a file)
         engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})

@@ -44,7 +44,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpulab.core import early_signals
+from gpulab import early_signals
 from gpulab.core.requeue import REQUEUE_SIGNAL, requeue, requeued_by_slurm
 from gpulab.errors import Preempted
 

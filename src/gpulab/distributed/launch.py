@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from gpulab.core import early_signals
+from gpulab import early_signals
 from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
