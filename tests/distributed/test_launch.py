@@ -104,8 +104,15 @@ def test_cpu_defaults_one_process_gloo_standalone(cpu_only):
     assert plan.env == {
         "GPULAB_DIST_BACKEND": "gloo",
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",  # no C++ backtrace per store call after a rank dies
         "GLOO_SOCKET_IFNAME": "lo",  # one node: loopback only (test_loopback.py)
     }  # no NCCL ones
+    assert (
+        "TORCH_CPP_LOG_LEVEL"
+        not in L.plan_launch(  # a user's value wins
+            L.LaunchSpec(command=[JOB]), environ={"TORCH_CPP_LOG_LEVEL": "INFO"}
+        ).env
+    )
 
 
 def test_a_credential_reaches_a_gpulab_rank_through_its_environment_and_is_echoed_masked(cpu_only):
