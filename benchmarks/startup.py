@@ -1,12 +1,17 @@
-"""How long a `gpulab` command takes to start: wall seconds of a fresh interpreter, median of N runs.
+"""How long a `gpulab` command takes to start: wall seconds of a fresh interpreter, median of N runs, and each
+as a ratio to `python -c "import torch"` (what any torch-backed verb pays first).
 
 Times, interleaved so drift in machine load hits every command alike:
   python            `python -c pass`: the interpreter alone
-  import torch      `python -c "import torch"`: what any torch-backed verb pays first
+  import torch      `python -c "import torch"`: the reference of every ratio
+  torch + dynamo    `python -c "import torch, torch._dynamo"`: what any run with a torch.optim optimizer
+                    imports (its constructor and its step import torch._dynamo, compile or not)
   --help            `gpulab --help`
-  typo'd setting    `gpulab train mlp --set lrr=1` (a config error: exit 2, one line)
+  typo'd setting    `gpulab train mlp --set lrr=1` (a config error: exit 2, one line, no torch)
+  missing resume    `gpulab train mlp --out OUT --resume runs/nope/checkpoints/step-1` (exit 2, no torch)
   doctor            `gpulab doctor --json`
-The figure that matters is each command minus `import torch` (target: under 1 s).
+  train 1 step      `gpulab train mlp --out OUT --max-steps 1 --overwrite` (a whole run: checkpoint, summary)
+Targets (issue 40): a mistake under 1 s on a quiet 2-core machine; a 1-step run at most import torch + 1.5 s.
 Usage: python benchmarks/startup.py [--repeats 7]
 """
 
@@ -18,20 +23,36 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-
-COMMANDS = {
-    "python": ["-c", "pass"],
-    "import torch": ["-c", "import torch"],
-    "--help": ["-m", "gpulab", "--help"],
-    "typo'd setting": ["-m", "gpulab", "train", "mlp", "--set", "lrr=1"],
-    "doctor": ["-m", "gpulab", "doctor", "--json"],
-}
+from pathlib import Path
 
 
-def time_once(args: list[str]) -> float:
+def commands(out: Path) -> dict[str, list[str]]:
+    gpulab = ["-m", "gpulab"]
+    return {
+        "python": ["-c", "pass"],
+        "import torch": ["-c", "import torch"],
+        "torch + dynamo": ["-c", "import torch, torch._dynamo"],
+        "--help": [*gpulab, "--help"],
+        "typo'd setting": [*gpulab, "train", "mlp", "--set", "lrr=1"],
+        "missing resume": [
+            *gpulab,
+            "train",
+            "mlp",
+            "--out",
+            str(out),
+            "--resume",
+            "runs/nope/checkpoints/step-1",
+        ],
+        "doctor": [*gpulab, "doctor", "--json"],
+        "train 1 step": [*gpulab, "train", "mlp", "--out", str(out), "--max-steps", "1", "--overwrite"],
+    }
+
+
+def time_once(args: list[str], cwd: Path) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], capture_output=True, check=False)
+    subprocess.run([sys.executable, *args], capture_output=True, check=False, cwd=cwd)
     return time.perf_counter() - start
 
 
@@ -39,16 +60,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
-    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for _ in range(repeats):
-        for name, args in COMMANDS.items():
-            times[name].append(time_once(args))
+    with tempfile.TemporaryDirectory(prefix="gpulab-startup-") as tmp:
+        cwd = Path(tmp)
+        todo = commands(cwd / "run")
+        times: dict[str, list[float]] = {name: [] for name in todo}
+        loads = [os.getloadavg()[0]]
+        for _ in range(repeats):
+            for name, args in todo.items():
+                times[name].append(time_once(args, cwd))
+            loads.append(os.getloadavg()[0])
     torch_s = statistics.median(times["import torch"])
-    print(f"python {platform.python_version()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"python {platform.python_version()}, {os.cpu_count()} cores, "
+        f"load {min(loads):.1f}-{max(loads):.1f}, median of {repeats}"
+    )
     for name, samples in times.items():
         median = statistics.median(samples)
-        extra = f"  (+{median - torch_s:.2f} s over import torch)" if median > torch_s else ""
-        print(f"{name:16s} {median:6.2f} s  [{min(samples):.2f}-{max(samples):.2f}]{extra}")
+        print(
+            f"{name:16s} {median:6.2f} s  [{min(samples):.2f}-{max(samples):.2f}]  "
+            f"{median / torch_s:5.2f} x import torch  ({median - torch_s:+.2f} s)"
+        )
 
 
 if __name__ == "__main__":

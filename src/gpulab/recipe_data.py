@@ -70,6 +70,10 @@ class CharGptOptions(Settings):
     )
 
 
+# The options of each built-in recipe (both engines' mlp, digits, chargpt), checked before either builds it.
+OPTIONS: dict[str, type[Settings]] = {"mlp": MlpOptions, "digits": DigitsOptions, "chargpt": CharGptOptions}
+
+
 def load_text() -> str:
     """The standard library's pydoc topics: ~460k characters of real English prose and code."""
     from pydoc_data.topics import topics

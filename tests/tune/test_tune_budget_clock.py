@@ -8,8 +8,9 @@ import re
 
 from rich.console import Console
 
-from gpulab.tune.report import print_report
+from gpulab.tune.report import print_report, summary_lines
 from gpulab.tune.search import Search, vs_default
+from gpulab.tune.trial import BUDGET_RAN_OUT
 
 BUDGET, TICK = 120.0, 0.5
 
@@ -52,3 +53,24 @@ def test_tune_finishes_inside_its_budget_and_its_table_and_text_give_one_ratio(t
     verdict = next(line for line in sentences.splitlines() if line.startswith(("tuned ", "the defaults")))
     if result.best is not result.default or (result.reverted and result.reverted[1] is not None):
         assert f"{vs_default(result.compared[0], result)[0]:.2f}x" in verdict, verdict
+
+
+def test_a_budget_with_time_for_the_default_only_says_it_measured_only_the_defaults():
+    clock = Ticks()
+    user = {"recipe": "mlp", "options": {"samples": 400}}
+    result = Search(user, budget_s=5.0, steps=8, min_interval_s=0, log=lambda _: None, clock=clock).run()
+    assert [t.label for t in result.trials] == ["default"] and result.best is result.default
+    verdict = summary_lines(result)[0]
+    assert verdict.startswith("measured only the defaults (default ") and "5 s budget (" in verdict
+    assert "(precision=" in verdict or ": budget: " in verdict  # the budget's reason, not another skip's
+    assert "fastest" not in verdict and verdict.endswith("give a larger --budget")
+
+
+def test_a_trial_cut_by_its_cap_says_so_and_is_not_the_budget_running_out():
+    clock = Ticks()
+    search = Search({"recipe": "mlp"}, budget_s=100.0, min_interval_s=0, log=lambda _: None, clock=clock)
+    search.samples = 64 * 400  # 400 steps: far more clock reads than the cap's 25 s of ticks
+    trial = search._trial("long", {"batch_size": 64})
+    assert trial.status == "stopped" and trial.reason == "stopped at the trial cap (25% of the budget, 25 s)"
+    assert clock.now < search.deadline  # the budget itself had time left
+    assert trial.reason != BUDGET_RAN_OUT

@@ -12,6 +12,7 @@ from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config import layer_settings
+from gpulab.core.early_checks import check_before_framework
 from gpulab.core.run_dir import check_output_dirs
 
 # Set by `gpulab launch`: parse, resolve and check the command (recipe, settings, paths), then return.
@@ -65,6 +66,7 @@ def train(
         "overwrite": overwrite,
     }
     user = layer_settings(config, flags, set_)  # run() adds resume: auto under gpulab launch
+    check_before_framework(user)  # torch or TensorFlow not imported yet: a mistake is told in well under 1 s
     if "out_dir" not in user and user.get("recipe"):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
     if CHECK_ONLY.get():  # `gpulab launch` asking, before any rank starts, whether this command can run

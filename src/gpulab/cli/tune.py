@@ -5,11 +5,13 @@ precision, batch size, the tf.data cache and prefetch, XLA) on this machine."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import typer
 
 from gpulab import engine_registry as engines
+from gpulab.cli import command_started
 from gpulab.cli.console import make_console
 from gpulab.config import layer_settings
 
@@ -52,6 +54,7 @@ def tune(
     from gpulab.tune.report import print_report, write_outputs
     from gpulab.tune.search import Search
 
+    started = command_started()  # the budget counts the framework's import and the settings too
     user = layer_settings(config, {"recipe": recipe, "device": device, "engine": engine}, set_)
     out_dir = out or Path(f"runs/tune-{str(user['recipe']).replace(':', '.')}")
     check_output_folder(out_dir, "tune")  # a folder of the user's: refused before a trial runs
@@ -63,8 +66,10 @@ def tune(
         tolerance=tolerance,
         steps=steps,
         log=lambda line: console.print(line, markup=False, highlight=False, style="dim"),
+        started=started,
     ).run()
     tuned, json_path, png = write_outputs(out_dir, user, result)
+    result.elapsed_s = time.monotonic() - started  # the whole command, its files written
     print_report(console, result, tuned, json_path, png)
 
 

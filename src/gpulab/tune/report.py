@@ -94,6 +94,11 @@ def summary_lines(result: TuneResult) -> list[str]:
             f"the defaults stand: the search's pick ({pick.label}) measured {measured:.2f}x the default "
             f"re-measured back to back at the end ({_fig(b)} vs {speed}), within the noise or slower"
         )
+    elif result.best is result.default and not _measured_others(result):
+        verdict = (
+            f"measured only the defaults ({speed}): no other config was measured in the "
+            f"{result.budget_s:.0f} s budget ({_why_none(result)}); give a larger --budget"
+        )
     elif result.best is result.default:
         verdict = f"the defaults are already the fastest config found: {speed} (measured this session)"
         others = [t for t in result.trials[1:] if t.samples_per_s and not t.label.endswith("(again)")]
@@ -112,6 +117,21 @@ def summary_lines(result: TuneResult) -> list[str]:
     if result.out_of_budget:
         lines.append(f"budget: {result.budget_s:.0f} s ran out; the best found so far was kept")
     return lines
+
+
+def _measured_others(result: TuneResult) -> list:
+    """The trials of another config than the default's that were measured (a speed to compare)."""
+    return [t for t in result.trials[1:] if t.samples_per_s and t.settings != result.default.settings]
+
+
+def _why_none(result: TuneResult) -> str:
+    """Why nothing but the default was measured: the first trial's or skip's reason."""
+    for trial in result.trials[1:]:
+        if trial.settings != result.default.settings:
+            return f"{trial.label} {trial.status}: {trial.reason}"
+    skips = [s for s in result.skipped if s.get("reason")]
+    skips.sort(key=lambda s: not s["reason"].startswith("budget"))  # the budget's reason first
+    return f"{skips[0]['knob']}: {skips[0]['reason']}" if skips else "no trial ran"
 
 
 def print_report(

@@ -14,7 +14,9 @@ ends early enough to leave the final re-measure its time. That re-measure runs t
 once more, back to back, and the ratio comes from that pair; a pick that is not faster there, or that
 could not be re-measured in the budget, is undone: nothing is recommended unmeasured. Every ratio printed
 (table, sentences, verdict) is one trial's samples/s over the default's (``vs_default``).
-All of it on one clock (``clock``: time.monotonic; a test gives a stub).
+All of it on one clock (``clock``: time.monotonic; a test gives a stub), from when the command began (the
+CLI's ``main``: the framework's import is the budget's too). A trial cut by its cap (``TRIAL_CAP``) says so:
+the budget had time left then, and the report's "budget ran out" line is for the budget's own end.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gpulab.errors import ConfigError
 from gpulab.measure.knobs import Candidate, Group
 from gpulab.measure.results import Figure
 from gpulab.tune.trial import (
+    BUDGET_RAN_OUT,
     INTERVALS,
     Trial,
     TrialStopped,
@@ -170,7 +173,10 @@ class Search:
         min_interval_s: float = MIN_INTERVAL_S,
         log: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
+        started: float | None = None,
     ) -> None:
+        """``started``: when the command began on ``clock`` (the CLI's ``main``: the framework's import and
+        the settings are the budget's too); now by default."""
         if budget_s <= 0:
             raise ConfigError(f"--budget must be a positive number of seconds, got {budget_s}")
         if not 0 <= tolerance < 10:
@@ -181,7 +187,7 @@ class Search:
         self.largest: dict[str, Any] | None = None  # the batch search's outcome (torch)
         self.largest_failed = ""
         self.clock = clock
-        self.start = clock()
+        self.start = clock() if started is None else started
         self.deadline = self.start + budget_s
         self.trials: list[Trial] = []
         self.skipped: list[dict[str, str]] = []
@@ -227,7 +233,7 @@ class Search:
         self._confirm(result)
         result.elapsed_s = self.clock() - self.start
         result.out_of_budget = any(s["reason"].startswith("budget") for s in self.skipped) or any(
-            t.status == "stopped" for t in self.trials
+            t.status == "stopped" and t.reason == BUDGET_RAN_OUT for t in self.trials
         )
         return result
 
@@ -259,18 +265,28 @@ class Search:
 
     def _trial(self, label: str, settings: dict[str, Any], deadline: float | None = None) -> Trial:
         self.log(f"trial {len(self.trials) + 1}: {label} ...")
+        why = BUDGET_RAN_OUT
         if deadline is None:  # the walk's end, and no trial longer than its cap
-            deadline = min(self._walk_deadline(), self.clock() + TRIAL_CAP * self.budget_s)
+            walk_end, cap_end = self._walk_deadline(), self.clock() + TRIAL_CAP * self.budget_s
+            deadline = min(walk_end, cap_end)
+            if cap_end < walk_end:  # cut there, it ran long for a trial: the budget had time left
+                cap = f"{TRIAL_CAP:.0%} of the budget, {TRIAL_CAP * self.budget_s:.0f} s"
+                why = f"stopped at the trial cap ({cap})"
         trial = run_trial(
-            self.user, settings, samples=self.samples, deadline=deadline, label=label, clock=self.clock
+            self.user,
+            settings,
+            samples=self.samples,
+            deadline=deadline,
+            label=label,
+            clock=self.clock,
+            stopped_because=why,
         )
         if self.trials:
             guard(trial, self.default, self.tolerance)
         self.trials.append(trial)
         speed = f"{trial.samples_per_s.value:,.0f} samples/s" if trial.samples_per_s else "-"
-        self.log(
-            f"  {trial.status}: {speed}, loss {trial.loss}, {trial.wall_s:.1f} s {trial.reason}".rstrip()
-        )
+        loss = "-" if trial.loss is None else f"{trial.loss:.4f}"
+        self.log(f"  {trial.status}: {speed}, loss {loss}, {trial.wall_s:.1f} s {trial.reason}".rstrip())
         return trial
 
     def _holds(self, trial: Trial) -> bool:

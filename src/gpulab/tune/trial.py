@@ -41,6 +41,7 @@ QUIET = {
     "checkpoints": False,
 }
 INTERVALS = 6  # log reads per trial: the first is warm-up, the rest are the repeats
+BUDGET_RAN_OUT = "the budget ran out during this trial"  # (a trial cut by its cap says so instead)
 
 
 @dataclass
@@ -164,9 +165,10 @@ def run_trial(
     deadline: float,
     label: str,
     clock: Callable[[], float] = time.monotonic,
+    stopped_because: str = BUDGET_RAN_OUT,
 ) -> Trial:
     """Train ``user``'s run with ``knobs`` laid over it for about ``samples`` samples and measure it;
-    stopped at ``deadline`` on ``clock`` (the search's)."""
+    stopped at ``deadline`` on ``clock`` (the search's), with ``stopped_because`` as its reason."""
     trial = Trial(label, dict(knobs))
     begun = clock()
     watch = Watch(deadline, clock)
@@ -182,7 +184,7 @@ def run_trial(
             _failed(trial, exc, user, knobs)
         else:
             trial.steps = watch.steps
-            trial.status, trial.reason = "stopped", "the budget ran out during this trial"
+            trial.status, trial.reason = "stopped", stopped_because
     else:
         _read(trial, result, watch, knobs)
     finally:

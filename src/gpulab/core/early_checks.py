@@ -1,0 +1,54 @@
+"""A user's mistakes in ``gpulab train``'s settings, a built-in recipe's options and the checkpoint
+``--resume`` names, told before the engine's framework is imported (torch took 2-160 s to import on a
+2-core machine, at load 0 to 20, before `--resume runs/nope` was said not to exist).
+
+Only what needs no framework: the engine's own ``resolve`` still checks everything, with the recipe built.
+Every mistake found is told at once, as there (the settings', then the recipe options').
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpulab.config import RunConfig, parse_config
+from gpulab.errors import CheckpointError, ConfigError, choices
+from gpulab.recipe_data import OPTIONS
+
+# The engines whose built-in recipes are recipe_data's (another engine's recipes are its own to check)
+_RECIPE_DATA_ENGINES = ("torch", "tensorflow")
+# --resume values that name no path: the run's own latest checkpoint (core/run_dir.py decides)
+_NO_PATH = (None, "latest", "auto")
+
+
+def check_before_framework(user: dict[str, Any]) -> None:
+    """Raise a ConfigError (one line a mistake) or a CheckpointError for what ``user`` gets wrong."""
+    if not user.get("recipe"):
+        return  # the engine's line names its recipes (a resume may take the recorded one)
+    mistakes: list[str] = []
+    try:
+        parse_config(RunConfig, {k: v for k, v in user.items() if k != "options"})
+    except ConfigError as exc:
+        mistakes.append(str(exc))
+    if (user.get("engine") or "torch") in _RECIPE_DATA_ENGINES:
+        mistakes += _recipe_mistakes(str(user["recipe"]), user.get("options"))
+    if mistakes:
+        raise ConfigError("\n".join(mistakes))
+    resume = user.get("resume")
+    if resume not in _NO_PATH and not Path(str(resume)).exists():
+        raise CheckpointError(f"{resume}: no such checkpoint directory or checkpoint root")
+
+
+def _recipe_mistakes(name: str, options: Any) -> list[str]:
+    """A built-in recipe's options checked (as it will check them), or a name that is none of them."""
+    if ":" in name:
+        return []  # the user's module:function: imported (with its framework) only to build it
+    if name not in OPTIONS:
+        return [f"unknown recipe {name!r}; valid: {choices(OPTIONS)} or your own module:function"]
+    if not isinstance(options, dict):
+        return []  # the recipe loader's line says what 'options' holds
+    try:
+        parse_config(OPTIONS[name], options, prefix="options.")
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
