@@ -258,6 +258,12 @@ class TrainerSettings(Settings):
         description="batches loaded ahead: torch: by each DataLoader worker (None: 2 when there are "
         "workers); tensorflow: by the tf.data pipeline (None: tf.data.AUTOTUNE)",
     )
+    resume_data: Literal["replay", "skip"] = Field(
+        "replay",
+        description="torch: how a resumed run reaches its batch in a DataLoader given: replay (load the "
+        "consumed batches again: exact, workers' random augmentations too) or skip (take their indices "
+        "from the sampler, loading none; a map-style dataset only); tensors and a Dataset resume by index",
+    )
     data_cache: bool | Literal["auto"] = Field(
         "auto",
         description="tensorflow: keep the tf.data source's elements in memory after the first pass; auto: "

@@ -2,7 +2,7 @@
 tests/forked.py's server (``main``), or from the command line.
 
     python resume_job.py OUT RESULT [--resume] [--kill-at K] [--pause-save-at K] [--dataset] [--dict]
-                         [--loader own-generator|global-rng|workers|persistent-workers]
+                         [--loader own-generator|global-rng|workers|persistent-workers] [--resume-data replay|skip]
 
 Trains a small MLP with dropout, shuffling, a cosine LR schedule and accumulation 2 for STEPS optimizer
 steps, logging the loss every step, and writes per-step losses, final parameters and optimizer state to
@@ -12,6 +12,7 @@ sets the checkpoint test hook so the save of step K stops before its rename (the
 keyword arguments that computes its own loss (no loss_fn), the way Hugging Face models are trained.
 --loader: the user's own shuffling DataLoader over the Dataset (batch 16): with its own seeded generator,
 drawing from torch's global RNG (no generator), or with 2 workers (and a generator), persistent or not.
+--resume-data skip: a resumed epoch skips its consumed batches at the sampler instead of loading them.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dict", action="store_true")
     ap.add_argument("--loader", choices=["own-generator", "global-rng", "workers", "persistent-workers"])
     ap.add_argument("--threads", type=int, help="torch's intra-op threads")
+    ap.add_argument("--resume-data", choices=["replay", "skip"], default="replay")
     args = ap.parse_args(argv)
 
     if args.threads:
@@ -122,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         progress=False,
         tensorboard=False,
         seed=3,
+        resume_data=args.resume_data,
         mfu=True,  # the CLI's default: its peak measurement and FLOP count must not move the RNG
         callbacks=[Interrupt(args.kill_at, args.pause_save_at)],
     )

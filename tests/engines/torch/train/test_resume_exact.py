@@ -30,6 +30,9 @@ FLAVOURS = {
     "own-loader-global-rng": ("--loader", "global-rng"),
     "own-loader-workers": ("--loader", "workers"),
     "own-loader-persistent-workers": ("--loader", "persistent-workers"),
+    # resume_data: skip (no consumed item loaded): exact here, the dataset drawing nothing as it loads
+    "own-loader-skip": ("--loader", "own-generator", "--resume-data", "skip"),
+    "own-loader-workers-skip": ("--loader", "workers", "--resume-data", "skip"),
 }
 
 
@@ -96,6 +99,7 @@ def test_killed_mid_epoch_then_resumed_is_bit_identical(tmp_path, job, uninterru
     # Persistent workers keep their random streams across epochs: the order is exact, the line says what
     # is not (this dataset draws nothing in its workers, so the run is bit-identical all the same).
     assert len(warned(resumed, "persistent_workers=True")) == (flavour == "own-loader-persistent-workers")
+    assert len(warned(resumed, "resume_data: skip: epoch 1 resumes at batch 6")) == flavour.endswith("-skip")
 
 
 @pytest.mark.slow

@@ -93,7 +93,7 @@ def capture(loader: DataLoader) -> dict[str, Any]:
     }
 
 
-def _set_global(saved: dict[str, Any]) -> None:
+def set_global(saved: dict[str, Any]) -> None:
     """The global streams as ``capture`` found them (Python's and NumPy's where saved)."""
     torch.set_rng_state(saved["torch"])
     if "python" in saved:
@@ -135,8 +135,8 @@ def replay(loader: DataLoader, start: int, saved: dict[str, Any] | None, epoch: 
     reset_then = fresh_now and not saved["fresh"]
     if start == 0 and not reset_then:
         return iter(loader)
-    with _streams_kept():  # the training's streams, as the checkpoint restored them
-        _set_global(saved)
+    with streams_kept():  # the training's streams, as the checkpoint restored them
+        set_global(saved)
         with _base_seed_aside(loader) if reset_then else contextlib.nullcontext():
             batches = iter(loader)
         for _ in range(start):  # loaded and dropped: what the workers and the dataset drew is drawn again
@@ -158,7 +158,7 @@ def _base_seed_aside(loader: DataLoader) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _streams_kept() -> Iterator[None]:
+def streams_kept() -> Iterator[None]:
     """Python's, NumPy's and torch's global random streams as they were (a replayed ``__getitem__`` in
     the main process draws from them)."""
     py, npy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()

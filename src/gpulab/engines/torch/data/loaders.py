@@ -40,7 +40,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from gpulab.engines.torch.data import loader_rng
+from gpulab.engines.torch.data import loader_rng, resume_skip
 from gpulab.engines.torch.data.collate import collate
 from gpulab.engines.torch.data.prefetch import DevicePrefetcher
 from gpulab.engines.torch.data.streams import shards_by_worker
@@ -58,7 +58,7 @@ from gpulab.engines.torch.data.tensor_batches import (
 )
 from gpulab.engines.torch.data.transfer import DeviceLike, is_on_device, resolve_device
 from gpulab.engines.torch.runtime.devices import accelerator
-from gpulab.errors import ConfigError, DataError
+from gpulab.errors import CheckpointError, ConfigError, DataError
 
 ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"
 
@@ -293,15 +293,26 @@ class LoaderBatches(CursorSource):
     with ``set_epoch`` (``DistributedSampler``) is told the epoch; a dataset with a generator of its own
     that nothing reseeds is one warning line at the first checkpoint. ``len()`` raises ``TypeError`` when the
     loader has no length (an ``IterableDataset`` without one).
+
+    ``resume_data: skip`` takes the consumed batches' indices from the sampler instead, loading none
+    (``resume_skip``; a map-style dataset only). A loader that keeps its own state (torchdata's
+    ``StatefulDataLoader``: ``state_dict`` / ``load_state_dict``) is taken as it is: its state travels with
+    the cursor and it resumes itself; its batches are then taken one at a time (no copy ahead on CUDA), so
+    its state is always that of the batches handed out.
     """
 
-    def __init__(self, loader: DataLoader, device: DeviceLike) -> None:
+    def __init__(self, loader: DataLoader, device: DeviceLike, resume_data: str = "replay") -> None:
         self.loader = loader
         self.device = resolve_device(device)
         self._cursor = EpochCursor()
         self._epoch_rng: dict[str, Any] | None = None  # as this epoch's iterator was made
         self._resume_rng: dict[str, Any] | None = None  # from a checkpoint, for the next iterator
         self._warned = False
+        self.stateful = keeps_own_state(loader)
+        self._loader_state: Any = None  # a stateful loader's own, from a checkpoint
+        if resume_data == "skip" and not self.stateful:
+            resume_skip.check_skippable(loader)
+        self.resume_data = resume_data
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -309,15 +320,27 @@ class LoaderBatches(CursorSource):
     def __iter__(self) -> Iterator[Any]:
         epoch, start = self._cursor.epoch, self._cursor.consumed
         loader_rng.set_epoch(self.loader, epoch)  # e.g. DistributedSampler reshuffles per epoch
+        if self.stateful:
+            own, self._loader_state = self._loader_state, None
+            if own is not None:
+                self.loader.load_state_dict(own)  # it continues where the checkpoint's loader stood
+            batches = DevicePrefetcher(self.loader, self.device, lookahead=False)
+            return self._cursor.track(batches, epoch, start, len_or_none(self))
         saved, self._resume_rng = self._resume_rng, None
         self._epoch_rng = saved if saved is not None else loader_rng.capture(self.loader)
-        raw = loader_rng.replay(self.loader, start, saved, epoch)
+        if self.resume_data == "skip" and saved is not None and start > 0:
+            raw = resume_skip.skip(self.loader, start, saved, epoch)
+        else:
+            raw = loader_rng.replay(self.loader, start, saved, epoch)
         batches = DevicePrefetcher(raw, self.device)
         return self._cursor.track(batches, epoch, start, len_or_none(self))
 
     def state_dict(self) -> dict[str, Any]:
-        """The cursor, and the random state its epoch began from (for the next epoch: the state now)."""
+        """The cursor, and the random state its epoch began from (for the next epoch: the state now); a
+        stateful loader's own state instead."""
         state: dict[str, Any] = self._cursor.state_dict()
+        if self.stateful:
+            return {**state, "loader": self.loader.state_dict()}
         if not self._warned:  # the first checkpoint says what it cannot hold
             self._warned = True
             loader_rng.warn_opaque(self.loader)
@@ -326,8 +349,23 @@ class LoaderBatches(CursorSource):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._cursor.load_state_dict(state, len_or_none(self))
+        if self.stateful:
+            if state.get("loader") is None:
+                raise CheckpointError(
+                    f"the checkpoint holds no state of the {type(self.loader).__name__} given: it was "
+                    "written with another DataLoader; resume with the DataLoader the run was started with"
+                )
+            self._loader_state = state["loader"]
+            return
         rng = state.get("rng")  # absent in a checkpoint from before it was kept
         self._resume_rng = loader_rng.check(self.loader, rng) if rng is not None else None
+
+
+def keeps_own_state(loader: DataLoader) -> bool:
+    """A loader that saves and restores its own position (torchdata's ``StatefulDataLoader``)."""
+    return callable(getattr(loader, "state_dict", None)) and callable(
+        getattr(loader, "load_state_dict", None)
+    )
 
 
 def make_loader(
@@ -341,6 +379,7 @@ def make_loader(
     policy: LoaderPolicy | None = None,
     rank: int = 0,
     world_size: int = 1,
+    resume_data: str = "replay",
 ) -> BatchSource:
     """A ``BatchSource`` of ``data`` on ``device``; see the module docstring for what serves which input.
 
@@ -348,13 +387,14 @@ def make_loader(
     ``LoaderPolicy.for_device(device)``. A ``DataLoader`` given keeps its own batch size, order and
     workers: the other arguments do not apply to it, except that with ``world_size > 1`` its sampler
     becomes a ``DistributedSampler`` (seeded with ``seed``) so each rank loads its own share.
-    ``batch_size`` is per rank.
+    ``batch_size`` is per rank. ``resume_data`` (replay|skip): how a DataLoader's (or a stream's) resumed
+    epoch reaches its batch (``LoaderBatches``); tensors and a Dataset resume by index always.
     """
     policy = policy if policy is not None else LoaderPolicy.for_device(device)
     check_rank(rank, world_size)
     shard = {"rank": rank, "world_size": world_size}
     if isinstance(data, DataLoader):
-        return LoaderBatches(distributed_loader(data, rank, world_size, seed), device)
+        return LoaderBatches(distributed_loader(data, rank, world_size, seed), device, resume_data)
     if is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
         data = _SampleList(data)
     tensors = as_tensors(data)
@@ -372,7 +412,7 @@ def make_loader(
         )
     if isinstance(data, IterableDataset):
         _warn_unsharded(data, rank, world_size)
-        return _iterable_loader(data, batch_size, device, shuffle, drop_last, policy)
+        return _iterable_loader(data, batch_size, device, shuffle, drop_last, policy, resume_data)
     if isinstance(data, Dataset):
         return DatasetBatches(
             data,
@@ -416,7 +456,8 @@ def distributed_loader(loader: DataLoader, rank: int, world_size: int, seed: int
         seed=seed,
         drop_last=loader.drop_last,
     )
-    return DataLoader(
+    rebuilt = type(loader) if keeps_own_state(loader) else DataLoader  # a StatefulDataLoader stays one
+    return rebuilt(
         loader.dataset,
         batch_size=loader.batch_size,
         sampler=sampler,
@@ -505,6 +546,7 @@ def _iterable_loader(
     shuffle: bool,
     drop_last: bool,
     policy: LoaderPolicy,
+    resume_data: str = "replay",
 ) -> LoaderBatches:
     """An ``IterableDataset`` decides its own order; with workers it must shard by ``get_worker_info()``
     or each worker yields every sample, so a stream that does not is loaded without workers."""
@@ -516,4 +558,4 @@ def _iterable_loader(
     batch_size = check_batch_size(batch_size)
     policy = policy.for_stream(data)
     loader = DataLoader(data, batch_size=batch_size, drop_last=drop_last, **policy.dataloader_kwargs())
-    return LoaderBatches(loader, device)
+    return LoaderBatches(loader, device, resume_data)

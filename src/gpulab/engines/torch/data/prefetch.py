@@ -31,8 +31,9 @@ class DevicePrefetcher:
     as is, with no stream work.
     """
 
-    def __init__(self, iterable: Iterable[Any], device: DeviceLike) -> None:
+    def __init__(self, iterable: Iterable[Any], device: DeviceLike, lookahead: bool = True) -> None:
         self.iterable = iterable
+        self.lookahead = lookahead  # False: each batch is taken from ``iterable`` only when it is handed out
         self.device = resolve_device(device)
         self.accelerator = accelerator(self.device)
 
@@ -42,7 +43,7 @@ class DevicePrefetcher:
     def __iter__(self) -> Iterator[Any]:
         if self.accelerator.is_host:
             return iter(self.iterable)
-        if not self.accelerator.streams:
+        if not self.accelerator.streams or not self.lookahead:
             return (to_device(batch, self.device) for batch in self.iterable)
         return self._cuda_iter()
 

@@ -201,7 +201,14 @@ class Trainer(EngineStep):
         shard = {"device": rt.device, "rank": rt.rank, "world_size": rt.world_size, "policy": policy}
         # A stream keeps its own order (an IterableDataset cannot be shuffled by the loader).
         shuffle = not is_stream(train_data)
-        train = make_loader(train_data, batch_size=loader_batch, shuffle=shuffle, seed=s.seed, **shard)
+        train = make_loader(
+            train_data,
+            batch_size=loader_batch,
+            shuffle=shuffle,
+            seed=s.seed,
+            resume_data=s.resume_data,
+            **shard,
+        )
         val = None
         if val_data is not None:
             val = make_loader(val_data, batch_size=s.batch_size, shuffle=False, **shard)
