@@ -10,6 +10,7 @@ make them, not as this module loads."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,14 +81,34 @@ class Named:
 
 
 def _collated(val_data: Any) -> Any:
-    """A map-style Dataset of samples as one batch of tensors (the default collate); else as it is."""
+    """A map-style Dataset of samples as one batch of tensors (the default collate, dataclass samples
+    field by field); a dataclass batch as the dict of its set fields (the model is called alike with
+    both); NumPy arrays as tensors; else as it is."""
     import torch
 
     if isinstance(val_data, torch.utils.data.Dataset) and hasattr(val_data, "__len__"):
         from torch.utils.data import default_collate
 
-        return default_collate([val_data[i] for i in range(len(val_data))])
-    return val_data
+        samples = [val_data[i] for i in range(len(val_data))]
+        if not _is_dataclass(samples[0]):
+            return default_collate(samples)
+        val_data = {k: default_collate([_fields(s)[k] for s in samples]) for k in _fields(samples[0])}
+    if _is_dataclass(val_data):
+        val_data = _fields(val_data)
+    tensor = lambda v: torch.from_numpy(v) if isinstance(v, np.ndarray) else v  # noqa: E731
+    if isinstance(val_data, Mapping):
+        return {k: tensor(v) for k, v in val_data.items()}
+    return type(val_data)(map(tensor, val_data)) if isinstance(val_data, (tuple, list)) else val_data
+
+
+def _is_dataclass(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A dataclass batch or sample as the dict of its fields that are set (not None)."""
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def named_from_recipe(val_data: Any, recipe: str, signature: Any) -> Named:

@@ -36,12 +36,14 @@ def inspect_torch(user: dict[str, Any]) -> InspectReport:
     # The model stays on the CPU: autocast with the device's precision and CPU op lists (see module doc).
     traced = type(precision)("cpu")
     batch = example_batch(recipe.train_data, config.batch_size)
+    if batch is None and isinstance(recipe.train_data, torch.utils.data.DataLoader):
+        batch = _first_batch(recipe.train_data)  # a stream's loader: its first batch (nothing trains)
     if batch is None:
         stream = isinstance(recipe.train_data, torch.utils.data.IterableDataset)
         what = "a stream (an IterableDataset)" if stream else f"a {type(recipe.train_data).__name__}"
         raise ConfigError(
-            "inspect takes its example batch from a map-style Dataset, a tuple or a dict of tensors; this "
-            f"recipe's training data is {what}"
+            "inspect takes its example batch from a DataLoader, a map-style Dataset, or a tuple, dict or "
+            f"dataclass of tensors or arrays; this recipe's training data is {what}: wrap it in a DataLoader"
         )
     from gpulab.engines.torch.runtime.signature import Signature
     from gpulab.engines.torch.runtime.step_call import loss_step
@@ -124,3 +126,9 @@ def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, s
 
 
 __all__ = ["inspect_torch"]
+
+
+def _first_batch(loader: torch.utils.data.DataLoader) -> Any:
+    """The first batch a user's DataLoader yields, a list as a tuple (what the Trainer calls with)."""
+    batch = next(iter(loader), None)
+    return tuple(batch) if isinstance(batch, list) else batch

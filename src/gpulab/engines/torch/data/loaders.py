@@ -21,6 +21,7 @@ own paths.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Iterator, Mapping
@@ -56,7 +57,7 @@ from gpulab.engines.torch.data.tensor_batches import (
     rank_span,
     resident_copy_bytes,
 )
-from gpulab.engines.torch.data.transfer import DeviceLike, is_on_device, resolve_device
+from gpulab.engines.torch.data.transfer import DeviceLike, is_dataclass_instance, is_on_device, resolve_device
 from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import CheckpointError, ConfigError, DataError
 
@@ -397,6 +398,7 @@ def make_loader(
         return LoaderBatches(distributed_loader(data, rank, world_size, seed), device, resume_data)
     if is_sample_list(data):  # a list indexes like a Dataset: the DataLoader collates its samples
         data = _SampleList(data)
+    data = whole_fields(data)
     tensors = as_tensors(data)
     if tensors is not None:
         return TensorBatches(
@@ -511,14 +513,29 @@ def loader_memory(
 
 
 def as_tensors(data: Any) -> tuple[torch.Tensor, ...] | None:
-    """The tensors behind ``data`` when it takes the fast path, else None."""
+    """The tensors behind ``data`` when it takes the fast path, else None. NumPy arrays become tensors
+    sharing their memory (``torch.from_numpy``), as the TensorFlow engine takes them."""
     if isinstance(data, TensorDataset):
         return tuple(data.tensors)
     if isinstance(data, (tuple, list)):
-        return tuple(data)  # TensorBatches checks they are equal-length tensors
+        return tuple(map(_from_numpy, data))  # TensorBatches checks they are equal-length tensors
     if isinstance(data, Mapping):  # the fast path for a dict of tensors: {"input_ids": ..., "labels": ...}
-        return tuple(data.values())
+        return tuple(map(_from_numpy, data.values()))
     return None
+
+
+def whole_fields(data: Any) -> Any:
+    """A dataclass instance holding whole tensors or arrays as the dict of its fields that are set (the
+    model is called alike with both: ``runtime/step_call.py``); any other ``data`` as it is."""
+    if not is_dataclass_instance(data):
+        return data
+    fields = {f.name: getattr(data, f.name) for f in dataclasses.fields(data)}
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _from_numpy(item: Any) -> Any:
+    """A NumPy array as a tensor on its memory; anything else as it is (TensorBatches names it)."""
+    return torch.from_numpy(item) if type(item).__module__ == "numpy" and hasattr(item, "__array__") else item
 
 
 def is_sample_list(data: Any) -> bool:

@@ -41,8 +41,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
+from gpulab.engines.torch.data.transfer import iter_tensors, map_tensors
 from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.errors import ConfigError
 
@@ -310,7 +311,9 @@ def _trace_fake(model: nn.Module, step: StepFn, example: Any, rows: int, autocas
     of a million rows (the batch search asks for such sizes) would cost seconds and gigabytes to build."""
     mode, tensors, trainable, _ = fake_step_inputs(model, ())
     with mode:
-        batch = tree_map(lambda t: torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device), example)
+        batch = map_tensors(
+            lambda t: torch.empty((rows, *t.shape[1:]), dtype=t.dtype, device=t.device), example
+        )
     return _measure_step(model, step, batch, tensors, trainable, autocast, mode)
 
 
@@ -325,7 +328,7 @@ def fake_step_inputs(model: nn.Module, batch: Any) -> tuple[Any, dict[str, torch
         fake = mode.from_tensor(t)
         tensors[name] = fake.requires_grad_(t.requires_grad) if t.is_floating_point() else fake
     trainable = [tensors[name] for name, p in model.named_parameters() if p.requires_grad]
-    fake_batch = tree_map(lambda t: mode.from_tensor(t) if isinstance(t, torch.Tensor) else t, batch)
+    fake_batch = map_tensors(mode.from_tensor, batch)  # a dataclass batch too (a pytree is not one)
     return mode, tensors, trainable, fake_batch
 
 
@@ -344,7 +347,7 @@ def _measure_step(model, step, batch, tensors, trainable, autocast, mode) -> tup
     def forward(*args, **kwargs):
         return torch.func.functional_call(model, tensors, args, kwargs)
 
-    ignore = [*tensors.values(), *(t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor))]
+    ignore = [*tensors.values(), *iter_tensors(batch)]
     tracker = LiveBytes(ignore)
     was_training = model.training
     model.train()
@@ -476,17 +479,17 @@ def _as_batch(batch: Any) -> Any:
 
 
 def _rows(batch: Any) -> int:
-    return int(next(t for t in tree_flatten(batch)[0] if torch.is_tensor(t)).shape[0])
+    return int(next(iter_tensors(batch)).shape[0])
 
 
 def _resize(batch: Any, b: int) -> Any:
     """``batch`` (a tuple or dict of tensors) with ``b`` rows (cycled when it has fewer)."""
     index = torch.arange(b) % _rows(batch)
-    return tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
+    return map_tensors(lambda t: t.index_select(0, index.to(t.device)), batch)
 
 
 def _batch_bytes(batch: Any) -> float:
-    return float(sum(t.numel() * t.element_size() for t in tree_flatten(batch)[0] if torch.is_tensor(t)))
+    return float(sum(t.numel() * t.element_size() for t in iter_tensors(batch)))
 
 
 def num_rows(data: Any) -> int | None:
@@ -503,6 +506,13 @@ def num_rows(data: Any) -> int | None:
 
 def _take(data: Any, b: int) -> Any:
     """The first ``b`` samples of ``data`` as one batch (rows cycle when there are fewer)."""
+    from gpulab.engines.torch.data.loaders import as_tensors, whole_fields
+
+    if not isinstance(data, torch.utils.data.Dataset):  # NumPy arrays and a dataclass's fields as tensors
+        data = whole_fields(data)
+        tensors = as_tensors(data)
+        if tensors is not None:
+            data = dict(zip(data, tensors, strict=True)) if isinstance(data, Mapping) else tensors
     if isinstance(data, (tuple, list)) and data and torch.is_tensor(data[0]):
         return _resize(tuple(data), b)
     if isinstance(data, Mapping) and data and all(torch.is_tensor(t) for t in data.values()):
@@ -522,6 +532,15 @@ def _take(data: Any, b: int) -> Any:
     )
 
 
+def _take_collated(data: Any, rows: int, collate_fn: Callable) -> Any:
+    try:
+        n = len(data)
+        batch = collate_fn([data[i % n] for i in range(rows)])
+        return tuple(batch) if isinstance(batch, list) else batch  # default_collate's list of a tuple
+    except (TypeError, IndexError, KeyError):
+        return None
+
+
 def example_batch(data: Any, rows: int) -> tuple | None:
     """``rows`` samples of ``data`` as one batch: a tuple of tensors, a Dataset, or a batch source
     from ``make_loader`` (its tensors or its DataLoader's dataset); None when there is no way to take
@@ -531,11 +550,13 @@ def example_batch(data: Any, rows: int) -> tuple | None:
         keys = getattr(data, "keys", None)  # the fast path over a dict of tensors: a dict batch
         batch = _resize(tuple(tensors), rows)
         return dict(zip(keys, batch, strict=True)) if isinstance(keys, tuple) else batch
-    loader = getattr(data, "loader", None)
+    loader = data if isinstance(data, torch.utils.data.DataLoader) else getattr(data, "loader", None)
     if loader is not None:
         data = getattr(loader, "dataset", None)
     if isinstance(data, torch.utils.data.IterableDataset):
         return None
+    if isinstance(loader, torch.utils.data.DataLoader) and isinstance(data, torch.utils.data.Dataset):
+        return _take_collated(data, rows, loader.collate_fn)  # a user's loader: its own collate_fn
     try:
         return _take(data, rows)
     except (ConfigError, TypeError, IndexError, KeyError):
@@ -545,7 +566,7 @@ def example_batch(data: Any, rows: int) -> tuple | None:
 def _device_of(model: nn.Module, batch: Any) -> torch.device:
     for p in model.parameters():
         return p.device
-    return next(t for t in tree_flatten(batch)[0] if torch.is_tensor(t)).device
+    return next(iter_tensors(batch)).device
 
 
 def _autocast_factory(precision: Any, device: torch.device) -> Callable[[], AbstractContextManager]:
