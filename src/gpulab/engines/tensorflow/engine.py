@@ -123,17 +123,17 @@ class TensorFlowEngine:
         from gpulab.artifact import arrays
         from gpulab.artifact import data as export_data
 
-        data = arrays.as_arrays(recipe.val_data)
+        data = arrays.as_arrays(recipe.val_data)  # read once: a generator is consumed
         several = isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], Mapping)  # outputs
         if names is None and not several:
-            return export_data.from_recipe(recipe.val_data, name)
+            return export_data.from_recipe(data, name)
         import numpy as np
         import torch  # infer runs every artifact's inputs as torch tensors (artifact/data.py)
 
         if names is None:  # one input, a target per output
             inputs, target = arrays.one_input((data[0],), f"recipe {name!r}"), data[1]
         else:
-            inputs, target = arrays.by_names(recipe.val_data, names, name)  # (inputs, target), by the names
+            inputs, target = arrays.by_names(data, names, name)  # (inputs, target), by the names
         tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
         return tuple(map(tensor, inputs)), arrays.tree_map(tensor, target)
 

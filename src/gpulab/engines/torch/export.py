@@ -19,6 +19,7 @@ from gpulab.artifact.ownership import check_export_out
 from gpulab.artifact.run_record import file_stem
 from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR, ExportResult
 from gpulab.core.recipes.trust import RecipeTrust
+from gpulab.engines.torch.decoder_inputs import check_decoder_inputs
 from gpulab.engines.torch.formats.base import Deployable, Served
 from gpulab.engines.torch.rebuild import rebuild
 from gpulab.engines.torch.runtime.signature import Signature
@@ -48,6 +49,7 @@ def export_torch(
     artifact = Path(out) if out else folder / f"{file_stem(source.recipe)}{module.SUFFIX}"
     check_export_out(artifact, module.NAME)  # the default place too: a file there may be the user's
     example = export_data.example(data.inputs, fixed or EXAMPLE_BATCH)
+    check_decoder_inputs(source.model, signature, data, example)  # T5 without decoder_input_ids: one line
     model = deployable(source.model, precision, data, signature, example)
     started = time.perf_counter()
     with torch.no_grad():
