@@ -17,7 +17,7 @@ from gpulab.errors import ConfigError
 def combined_loss(loss_fn: Any, loss_weights: Any, output: Any) -> Callable:
     """``(y, output) -> per-example losses`` for ``loss_fn``; ``output`` is one output of the model (a
     probe on one sample), whose structure a dict or list of losses must match."""
-    if callable(loss_fn) and not isinstance(loss_fn, (Mapping, list, tuple)):
+    if not isinstance(loss_fn, (Mapping, list, tuple)):  # one callable, taken as it is
         if loss_weights is not None:
             raise ConfigError(
                 "loss_weights weigh a dict of losses, one per output (as model.compile takes them); with "

@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,9 +72,9 @@ class TfRecipe:
     optimizer: Callable[[int], Any]
     val_data: Any = None
     correct_fn: Callable | None = None
-    loss_weights: Any = None
     defaults: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    loss_weights: Any = None  # last: a recipe that gave the fields above by position still does
 
 
 class TfTrainer(EngineStep):
@@ -207,7 +207,7 @@ class TfTrainer(EngineStep):
         """The recipe's loss as the step takes it. A subclassed model has no variables before its first
         call (the optimizer would build on none), and a dict of losses must match the outputs: one sample
         through the model, in inference mode (no dropout draw), settles both before anything else runs."""
-        one_loss = callable(recipe.loss_fn) and not isinstance(recipe.loss_fn, (dict, list, tuple))
+        one_loss = not isinstance(recipe.loss_fn, (Mapping, list, tuple))
         if self.model.built and one_loss and recipe.loss_weights is None:
             return recipe.loss_fn
         x = self._tf.nest.map_structure(lambda a: a[:1], self.train_arrays[0])
