@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import traceback
 import warnings
-from typing import Any
 
 import typer
 
+from gpulab.cli import started
 from gpulab.errors import GpulabError, GpulabWarning, choices
 from gpulab.redaction import CREDENTIALS_ENV, restore_credentials
 
@@ -29,12 +28,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_state: dict[str, Any] = {"debug": False, "started": None}
-
-
-def command_started() -> float:
-    """When this command's ``main`` began, on ``time.monotonic``'s clock (now where none runs)."""
-    return _state["started"] if _state["started"] is not None else time.monotonic()
+_state = {"debug": False}
 
 
 @app.callback()
@@ -93,7 +87,7 @@ def _missing_framework(module: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
-    _state["started"] = time.monotonic()
+    started.mark()
     _register()
     _one_line_warnings()
     if argv is None and CREDENTIALS_ENV in os.environ:  # a rank of `gpulab launch`: its argv is masked

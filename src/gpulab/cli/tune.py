@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 
 from gpulab import engine_registry as engines
-from gpulab.cli import command_started
 from gpulab.cli.console import make_console
+from gpulab.cli.started import command_started
 from gpulab.config import layer_settings
 
 
