@@ -105,10 +105,12 @@ def test_infer_refuses_an_input_from_its_headers(inputs, tmp_path, capsys, name)
 
 
 @pytest.mark.parametrize("name", ["bomb.npz", "lying.npy", "strings.npz"])
-def test_export_refuses_an_input_before_reading_the_run(inputs, tmp_path, capsys, name):
-    run = tmp_path / "run"
-    run.mkdir()  # no checkpoint: the input is refused first
-    code, lines, peak = _refused(capsys, ["export", run, "--format", "onnx", "--input", inputs[name]])
+def test_export_refuses_an_input_before_rebuilding_the_model(digits_run, inputs, tmp_path, capsys, name):
+    before = sorted(p.relative_to(digits_run) for p in digits_run.rglob("*"))
+    out = tmp_path / "digits.onnx"
+    argv = ["export", digits_run, "--format", "onnx", "--input", inputs[name], "--out", out]
+    code, lines, peak = _refused(capsys, argv)
     assert code == 2 and len(lines) == 1 and CASES[name][1] in lines[0], lines
     assert peak < ALLOCATED_AT_MOST
-    assert list(run.iterdir()) == []
+    assert sorted(p.relative_to(digits_run) for p in digits_run.rglob("*")) == before
+    assert list(tmp_path.iterdir()) == []
