@@ -32,6 +32,10 @@ def test_tune_finishes_inside_its_budget_and_its_table_and_text_give_one_ratio(t
     result = Search(user, budget_s=BUDGET, steps=30, min_interval_s=0, log=lambda _: None, clock=clock).run()
     assert result.elapsed_s <= 1.1 * BUDGET and clock.now <= 1.1 * BUDGET  # +-10 %
     assert result.out_of_budget  # the budget bound: trials were stopped or skipped for it
+    (said,) = [line for line in summary_lines(result) if line.startswith("budget: ")]
+    cut = [t.label for t in result.trials if t.reason == BUDGET_RAN_OUT]
+    cut += [s["value"] or s["knob"] for s in result.skipped if s["reason"].startswith("budget")]
+    assert said.startswith(f"budget: 120 s left no time for {cut[0]}") and all(c in said for c in cut)
     assert all(t.wall_s <= 0.25 * BUDGET + 2 * TICK for t in result.trials[1:])  # no trial past its cap
 
     console = Console(record=True, width=250)

@@ -16,7 +16,7 @@ from rich.text import Text
 from gpulab.artifact.ownership import claim_output_folder
 from gpulab.tune import plot
 from gpulab.tune.search import TuneResult, vs_default
-from gpulab.tune.trial import Trial
+from gpulab.tune.trial import BUDGET_RAN_OUT, Trial
 
 TUNED_FILE, JSON_FILE = "tuned.yaml", "tune.json"
 _STYLE = {"ok": "", "rejected": "red", "failed": "red", "stopped": "yellow"}
@@ -115,8 +115,17 @@ def summary_lines(result: TuneResult) -> list[str]:
     lines = [verdict]
     lines += [dec.sentence for dec in result.decisions]
     if result.out_of_budget:
-        lines.append(f"budget: {result.budget_s:.0f} s ran out; the best found so far was kept")
+        lines.append(
+            f"budget: {result.budget_s:.0f} s left no time for {_cut(result)}; the best found was kept"
+        )
     return lines
+
+
+def _cut(result: TuneResult) -> str:
+    """What the budget's end skipped or stopped (its knobs' values, or the knob)."""
+    stopped = [f"{t.label} (stopped)" for t in result.trials if t.reason == BUDGET_RAN_OUT]
+    skipped = [s["value"] or s["knob"] for s in result.skipped if s["reason"].startswith("budget")]
+    return ", ".join(stopped + skipped) or "more trials"
 
 
 def _measured_others(result: TuneResult) -> list:
