@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.measure.knobs import Candidate, Group
 
 # The keys tune may change; everything else in the user's config is left as it is.

@@ -26,11 +26,11 @@ import torch
 
 from gpulab import precisions
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
 from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
-from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.train.graph_step import WholeStepGraph

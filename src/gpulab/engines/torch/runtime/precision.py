@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from gpulab import precisions
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
 

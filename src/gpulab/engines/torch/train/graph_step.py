@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils import _pytree as pytree
 
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.cuda_graph import (
     CudaGraphs,
     GraphBackend,
@@ -29,7 +30,6 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     optimizer_blocker,
     prepare_optimizer,
 )
-from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.precision import _Autocast
 from gpulab.engines.torch.runtime.step_call import step_loss
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import psutil
 
-from gpulab.engines.torch.runtime.devices.base import Accelerator
+from gpulab.engines.torch.devices.base import Accelerator
 from gpulab.hardware.host_memory import reset_peak_rss
 
 

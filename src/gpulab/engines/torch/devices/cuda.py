@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gpulab.engines.torch.runtime.devices.base import Accelerator, MemoryStats
+from gpulab.engines.torch.devices.base import Accelerator, MemoryStats
 
 
 class CudaAccelerator(Accelerator):

@@ -9,10 +9,11 @@ import functools
 
 import torch
 
-from gpulab.engines.torch.runtime.devices.base import Accelerator, MemoryStats
-from gpulab.engines.torch.runtime.devices.cpu import CpuAccelerator
-from gpulab.engines.torch.runtime.devices.cuda import CudaAccelerator
-from gpulab.engines.torch.runtime.devices.mps import MpsAccelerator, XpuAccelerator
+from gpulab.engines.torch.devices.base import Accelerator, MemoryStats
+from gpulab.engines.torch.devices.cpu import CpuAccelerator
+from gpulab.engines.torch.devices.cuda import CudaAccelerator
+from gpulab.engines.torch.devices.mps import MpsAccelerator
+from gpulab.engines.torch.devices.xpu import XpuAccelerator
 
 _CLASSES: dict[str, type[Accelerator]] = {
     "cpu": CpuAccelerator,
