@@ -35,8 +35,8 @@ def compile_group(device: torch.device) -> Group:
     """torch.compile's modes where they can run: on a CPU the default only (max-autotune tunes GPU
     kernels, reduce-overhead replays CUDA graphs)."""
     group = Group("compile")
-    modes = {"cuda": (None, "max-autotune", "reduce-overhead"), "cpu": (None,)}.get(device.type)
-    if modes is None:
+    modes = accelerator(device).compile_modes
+    if not modes:
         group.reason = f"torch.compile is not tried on {device.type}"
         return group
     for mode in modes:

@@ -171,7 +171,7 @@ def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str |
     backend (a CPU test passes a fake that can)."""
     if variant == "cuda-graph" and (graphs or CudaGraphs()).unsupported(device):
         return "CUDA graphs need a CUDA GPU"
-    if variant == AUTOTUNE and device.type != "cuda":
+    if variant == AUTOTUNE and "max-autotune" not in accelerator(device).compile_modes:
         return (
             "it is for the GPU's Triton GEMM autotuning; on a CPU it would spend minutes tuning C++ GEMMs "
             "that say nothing about a GPU"
