@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import click
 import typer
 
 from gpulab import engine_registry as engines
@@ -142,7 +143,8 @@ def launch(
 
 def _check_command(command: list[str], module: bool) -> None:
     """``gpulab train ...`` checked here, once, before any rank starts (recipe name, settings, config
-    file, output paths): a mistake was printed by every rank, with torch's noise around it, exit 1."""
+    file, output paths): a mistake was printed by every rank, with torch's noise around it, exit 1. Its
+    flags are parsed by train's own command; its settings go through the run's own checks."""
     words = list(command)
     if words[:1] and words[0].startswith("python"):
         words = words[1:]
@@ -150,20 +152,18 @@ def _check_command(command: list[str], module: bool) -> None:
         words = words[1:]
     if words[:2] != ["gpulab", "train"]:
         return
-    from gpulab.cli.train import CHECK_ONLY, train
+    from gpulab.cli import app
+    from gpulab.cli.train import check_run, run_settings
 
-    # train alone on an app of its own: click prints a usage mistake as `gpulab train` would; a
-    # GpulabError passes up to main(), which prints its one line (exit 2)
-    verb = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    verb.command()(train)
-    token = CHECK_ONLY.set(True)
+    train = typer.main.get_command(app).commands["train"]
     try:
-        verb(args=words[2:], prog_name="gpulab train", standalone_mode=True)
-    except SystemExit as exc:
-        if exc.code:
-            raise typer.Exit(exc.code if isinstance(exc.code, int) else 1) from None
-    finally:
-        CHECK_ONLY.reset(token)
+        given = train.make_context("gpulab train", words[2:]).params
+    except click.exceptions.Exit:  # --help: nothing to check
+        return
+    except click.ClickException as mistake:  # printed as `gpulab train` prints it (usage, exit 2)
+        mistake.show()
+        raise typer.Exit(mistake.exit_code) from None
+    check_run(run_settings(given))  # a GpulabError passes up to main(): its one line, exit 2
 
 
 def _check_engine_options(engine: str, given: dict) -> None:
