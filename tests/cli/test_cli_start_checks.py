@@ -43,6 +43,16 @@ def test_launch_checks_the_command_once_before_any_rank_starts(tmp_path, command
     assert "gpulab launch:" not in proc.stderr  # the plan line: torchrun was never started
 
 
+def test_launch_refuses_a_train_flag_train_does_not_have_as_train_would(tmp_path):
+    """Parsed by train's own command: click's usage lines, exit 2, no rank started."""
+    proc = gpulab("launch", "--nproc-per-node", "2", "--", "gpulab", "train", "mlp", "--bogus", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        proc.stderr.startswith("Usage: gpulab train [OPTIONS]") and "No such option: --bogus" in proc.stderr
+    )
+    assert "gpulab launch:" not in proc.stderr and not (tmp_path / "runs").exists()
+
+
 def test_an_out_on_a_read_only_file_system_is_one_line(tmpfs, capsys):
     import subprocess as sp
 

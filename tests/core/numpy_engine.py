@@ -76,13 +76,13 @@ class NumpyTrainer(EngineStep):
         self.trajectory = trajectory
         self._extra_callbacks = list(callbacks)
         self.state, self.history, self.extras = FitState(), [], {}
-        self.resumed_from = self.last_checkpoint = None
+        self.resumed_from = None
         self.is_rank_zero = True
 
     def fit(self, recipe: LinearRecipe, resume: str | None = None) -> FitResult:
         return loop.fit(self, lambda: self._setup(recipe, resume))
 
-    def _setup(self, recipe: LinearRecipe, resume: str | None) -> None:
+    def _setup(self, recipe: LinearRecipe, resume: str | None) -> CallbackList:
         s = self.settings
         self.x, self.y, self.val, self.lr = recipe.x, recipe.y, recipe.val, recipe.lr
         self.w, self.b = np.zeros(self.x.shape[1]), 0.0
@@ -98,7 +98,7 @@ class NumpyTrainer(EngineStep):
         if which:
             self.resumed_from = self.checkpointer.resume(self, which)
             self.extras["resumed_from"] = str(self.resumed_from)
-        self.callbacks = CallbackList(default_callbacks(s, True) + self._extra_callbacks)
+        return CallbackList(default_callbacks(s, True) + self._extra_callbacks)  # the loop's
 
     # -- the loop's steps -------------------------------------------------------------------------------
     def epoch_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:

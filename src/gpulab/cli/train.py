@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -14,9 +14,6 @@ from gpulab.cli.text import plural
 from gpulab.config import layer_settings
 from gpulab.core.early_checks import check_before_framework
 from gpulab.core.run_dir import check_output_dirs
-
-# Set by `gpulab launch`: parse, resolve and check the command (recipe, settings, paths), then return.
-CHECK_ONLY: ContextVar[bool] = ContextVar("check_only", default=False)
 
 
 def train(
@@ -48,31 +45,7 @@ def train(
 
     Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
     """
-    from gpulab import engine_registry as engines
-
-    flags = {
-        "recipe": recipe,
-        "out_dir": str(out) if out else None,
-        "engine": engine,
-        "device": device,
-        "precision": precision,
-        "epochs": epochs,
-        "max_steps": max_steps,
-        "batch_size": int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
-        "accumulate": accumulate,
-        "compile": compile,
-        "seed": seed,
-        "resume": resume,
-        "overwrite": overwrite,
-    }
-    user = layer_settings(config, flags, set_)  # run() adds resume: auto under gpulab launch
-    check_before_framework(user)  # torch or TensorFlow not imported yet: a mistake is told in well under 1 s
-    if "out_dir" not in user and user.get("recipe"):
-        user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
-    if CHECK_ONLY.get():  # `gpulab launch` asking, before any rank starts, whether this command can run
-        checked, _ = engines.of(user).resolve(user)
-        check_output_dirs(Path(checked.out_dir or f"runs/{checked.recipe}"), checked.checkpoint_dir)
-        return
+    user = run_settings(locals())  # run() adds resume: auto under gpulab launch
     cfg, result, out_dir = engines.of(user).run(user)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
@@ -95,6 +68,31 @@ def train(
     if diagnosis:
         console.print(f"{diagnosis['bound']}: {diagnosis['reason']}; fix: {diagnosis['fix']}", markup=False)
     console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'metrics.jsonl'}")
+
+
+def run_settings(given: dict[str, Any]) -> dict[str, Any]:
+    """The run's settings from ``train``'s parameters (by name): the config file, then the flags, then
+    ``--set``, and ``out_dir`` defaulting to runs/RECIPE."""
+    batch_size = given["batch_size"]
+    flags = {
+        "recipe": given["recipe"],
+        "out_dir": str(given["out"]) if given["out"] else None,
+        **{key: given[key] for key in ("engine", "device", "precision", "epochs", "max_steps")},
+        "batch_size": int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
+        **{key: given[key] for key in ("accumulate", "compile", "seed", "resume", "overwrite")},
+    }
+    user = layer_settings(given["config"], flags, given["set_"])
+    check_before_framework(user)  # torch or TensorFlow not imported yet: a mistake is told in well under 1 s
+    if "out_dir" not in user and user.get("recipe"):
+        user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
+    return user
+
+
+def check_run(user: dict[str, Any]) -> None:
+    """What a run of ``user``'s settings would refuse at its start -- the recipe, each setting, the
+    output paths -- checked without training (``gpulab launch``, before any rank starts)."""
+    checked, _ = engines.of(user).resolve(user)
+    check_output_dirs(Path(checked.out_dir or f"runs/{checked.recipe}"), checked.checkpoint_dir)
 
 
 def register(app: typer.Typer) -> None:

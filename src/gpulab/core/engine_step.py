@@ -1,8 +1,9 @@
 """``EngineStep``: what an engine's trainer gives the shared fit loop (``core/loop.py``).
 
-The attributes are the fit's shared objects (callbacks and checkpointers read them too); the methods are
-the engine's step, its loss, its state on disk, its validation and its device facts. A trainer subclasses
-it to keep the defaults (the methods with a body).
+The attributes are the engine's facts and objects, which the loop reads and never writes (what the loop
+keeps -- the callbacks the set-up returns, the fit's context, the last checkpoint -- is its own
+``LoopState``); the methods are the engine's step, its loss, its state on disk, its validation and its
+device facts. A trainer subclasses it to keep the defaults (the methods with a body).
 """
 
 from __future__ import annotations
@@ -19,19 +20,16 @@ from gpulab.core.state import FitResult, FitState
 
 
 class EngineStep(Protocol):
-    """What an engine's trainer gives the loop. The attributes are the fit's shared objects (callbacks read
-    them too); the methods with a body are defaults an engine may keep."""
+    """What an engine's trainer gives the loop. The loop reads the attributes and writes none of them; the
+    methods with a body are defaults an engine may keep."""
 
     settings: Any  # TrainerSettings, as resolved for this fit
     state: FitState
     history: list[dict[str, Any]]
-    callbacks: Any  # the CallbackList, set last in the engine's set-up (None before)
     extras: dict[str, Any]  # what the set-up measured or chose, carried into the result
     checkpointer: Any  # last_saved_step, record_validation(step, metrics); None: no directory
-    last_checkpoint: Path | None
     resumed_from: Path | None
     is_rank_zero: bool
-    context: FitContext
     plan: FitPlan  # the fit's length and windows, from ``core.plan.plan_fit`` over the engine's facts
     sample_scale: int  # how many ranks' samples ``state.samples_seen`` stands for (samples/s is global)
     threads_hint: str  # the busy-machine note's hint for this engine (hardware.load.load_during)

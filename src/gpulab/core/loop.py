@@ -20,9 +20,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from gpulab.core.callbacks.base import CallbackList
 from gpulab.core.clock import Clock, DataWaitMeter
 from gpulab.core.engine_step import EngineStep
 from gpulab.core.failure import FitPosition, add_failure_note, failure_line
+from gpulab.core.loop_state import FitView, LoopState
 from gpulab.core.preemption import preemption_report
 from gpulab.core.state import FitResult
 from gpulab.errors import DataError, GpulabError, ValidationFailed
@@ -30,32 +32,34 @@ from gpulab.hardware.load import OtherCpuLoad, load_during
 from gpulab.measure.diagnosis import diagnose_fit
 
 
-def fit(engine: EngineStep, setup: Callable[[], None]) -> FitResult:
-    """Set up (the engine's), then the loop; a failure is told to the callbacks and noted (``failure.py``)."""
-    loop = FitLoop(engine)
-    engine.callbacks = None
+def fit(engine: EngineStep, setup: Callable[[], CallbackList]) -> FitResult:
+    """Set up (the engine's, which returns the fit's callbacks), then the loop; a failure is told to the
+    callbacks and noted (``failure.py``). What the loop keeps is its own (``LoopState``), not the engine's."""
+    own = LoopState()
+    loop = FitLoop(engine, own)
     try:
-        setup()
+        own.callbacks = setup()
         return loop.run()
     except BaseException as error:
-        if engine.callbacks is not None:
-            engine.callbacks.on_exception(engine, engine.state, error)
+        if own.callbacks is not None:
+            own.callbacks.on_exception(loop.view, engine.state, error)
             loop.note_failure(error)
         raise
 
 
 class FitLoop:
-    """One fit's loop over ``engine`` (see the module)."""
+    """One fit's loop over ``engine`` (see the module); it writes ``own``, never the engine."""
 
-    def __init__(self, engine: EngineStep) -> None:
-        self.engine = engine
+    def __init__(self, engine: EngineStep, own: LoopState) -> None:
+        self.engine, self.own = engine, own
+        self.view = FitView(engine, own)  # what the callbacks receive as their trainer
         self.position = FitPosition()  # named under the traceback if the fit fails
         self.val_metrics: dict[str, float] = {}
 
     # -- the story ------------------------------------------------------------------------------------
     def run(self) -> FitResult:
-        e = self.engine
-        self.state, self.settings, self.callbacks = e.state, e.settings, e.callbacks
+        e, own, view = self.engine, self.own, self.view
+        self.state, self.settings, self.callbacks = e.state, e.settings, own.callbacks
         if e.resumed_from is not None and self._done():
             return self._nothing_left()
         state, callbacks = self.state, self.callbacks
@@ -64,8 +68,8 @@ class FitLoop:
         self.data_wait = DataWaitMeter()
         self.others = OtherCpuLoad()  # did other processes compete for the CPU during the run?
         e.on_loop_start(self.clock)
-        e.context = e.fit_context()
-        callbacks.on_fit_start(e, state)
+        own.context = e.fit_context()
+        callbacks.on_fit_start(view, state)
         n = e.plan.batches_per_epoch
         while not self._done():
             ran_out = self._train_epoch()
@@ -89,7 +93,7 @@ class FitLoop:
                 with self.clock.excluding():
                     self.val_metrics = self._validate_after_save()
             if epoch_complete:
-                callbacks.on_epoch_end(e, state)
+                callbacks.on_epoch_end(view, state)
                 state.epoch, state.batch_in_epoch = state.epoch + 1, 0
         if state.stop_signal is None:
             self._flush_log()
@@ -97,8 +101,9 @@ class FitLoop:
             self._save()
         result = self._result()
         e.before_fit_end(result)
-        callbacks.on_fit_end(e, state, result)  # MFU and NVML callbacks add their reports to extras
-        result.extras["diagnosis"] = diagnose_fit(result, e.context.device_type, e.native_dtypes()).to_json()
+        callbacks.on_fit_end(view, state, result)  # MFU and NVML callbacks add their reports to extras
+        diagnosis = diagnose_fit(result, own.context.device_type, e.native_dtypes())
+        result.extras["diagnosis"] = diagnosis.to_json()
         return result
 
     # -- steps ----------------------------------------------------------------------------------------
@@ -153,7 +158,7 @@ class FitLoop:
             self._flush_log()
         if e.checkpointer is not None and e.plan.checkpoint_due(state.global_step):
             self._save()
-        self.callbacks.on_step_end(e, state)
+        self.callbacks.on_step_end(self.view, state)
 
     def _flush_log(self) -> None:
         """Read the training metrics (one host sync) and hand them to the loggers."""
@@ -167,7 +172,7 @@ class FitLoop:
             metrics["samples_per_s"] = speed * e.sample_scale
         state.metrics.update(metrics)
         if e.is_rank_zero:
-            self.callbacks.on_log(e, state, metrics)  # may add to metrics (mfu, GPU utilisation) ...
+            self.callbacks.on_log(self.view, state, metrics)  # may add to metrics (mfu, GPU utilisation) ...
         e.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})  # ... kept here
 
     def _done(self) -> bool:
@@ -179,7 +184,7 @@ class FitLoop:
         e = self.engine
         if e.checkpointer is not None and self.settings.checkpoints:
             with self.clock.excluding():
-                e.last_checkpoint = e.save_checkpoint()
+                self.own.last_checkpoint = e.save_checkpoint()
 
     def _save_at_next_epoch(self) -> None:
         """The checkpoint records the state as the next epoch starts; validation and ``on_epoch_end`` still
@@ -209,7 +214,7 @@ class FitLoop:
         state.metrics.update(metrics)
         e.history.append({"step": state.global_step, "epoch": state.epoch, **metrics})
         if e.is_rank_zero:
-            self.callbacks.on_validation_end(e, state, metrics)
+            self.callbacks.on_validation_end(self.view, state, metrics)
         if self._wrote_this_step() and e.is_rank_zero and self.settings.keep_best:
             e.checkpointer.record_validation(state.global_step, metrics)
         return metrics
@@ -221,7 +226,7 @@ class FitLoop:
         )
 
     def _validation_failure(self, exc: BaseException) -> str:
-        state, last = self.state, self.engine.last_checkpoint
+        state, last = self.state, self.own.last_checkpoint
         where = (
             f"checkpoint {last} holds the training up to it: fix the validation, then continue with "
             "--resume latest"
@@ -250,7 +255,7 @@ class FitLoop:
                 step=e.state.global_step,
                 epoch=e.state.epoch,
                 batches_per_epoch=e.plan.batches_per_epoch,
-                checkpoint=e.last_checkpoint or e.resumed_from,
+                checkpoint=self.own.last_checkpoint or e.resumed_from,
                 checkpoints_off=self._checkpoints_off(),
                 out_of_memory=e.is_out_of_memory(error),
                 describe=e.describe_batch,
@@ -288,7 +293,7 @@ class FitLoop:
                 "untimed_s": self.clock.excluded,
                 "memory": memory,
                 "machine_load": load_during(
-                    self.others, on_cpu=e.context.device_type == "cpu", threads_hint=e.threads_hint
+                    self.others, on_cpu=self.own.context.device_type == "cpu", threads_hint=e.threads_hint
                 ),
                 **({"preempted": self._preempted()} if state.stop_signal is not None else {}),
             },
@@ -331,6 +336,5 @@ class FitLoop:
         }
 
     def _preempted(self) -> dict[str, Any]:
-        e = self.engine
-        saved = e.last_checkpoint if self._wrote_this_step() else None
+        saved = self.own.last_checkpoint if self._wrote_this_step() else None
         return preemption_report(self.state.stop_signal, self.state.global_step, saved)

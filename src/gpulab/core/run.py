@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from gpulab.config import RunConfig
 from gpulab.core.callbacks import Callback
 from gpulab.core.callbacks.preemption import StopOnSignal
-from gpulab.core.callbacks.trackers import attach_files
+from gpulab.core.callbacks.trackers import LateFiles
 from gpulab.core.preemption import SignalWatch, preempted_error
 from gpulab.core.recorded import with_recorded_settings
 from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepare
@@ -70,7 +70,8 @@ def run(engine: RunSteps, user: dict[str, Any]) -> tuple[RunConfig, FitResult, P
     with claim(out, rank, config.checkpoint_dir), SignalWatch() as signals:
         if engine.prepares(rank):
             prepare(out, config.checkpoint_dir, config.resume, config.overwrite, started)
-        trainer = engine.trainer(config, [StopOnSignal(signals)])
+        late_files = LateFiles()
+        trainer = engine.trainer(config, [StopOnSignal(signals), late_files])
         result = engine.fit(trainer, recipe, config.resume)
         if "preempted" in result.extras:  # no summary: the run is not finished
             raise preempted_error(result.extras["preempted"], trainer.is_rank_zero)
@@ -80,7 +81,7 @@ def run(engine: RunSteps, user: dict[str, Any]) -> tuple[RunConfig, FitResult, P
             return config, result, out
         info = engine.outputs(trainer, recipe, out)
         write_summary(out, config, result, info, engine.environment())
-        attach_files(trainer.callbacks, run_files(out))
+        late_files.send(run_files(out))
     return config, result, out
 
 

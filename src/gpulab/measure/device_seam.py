@@ -1,7 +1,7 @@
 """What the measuring harness asks of a device, without knowing its framework: wait for its queued work,
 and (where an allocator counts them) the peak bytes of its live tensors.
 
-An engine gives the harness its own seam (torch: ``engines/torch/runtime/devices``' ``Accelerator``, which
+An engine gives the harness its own seam (torch: ``engines/torch/devices``' ``Accelerator``, which
 has these members); ``HOST`` is the CPU's, needing no framework, so a CPU clock loads no torch.
 """
 
@@ -62,5 +62,5 @@ def seam_of(device: Any) -> DeviceSeam:
         return HOST
     raise TypeError(
         f"the harness needs the engine's device seam for {device} (torch: "
-        "gpulab.engines.torch.runtime.devices.accelerator(device))"
+        "gpulab.engines.torch.devices.accelerator(device))"
     )

@@ -3,7 +3,7 @@
 - ``tracker_callbacks``: the callbacks the settings ask for (rank 0 only: the trainers build none on the
   other ranks). A tracker whose package is missing is one line with the pip command, before any step.
 - ``tracker_record.py``: what the trackers share (the run-id file, flattened settings, the start failure).
-- ``attach_files``: files written after the fit (summary.json) go to the trackers' runs too.
+- ``LateFiles``: files written after the fit (summary.json) go to the trackers' runs too.
 """
 
 from __future__ import annotations
@@ -49,10 +49,17 @@ def tracker_callbacks(settings: Any) -> list[Callback]:
     return out
 
 
-def attach_files(callbacks: Any, paths: Iterable[Path]) -> None:
-    """Give the files a run wrote after its fit (summary.json, plots) to the trackers that keep files."""
-    existing = [Path(p) for p in paths if Path(p).is_file()]
-    for cb in getattr(callbacks, "callbacks", ()):
-        attach = getattr(cb, "attach", None)
-        if attach is not None and existing:
-            attach(existing)
+class LateFiles(Callback):
+    """Files a run writes after its fit (summary.json, plots), for the trackers that keep files: which
+    trackers those are it reads from the fit's callbacks (the loop's list) when the fit starts."""
+
+    def __init__(self) -> None:
+        self.keepers: list[Any] = []
+
+    def on_fit_start(self, trainer: Any, state: Any) -> None:
+        self.keepers = [cb for cb in trainer.callbacks.callbacks if getattr(cb, "attach", None) is not None]
+
+    def send(self, paths: Iterable[Path]) -> None:
+        existing = [Path(p) for p in paths if Path(p).is_file()]
+        for keeper in self.keepers if existing else ():
+            keeper.attach(existing)

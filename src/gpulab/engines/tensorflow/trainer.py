@@ -105,7 +105,6 @@ class TfTrainer(EngineStep):
         self.history: list[dict[str, Any]] = []
         self.trajectory = dict(trajectory or {})  # as torch's: stored in checkpoints, checked on resume
         self.resumed_from = None  # the checkpoint a fit resumed from (callbacks read it)
-        self.last_checkpoint = None
         self.extras: dict[str, Any] = {}
         self.is_rank_zero = True
 
@@ -152,7 +151,7 @@ class TfTrainer(EngineStep):
         if s.deterministic:
             tf.config.experimental.enable_op_determinism()
 
-    def _setup(self, tf: Any, keras: Any, recipe: TfRecipe, resume: str | None) -> None:
+    def _setup(self, tf: Any, keras: Any, recipe: TfRecipe, resume: str | None) -> CallbackList:
         s, dist = self.settings, self.dist
         self.extras["engine"] = "tensorflow"
         if s.clip_grad_norm is not None and dist.replicas > 1 and self.precision.scales_loss:
@@ -201,7 +200,7 @@ class TfTrainer(EngineStep):
         self.stop_flag = StopFlag(tf) if self._agree_on_stop else None
         self.step = CompiledStep(tf, self._step_fn(tf), jit=s.compile)
         self.val_step = tf.function(self._distributed(tf, self._replica_val), reduce_retracing=True)
-        self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+        return CallbackList(self._default_callbacks() + self._extra_callbacks)  # the loop's
 
     def _loss(self, recipe: TfRecipe) -> Callable:
         """The recipe's loss as the step takes it. A subclassed model has no variables before its first

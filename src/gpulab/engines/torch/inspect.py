@@ -107,8 +107,8 @@ def _policy(config: Any, device: str) -> Any:
 def _limit(device: str, memory_limit: int | float | None) -> tuple[int | None, str]:
     """The bytes a training step may use on ``device``: the run's memory_limit, else what
     ``batch_size: auto`` aims under (all of a GPU; half the RAM available now on a CPU)."""
+    from gpulab.engines.torch.devices import accelerator
     from gpulab.engines.torch.runtime.batch_search import default_cpu_limit
-    from gpulab.engines.torch.runtime.devices import accelerator
     from gpulab.engines.torch.runtime.memory import memory_stats
 
     acc = accelerator(device)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.measure.knobs import Candidate, Group
 
 # The keys tune may change; everything else in the user's config is left as it is.
@@ -35,8 +35,8 @@ def compile_group(device: torch.device) -> Group:
     """torch.compile's modes where they can run: on a CPU the default only (max-autotune tunes GPU
     kernels, reduce-overhead replays CUDA graphs)."""
     group = Group("compile")
-    modes = {"cuda": (None, "max-autotune", "reduce-overhead"), "cpu": (None,)}.get(device.type)
-    if modes is None:
+    modes = accelerator(device).compile_modes
+    if not modes:
         group.reason = f"torch.compile is not tried on {device.type}"
         return group
     for mode in modes:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from gpulab.engines.torch import devices
 from gpulab.engines.torch.data.loaders import LoaderMemory, LoaderPolicy, loader_memory, make_loader
-from gpulab.engines.torch.runtime import devices
-from gpulab.engines.torch.runtime.devices import CudaAccelerator
+from gpulab.engines.torch.devices import CudaAccelerator
 
 X, Y = torch.zeros(1000, 16), torch.zeros(1000, dtype=torch.long)
 BYTES = 1000 * 16 * 4 + 1000 * 8

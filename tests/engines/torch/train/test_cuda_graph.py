@@ -361,9 +361,7 @@ def _stub(**over):
         device=torch.device("cpu"), world_size=1, strategy=SimpleNamespace(name="single"), precision=None
     )
     optimizer = torch.optim.AdamW(nn.Linear(2, 2).parameters(), fused=True)
-    stub = SimpleNamespace(
-        settings=settings, runtime=runtime, optimizer=optimizer, callbacks=SimpleNamespace(callbacks=[])
-    )
+    stub = SimpleNamespace(settings=settings, runtime=runtime, optimizer=optimizer)
     for key, value in over.items():
         target, name = key.split(".")
         setattr(getattr(stub, target) if target != "stub" else stub, name, value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.precision import TF32
 from gpulab.measure import bench_profiles, matmul_sweep
 from gpulab.measure.harness import BenchContext

@@ -12,7 +12,7 @@ import psutil
 import torch
 
 from gpulab.engines.torch.bench import Stepper, load_workload, single_runtime
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.measure import bench_profiles
 from gpulab.measure.bench_plots import memory_plot
 from gpulab.measure.harness import MIB, BenchContext, memory_kind, missing_memory_note, peak_memory

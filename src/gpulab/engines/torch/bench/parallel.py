@@ -25,10 +25,10 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.distributed.process_group import exit_without_teardown
 from gpulab.engines.torch.recipes import mlp
 from gpulab.engines.torch.runtime import Runtime
-from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.hardware.load import usable_cores
 from gpulab.measure.harness import BenchContext, Timing, measure
 from gpulab.measure.plots import Panel, Plot, series_from_rows

@@ -28,7 +28,7 @@ def suites() -> dict[str, Callable]:
 
 def run_torch_suites(names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
     """The torch engine's side (``gpulab.engines.torch``): every suite in this process."""
-    from gpulab.engines.torch.runtime.devices import accelerator
+    from gpulab.engines.torch.devices import accelerator
 
     if ctx.accelerator is None and ctx.device is not None:
         ctx.accelerator = accelerator(ctx.device)  # what the harness asks of the device

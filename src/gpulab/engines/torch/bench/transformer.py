@@ -26,11 +26,11 @@ import torch
 
 from gpulab import precisions
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
 from gpulab.engines.torch.recipes.chargpt import CharGPT, CharGptOptions, next_char_loss
 from gpulab.engines.torch.runtime.compile import compile_model
 from gpulab.engines.torch.runtime.cuda_graph import CudaGraphs
-from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 from gpulab.engines.torch.runtime.recompiles import frames_compiled
 from gpulab.engines.torch.train.graph_step import WholeStepGraph
@@ -171,7 +171,7 @@ def skip_reason(variant: str, device: torch.device, graphs: Any = None) -> str |
     backend (a CPU test passes a fake that can)."""
     if variant == "cuda-graph" and (graphs or CudaGraphs()).unsupported(device):
         return "CUDA graphs need a CUDA GPU"
-    if variant == AUTOTUNE and device.type != "cuda":
+    if variant == AUTOTUNE and "max-autotune" not in accelerator(device).compile_modes:
         return (
             "it is for the GPU's Triton GEMM autotuning; on a CPU it would spend minutes tuning C++ GEMMs "
             "that say nothing about a GPU"

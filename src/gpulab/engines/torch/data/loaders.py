@@ -58,7 +58,7 @@ from gpulab.engines.torch.data.tensor_batches import (
     resident_copy_bytes,
 )
 from gpulab.engines.torch.data.transfer import DeviceLike, is_dataclass_instance, is_on_device, resolve_device
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import CheckpointError, ConfigError, DataError
 
 ACCEPTED = "a tuple/list/dict of tensors, a TensorDataset, a Dataset, a list of samples, or a DataLoader"

@@ -20,7 +20,7 @@ from gpulab.engines.torch.data.transfer import (
     resolve_device,
     to_device,
 )
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 
 
 class DevicePrefetcher:

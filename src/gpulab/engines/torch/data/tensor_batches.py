@@ -31,7 +31,7 @@ import torch
 
 from gpulab.engines.torch.data.prefetch import DevicePrefetcher
 from gpulab.engines.torch.data.transfer import DeviceLike, resolve_device
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import CheckpointError, ConfigError, DataError
 
 STATE_KEYS = ("epoch", "batches_consumed")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import DataError
 
 DeviceLike = str | torch.device | int

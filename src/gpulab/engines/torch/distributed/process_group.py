@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from gpulab.distributed.debug_dumps import make_dump_dir, trace_buffer_env
 from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
+from gpulab.engines.torch.devices import accelerator, kinds
 from gpulab.errors import ConfigError, DeviceError, choices
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -34,8 +35,6 @@ DEFAULT_TIMEOUT_S = 60.0
 # judges progress against ``timeout_s``, then names the stalled rank before NCCL's watchdog tears the
 # process down (or Gloo raises in an unmarked wait) without naming anyone.
 BACKEND_GRACE_S = 10.0
-# One backend per device type; anything else cannot run multi-process collectives here.
-BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}
 # The NCCL flight recorder keeps the last collectives of every rank and dumps them on a timeout, which
 # is what names a stuck collective when the Python-level heartbeat cannot (a hang inside a kernel).
 NCCL_DEBUG_ENV = {
@@ -95,18 +94,19 @@ def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
 
 
 def backend_for(device: torch.device) -> str:
-    backend = BACKENDS.get(device.type)
+    """The device's own process-group backend (the seam's ``process_group_backend``)."""
+    backend = accelerator(device).process_group_backend
     if backend is None:
+        able = [kind for kind, cls in kinds().items() if cls.process_group_backend]
         raise DeviceError(
-            f"multi-process training on {device.type!r} is not supported; "
-            f"valid device types: {choices(BACKENDS)}"
+            f"multi-process training on {device.type!r} is not supported; valid device types: {choices(able)}"
         )
     return backend
 
 
 def rank_device(device: torch.device, local_rank: int) -> torch.device:
     """The device this rank computes on: its own GPU (``cuda:LOCAL_RANK``), or the CPU."""
-    return torch.device(device.type, local_rank) if device.type in ("cuda", "xpu") else device
+    return accelerator(device).rank_device(local_rank)
 
 
 @dataclass(frozen=True)

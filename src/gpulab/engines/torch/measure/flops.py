@@ -168,7 +168,7 @@ def device_peaks(device: torch.device | str, precision: str, *, measure: bool = 
     The measured one comes from ``hardware.peaks.measure_peak`` with its defaults and its cache, the very
     figure ``gpulab doctor --peak`` shows: one peak per device, dtype, thread count and torch version.
     """
-    from gpulab.engines.torch.runtime.devices import accelerator
+    from gpulab.engines.torch.devices import accelerator
     from gpulab.hardware.peaks import cpu_name, datasheet_peak, measure_peak
 
     device = torch.device(device)

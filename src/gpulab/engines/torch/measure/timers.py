@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from gpulab.core.clock import DataWaitMeter  # noqa: F401 -- the loop's meter, named here too
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.memory import synchronize
 
 PHASES = ("data", "forward", "backward", "communication", "optimizer")
@@ -43,7 +44,7 @@ class PhaseTimer:
         self.steps: list[dict[str, float]] = []
         self._marks: list[tuple[str, Any]] = []  # (phase, clock) in order; "end" closes the last phase
 
-    # -- clocks (overridden for CUDA) -----------------------------------------------------------------
+    # -- clocks (overridden where the device has timing events) ----------------------------------------
     def _now(self) -> Any:
         synchronize(self.device)
         return time.perf_counter()
@@ -113,15 +114,16 @@ class PhaseTimer:
         return [s for s in self.steps if not any(s is k for k in kept)]
 
 
-class CudaPhaseTimer(PhaseTimer):
-    """Marks are CUDA events on the run's device's current stream; read after the step's last event
-    completed. The stream is named: a bare ``record()`` would use the *current* device's stream, which on
-    ``cuda:N`` (N != 0) without ``set_device`` is cuda:0's, timing nothing of this run."""
+class EventPhaseTimer(PhaseTimer):
+    """Marks are the device's timing events (``Accelerator.timing_event``: CUDA events on the run's
+    device's current stream); read after the step's last event completed."""
+
+    def __init__(self, device: torch.device | str) -> None:
+        super().__init__(device)
+        self._event = accelerator(self.device).timing_event
 
     def _now(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(torch.cuda.current_stream(self.device))
-        return event
+        return self._event()
 
     def _elapsed(self, a: Any, b: Any) -> float:
         return a.elapsed_time(b) / 1000.0  # ms -> s
@@ -130,10 +132,7 @@ class CudaPhaseTimer(PhaseTimer):
         marks[-1][1].synchronize()
 
 
-_TIMERS: dict[str, type[PhaseTimer]] = {"cuda": CudaPhaseTimer}
-
-
 def phase_timer(device: torch.device | str) -> PhaseTimer:
-    """The timer for ``device``'s kind: CUDA events on a GPU, synchronised ``perf_counter`` otherwise."""
-    device = torch.device(device)
-    return _TIMERS.get(device.type, PhaseTimer)(device)
+    """The timer for ``device``'s kind: its timing events where it has them (CUDA), synchronised
+    ``perf_counter`` otherwise."""
+    return (EventPhaseTimer if accelerator(device).timing_events else PhaseTimer)(device)

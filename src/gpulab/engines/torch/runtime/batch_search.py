@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_map
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes, release_cached_memory
 from gpulab.engines.torch.runtime.memory_estimate import (
     AllReduce,

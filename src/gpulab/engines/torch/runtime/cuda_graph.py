@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 
 # Set on an optimizer once ``prepare_optimizer`` ran: its state tensors are a graph's static buffers.
 STATIC_MARK = "_gpulab_static_state"

@@ -11,19 +11,21 @@ It is only done where it is exactly what ``fused=True`` in the constructor would
 - every group left ``fused`` and ``foreach`` unset (None): an explicit choice is kept;
 - no state yet (``step`` counters of an unfused optimizer live on the CPU, the fused kernels want them
   on the parameters' device), no ``differentiable``, no ``capturable``;
-- every parameter a plain floating-point tensor on a CPU or CUDA device (not a DTensor: FSDP2 shards).
+- every parameter a plain floating-point tensor on a device with the kernels (the seam's
+  ``fused_optimizer``: the CPU and CUDA), not a DTensor (FSDP2 shards).
 """
 
 from __future__ import annotations
 
 import torch
 
+from gpulab.engines.torch.devices import accelerator
+
 FUSED_CLASSES: tuple[type[torch.optim.Optimizer], ...] = (
     torch.optim.Adam,
     torch.optim.AdamW,
     torch.optim.SGD,
 )
-FUSED_DEVICE_TYPES = ("cpu", "cuda")
 
 
 def use_fused_kernels(optimizer: torch.optim.Optimizer) -> str:
@@ -65,6 +67,6 @@ def _why_not(optimizer: torch.optim.Optimizer) -> str | None:
         for p in group["params"]:
             if type(p) not in (torch.Tensor, torch.nn.Parameter):
                 return f"parameters of type {type(p).__name__}"
-            if p.device.type not in FUSED_DEVICE_TYPES or not p.is_floating_point():
+            if not accelerator(p.device).fused_optimizer or not p.is_floating_point():
                 return f"a {p.dtype} parameter on {p.device.type}"
     return None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks, _to_scalar
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a DTensor or another tensor subclass
 

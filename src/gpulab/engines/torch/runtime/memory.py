@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from gpulab.engines.torch.runtime.devices import accelerator
-from gpulab.engines.torch.runtime.devices.base import MemoryStats
+from gpulab.engines.torch.devices import accelerator
+from gpulab.engines.torch.devices.base import MemoryStats
 from gpulab.errors import ConfigError
 
 # Recorded limits for devices whose allocator cannot enforce one (the CPU): device string -> bytes.

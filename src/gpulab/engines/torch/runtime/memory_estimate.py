@@ -44,7 +44,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from gpulab.engines.torch.data.transfer import iter_tensors, map_tensors
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import ConfigError
 
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import map_tensors
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 
 _CONVS = (nn.Conv2d, nn.ConvTranspose2d)
 

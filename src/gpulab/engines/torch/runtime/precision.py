@@ -8,14 +8,13 @@ fp32 ("mixed" policies compute in a lower dtype inside autocast only), as Keras'
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar
 
 import torch
 
 from gpulab import precisions
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
 
@@ -191,19 +190,6 @@ class FP16Mixed(_Autocast):
 PRECISIONS: dict[str, type[Precision]] = {cls.name: cls for cls in (FP32, TF32, BF16Mixed, FP16Mixed)}
 
 
-def _auto_cuda(device: torch.device) -> tuple[str, str]:
-    capability = tuple(torch.cuda.get_device_capability(device))
-    return precisions.auto(precisions.DeviceFacts("cuda", str(device), capability))
-
-
-def _auto_fp32(device: torch.device) -> tuple[str, str]:
-    return precisions.auto(precisions.DeviceFacts(device.type, str(device)))
-
-
-# Device types whose facts say more than their type; every other type is told by its type alone.
-_AUTO: dict[str, Callable[[torch.device], tuple[str, str]]] = {"cuda": _auto_cuda}
-
-
 def slow_precision_warning(precision: Precision, device: torch.device | str) -> str | None:
     """One line when ``precision`` computes in a dtype ``device`` only emulates (slow), else None."""
     from gpulab.hardware.native_dtypes import native_dtypes, slow_dtype_note
@@ -229,7 +215,7 @@ def resolve_precision(name: str, device: torch.device | str = "cpu", **options: 
     """
     device = torch.device(device)
     if name == precisions.AUTO:
-        name, reason = _AUTO.get(device.type, _auto_fp32)(device)
+        name, reason = accelerator(device).auto_precision()
     else:
         reason = "requested"
     cls = PRECISIONS.get(name)

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from gpulab.engines.torch.data.transfer import to_device
+from gpulab.engines.torch.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.attention import resolve_attention
-from gpulab.engines.torch.runtime.devices import Accelerator, accelerator
 from gpulab.engines.torch.runtime.fused_optimizer import use_fused_kernels
 from gpulab.engines.torch.runtime.fused_step import clear_grads, direct_step
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
@@ -121,7 +121,7 @@ class Runtime:
 
     @property
     def accelerator(self) -> Accelerator:
-        """What this process's device can do (the device seam: ``runtime/devices``)."""
+        """What this process's device can do (the device seam: ``engines/torch/devices``)."""
         return accelerator(self.strategy.root_device)
 
     @property

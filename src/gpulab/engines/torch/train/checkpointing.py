@@ -37,7 +37,7 @@ from gpulab.engines.torch.checkpoint.api import (
     save_checkpoint,
 )
 from gpulab.engines.torch.checkpoint.rng import capture_rng, validate_rng
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.redaction import redacted
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
 
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.cuda_graph import (
     CudaGraphs,
     GraphBackend,
@@ -29,7 +30,6 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     optimizer_blocker,
     prepare_optimizer,
 )
-from gpulab.engines.torch.runtime.devices import accelerator
 from gpulab.engines.torch.runtime.precision import _Autocast
 from gpulab.engines.torch.runtime.step_call import step_loss
 
@@ -46,7 +46,6 @@ class Trainer(Protocol):
     scheduler: Any
     forward: Callable[..., Any]
     loss: Callable[..., Any]
-    callbacks: Any  # the CallbackList the fit runs: the defaults and the user's
 
 
 WARMUP_STEPS = 3  # torch's docs warm up 3 iterations before capturing
@@ -54,8 +53,9 @@ AUTO_TIMED = 3  # replays timed for ``auto`` (eager: the warm-up steps after the
 AUTO_MIN_GAIN = 1.10  # ``auto`` keeps the graph where a replay is at least this much faster than eager
 
 
-def blocker(trainer: Trainer, backend: GraphBackend) -> str | None:
-    """Why this fit cannot run as one graph per step, or None (checked before the first step)."""
+def blocker(trainer: Trainer, backend: GraphBackend, callbacks: Sequence[Any] = ()) -> str | None:
+    """Why this fit cannot run as one graph per step, or None (checked before the first step);
+    ``callbacks``: every callback the fit runs, the defaults and the user's."""
     s, rt = trainer.settings, trainer.runtime
     why = backend.unsupported(rt.device)
     if why:
@@ -79,7 +79,7 @@ def blocker(trainer: Trainer, backend: GraphBackend) -> str | None:
         return why
     # Every callback the fit runs, the defaults (progress, trackers) as much as the user's: the CPU fake once
     # ran with fewer callbacks than `gpulab train` builds, and the graph never engaged in a real run.
-    for callback in trainer.callbacks.callbacks:
+    for callback in callbacks:
         per_step = type(callback).on_step_end is not _base_on_step_end()
         if per_step and not getattr(callback, "graph_safe", False):
             return (
@@ -348,7 +348,7 @@ def _changed(before: list[dict[str, Any]], now: list[dict[str, Any]]) -> str | N
 
 
 def make_graph_step(
-    trainer: Trainer, backend: GraphBackend | None = None
+    trainer: Trainer, callbacks: Sequence[Any], backend: GraphBackend | None = None
 ) -> tuple[WholeStepGraph | None, str]:
     """The graph step ``trainer.settings.cuda_graph`` asks for and this fit allows, and one line saying
     what was chosen (None with the cause when it cannot capture). ``auto`` (the default) on a device that
@@ -357,7 +357,7 @@ def make_graph_step(
     backend = backend or CudaGraphs()
     if setting == "auto" and backend.unsupported(trainer.runtime.device):
         return None, ""
-    why = blocker(trainer, backend)
+    why = blocker(trainer, backend, callbacks)
     name = "auto" if setting == "auto" else "true"
     if why is not None:
         return None, f"cuda_graph {name}: eager steps: {why}"

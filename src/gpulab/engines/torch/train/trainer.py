@@ -122,7 +122,6 @@ class Trainer(EngineStep):
         self.state = FitState()
         self.history: list[dict[str, Any]] = []
         self.resumed_from = None  # the checkpoint path a fit resumed from
-        self.last_checkpoint = None  # the checkpoint this fit wrote last
 
     # -- the story ------------------------------------------------------------------------------------
     def fit(
@@ -160,7 +159,7 @@ class Trainer(EngineStep):
             if self._given_runtime is None:
                 self.runtime.teardown()
 
-    def _setup(self, model, train_data, val_data, loss_fn, optimizer, scheduler, resume):
+    def _setup(self, model, train_data, val_data, loss_fn, optimizer, scheduler, resume) -> CallbackList:
         s, rt = self.settings, self.runtime
         rt.seed_everything(s.seed, s.deterministic)
         apply_activation_checkpointing(model, s.activation_checkpointing)
@@ -227,14 +226,16 @@ class Trainer(EngineStep):
         if resume:
             self.resumed_from = self.checkpointer.resume(self, resume, force=s.force_resume)
             self.extras["resumed_from"] = str(self.resumed_from)
-        self.callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
-        self._graph = self._setup_graph()
+        callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
+        self._graph = self._setup_graph(callbacks.callbacks)
+        return callbacks  # the loop's
 
-    def _setup_graph(self) -> WholeStepGraph | None:
-        """``cuda_graph``: the whole step as one graph where this fit allows it; one line says why not."""
+    def _setup_graph(self, callbacks: list[Callback]) -> WholeStepGraph | None:
+        """``cuda_graph``: the whole step as one graph where this fit allows it (and ``callbacks``: none
+        reads tensors every step); one line says why not."""
         if self.settings.cuda_graph is False:
             return None
-        graph, line = make_graph_step(self, self.graph_backend)
+        graph, line = make_graph_step(self, callbacks, self.graph_backend)
         if not line:  # auto on a device without graphs (a CPU): eager, nothing to say
             return None
         if graph is None:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpulab.engines.torch.runtime.devices import accelerator
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.strategies.base import Strategy
 
 SLOWER_THAN_DDP = (

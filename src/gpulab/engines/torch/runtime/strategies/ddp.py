@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.strategies.multiprocess import ProcessGroupStrategy
 
 
@@ -46,7 +47,7 @@ class DDP(ProcessGroupStrategy):
 
     def setup_module(self, model: nn.Module) -> nn.Module:
         model = model.to(self.root_device)
-        device_ids = [self.root_device.index] if self.root_device.type in ("cuda", "xpu") else None
+        device_ids = accelerator(self.root_device).ddp_device_ids()
         # The constructor broadcasts rank 0's parameters and buffers, so every replica starts identical.
         with self.collective("DDP setup (broadcast of rank 0's parameters)"):
             return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_options)

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import psutil
 
-from gpulab.engines.torch.runtime.devices.base import Accelerator
+from gpulab.engines.torch.devices.base import Accelerator
 from gpulab.hardware.host_memory import reset_peak_rss
 
 
@@ -19,6 +19,10 @@ class CpuAccelerator(Accelerator):
     is_host: ClassVar[bool] = True
     # A non-blocking device->host copy may return before the data has arrived: never for a CPU target.
     non_blocking: ClassVar[bool] = False
+    process_group_backend: ClassVar[str | None] = "gloo"
+    fused_optimizer: ClassVar[bool] = True
+    # The default only: max-autotune tunes GPU kernels, reduce-overhead replays CUDA graphs.
+    compile_modes: ClassVar[tuple[str | None, ...]] = (None,)
 
     def name(self) -> str:
         from gpulab.hardware.devices import cpu_model

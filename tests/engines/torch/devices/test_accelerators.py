@@ -7,14 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab.engines.torch.runtime import memory as M
-from gpulab.engines.torch.runtime.devices import (
+from gpulab.engines.torch.devices import (
     Accelerator,
     CpuAccelerator,
     CudaAccelerator,
     MpsAccelerator,
     accelerator,
 )
+from gpulab.engines.torch.runtime import memory as M
 from gpulab.errors import DeviceError
 from gpulab.measure import harness
 from gpulab.measure.device_seam import HOST, DeviceSeam, seam_of

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from gpulab import precisions
 from gpulab.errors import DeviceError
 from gpulab.hardware.host_memory import peak_rss_bytes, rss_bytes, total_ram_bytes
 
@@ -63,6 +64,12 @@ class Accelerator:
     profiler_activity: ClassVar[str | None] = None  # torch.profiler's activity for its kernels
     kernel_timer: ClassVar[str] = "perf_counter (device synchronised)"  # how profile times a step
     peak_description: ClassVar[str] = ""  # what an allocator peak counts, in words (allocator_peaks)
+    # torch.distributed's backend for its collectives; None: one process only (no multi-process training)
+    process_group_backend: ClassVar[str | None] = None
+    indexed_per_rank: ClassVar[bool] = False  # each rank computes on its own device (cuda:LOCAL_RANK)
+    fused_optimizer: ClassVar[bool] = False  # torch's fused Adam/AdamW/SGD kernels run here
+    compile_modes: ClassVar[tuple[str | None, ...]] = ()  # torch.compile modes `gpulab tune` tries here
+    timing_events: ClassVar[bool] = False  # events on its queue time phases in device time (profile)
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
@@ -99,6 +106,24 @@ class Accelerator:
     def compute_capability(self) -> tuple[int, int] | None:
         """CUDA's (major, minor); None for a device that has none."""
         return None
+
+    def auto_precision(self) -> tuple[str, str]:
+        """``precision: auto``'s choice here and why: ``gpulab.precisions``' rule over this device's facts
+        (its type alone, unless a kind says more)."""
+        return precisions.auto(precisions.DeviceFacts(self.type, str(self.device)))
+
+    def rank_device(self, local_rank: int) -> torch.device:
+        """The device rank ``local_rank`` of a node computes on: its own one where ``indexed_per_rank``."""
+        return torch.device(self.type, local_rank) if self.indexed_per_rank else self.device
+
+    def ddp_device_ids(self) -> list[int] | None:
+        """DistributedDataParallel's ``device_ids``: this device's index where each rank has its own."""
+        return [self.device.index] if self.indexed_per_rank else None
+
+    def timing_event(self) -> Any:
+        """An event recorded now on this device's queue (``timing_events``): ``elapsed_time(later)`` in
+        milliseconds and ``synchronize()``."""
+        raise DeviceError(f"{self.device} has no timing events; time it with a synchronised clock")
 
     def rng_devices(self) -> list[Any]:
         """The devices ``torch.random.fork_rng`` must save beside the CPU's generator."""

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from gpulab.engines.torch.runtime.devices.base import Accelerator, MemoryStats
+from gpulab import precisions
+from gpulab.engines.torch.devices.base import Accelerator, MemoryStats
 
 
 class CudaAccelerator(Accelerator):
@@ -27,6 +28,12 @@ class CudaAccelerator(Accelerator):
     peak_description: ClassVar[str] = (
         "peak bytes allocated by tensors on the GPU (torch.cuda.max_memory_allocated)"
     )
+
+    process_group_backend: ClassVar[str | None] = "nccl"
+    indexed_per_rank: ClassVar[bool] = True
+    fused_optimizer: ClassVar[bool] = True
+    compile_modes: ClassVar[tuple[str | None, ...]] = (None, "max-autotune", "reduce-overhead")
+    timing_events: ClassVar[bool] = True
 
     def __init__(self, device: torch.device | str, cuda: Any = None) -> None:
         super().__init__(device)
@@ -92,3 +99,15 @@ class CudaAccelerator(Accelerator):
 
     def compute_capability(self) -> tuple[int, int]:
         return tuple(self.cuda.get_device_capability(self.device))
+
+    def auto_precision(self) -> tuple[str, str]:
+        """The rule over the GPU's compute capability (bf16 from Ampere on, fp16 before)."""
+        facts = precisions.DeviceFacts("cuda", str(self.device), self.compute_capability())
+        return precisions.auto(facts)
+
+    def timing_event(self) -> Any:
+        """On the run's device's current stream: a bare ``record()`` would use the *current* device's
+        stream, which on ``cuda:N`` (N != 0) without ``set_device`` is cuda:0's, timing nothing of the run."""
+        event = self.cuda.Event(enable_timing=True)
+        event.record(self.cuda.current_stream(self.device))
+        return event
