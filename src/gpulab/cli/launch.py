@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import click
 import typer
 
 from gpulab import engine_registry as engines
@@ -16,6 +15,7 @@ from gpulab.cli import launch_options as O
 
 
 def launch(
+    ctx: typer.Context,
     command: O.Command = None,
     nproc_per_node: O.NprocPerNode = None,
     nnodes: O.Nnodes = None,
@@ -64,7 +64,7 @@ def launch(
     told = any(given[name] is not None for name in ("nnodes", "node_rank", "rdzv_endpoint", "hosts"))
     spec, step = (spec, None) if told else with_slurm(spec)
     hosts = ",".join(step.hosts) if step else hosts
-    _check_command(spec.command, module)
+    _check_command(spec.command, module, ctx)
     with shared_with_workers():  # a signal that came before the workers start reaches them (a file)
         engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
 
@@ -98,10 +98,11 @@ def _template(spec: Any, given: dict) -> str:
                   g["base_port"], chosen.launch_by_torchrun, chosen.launch_templates, job, pod)  # fmt: skip
 
 
-def _check_command(command: list[str], module: bool) -> None:
+def _check_command(command: list[str], module: bool, ctx: typer.Context) -> None:
     """``gpulab train ...`` checked here, once, before any rank starts (recipe name, settings, config
     file, output paths): a mistake was printed by every rank, with torch's noise around it, exit 1. Its
-    flags are parsed by train's own command; its settings go through the run's own checks."""
+    flags are parsed by train's own command (of the running ``gpulab``, ``ctx``'s root; nothing runs
+    it); its settings go through the run's own checks."""
     words = list(command)
     if words[:1] and words[0].startswith("python"):
         words = words[1:]
@@ -109,17 +110,12 @@ def _check_command(command: list[str], module: bool) -> None:
         words = words[1:]
     if words[:2] != ["gpulab", "train"]:
         return
-    from gpulab.cli import app
     from gpulab.cli.train import check_run, run_settings
 
-    train = typer.main.get_command(app).commands["train"]
-    try:
-        given = train.make_context("gpulab train", words[2:]).params
-    except click.exceptions.Exit:  # --help: nothing to check
-        return
-    except click.ClickException as mistake:  # printed as `gpulab train` prints it (usage, exit 2)
-        mistake.show()
-        raise typer.Exit(mistake.exit_code) from None
+    root = ctx.find_root()
+    # A usage mistake (a flag train lacks) passes up to the app, which prints it as `gpulab train` would
+    # (its usage lines, exit 2); --help prints train's help and exits 0, launching nothing.
+    given = root.command.get_command(root, "train").make_context("gpulab train", words[2:]).params
     check_run(run_settings(given))  # a GpulabError passes up to main(): its one line, exit 2
 
 
