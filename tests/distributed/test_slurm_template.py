@@ -105,18 +105,30 @@ def test_the_script_runs_gpulabs_own_interpreter_and_environment(capsys):
     assert any("change these lines" in line or "change this line" in line for line in lines)
 
 
-@pytest.mark.parametrize(("srun_status", "requeued"), [(138, True), (1, False), (0, False)])
+@pytest.mark.parametrize(
+    ("srun_status", "srun_said", "requeued"),
+    [
+        (143, "srun: error: n2: task 1: User defined signal 1\nsrun: error: n1: task 0: Terminated", True),
+        (1, "srun: error: n1: task 0: Exited with exit code 1", False),  # gpulab requeues it itself
+        (0, "", False),
+    ],
+)
 def test_a_task_killed_by_the_warning_while_starting_requeues_the_job(
-    capsys, tmp_path, srun_status, requeued
+    capsys, tmp_path, srun_status, srun_said, requeued
 ):
-    """The whole script run by bash, srun and scontrol scripts on PATH: srun's 138 (a task died of SIGUSR1
-    before gpulab held it) requeues the job; any other failure does not (gpulab requeues it itself)."""
+    """The whole script run by bash, srun and scontrol scripts on PATH: a task srun says died of SIGUSR1
+    (before gpulab held it; srun's status may be the task it killed after) requeues the job; any other end
+    does not. srun's lines still reach the log."""
     lines = script(capsys, "--", "gpulab", "train", "mlp")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, body in {"srun": f"exit {srun_status}", "scontrol": f'echo "$@" >> {tmp_path / "calls"}',
-                       "hostname": "echo n1"}.items():  # fmt: skip
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+    srun = f"printf '%s\\n' '{srun_said}' >&2; exit {srun_status}" if srun_said else f"exit {srun_status}"
+    for name, body in {
+        "srun": srun,
+        "scontrol": f'echo "$@" >> {tmp_path / "calls"}',
+        "hostname": "echo n1",
+    }.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "SLURM_JOB_ID": "71",
            "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
@@ -127,3 +139,4 @@ def test_a_task_killed_by_the_warning_while_starting_requeues_the_job(
     calls = (tmp_path / "calls").read_text().splitlines()
     assert ("requeue 71" in calls) == requeued, calls
     assert ("requeueing SLURM job 71" in done.stdout) == requeued, done.stdout
+    assert all(line in done.stdout for line in srun_said.splitlines())

@@ -199,12 +199,15 @@ def render_slurm(
 def _requeue_on_early_warning(srun: str) -> list[str]:
     """A task still starting (bash, the interpreter) when SLURM's warning comes dies of it before gpulab
     holds the signal (found on the cluster: a warning sent as the step started). Nothing of the attempt is
-    lost then, so the script requeues the job as gpulab would; srun says 138 (128 + SIGUSR1) only then."""
+    lost then, so the script requeues the job as gpulab would. srun names such a task in its own line
+    (``srun: error: n2: task 1: User defined signal 1``; its exit status may be another task's, killed by
+    srun after it), so its lines are kept in a file too (the log gets them as before)."""
     return [
-        srun + " || {",
+        "srun_said=$(mktemp)",
+        "trap 'rm -f \"$srun_said\"' EXIT",
+        srun + ' 2>&1 | tee "$srun_said" || {',
         "    status=$?",
-        "    # 138: SIGUSR1 reached a task before gpulab held it; nothing of this attempt is lost: requeue",
-        '    if [ "$status" = 138 ]; then',
+        '    if grep -q "^srun: error: .*: task [0-9]*: User defined signal 1$" "$srun_said"; then',
         '        echo "gpulab: SIGUSR1 came while the job was starting: requeueing SLURM job $SLURM_JOB_ID"',
         '        scontrol requeue "$SLURM_JOB_ID" || true',
         "    fi",
