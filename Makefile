@@ -11,7 +11,7 @@ TF_VENV ?= .venv-tf
 TF_ONLY := $(TF_VENV)/.installed-tf
 NO_TORCH = $(TF_VENV)/bin/python -c "import torch" 2>/dev/null && { echo "$(TF_VENV) has torch; it must not: rm -rf $(TF_VENV)" >&2; exit 1; } || true
 
-.PHONY: run test test-durations test-models test-tf-only lint setup clean slurm-packages extras
+.PHONY: run test test-durations test-models test-tf-only test-matrix lint setup clean slurm-packages extras
 
 # Stamps make both targets idempotent: the set-up reruns only when pyproject.toml or the script change.
 $(BASE): pyproject.toml scripts/setup_env.sh
@@ -42,6 +42,11 @@ test: $(DEV) slurm-packages
 	$(VENV)/bin/ruff check src tests benchmarks examples
 	$(VENV)/bin/ruff format --check src tests benchmarks examples
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not tf_only"
+
+# The user-setup matrix alone (tests/matrix/, part of `make test` too), then docs/MATRIX.md from its verdicts.
+test-matrix: $(DEV)
+	$(PY) -m pytest -q -n 2 --dist loadfile tests/matrix
+	$(PY) scripts/matrix_table.py
 
 $(MODELS): pyproject.toml scripts/setup_env.sh
 	GPULAB_TORCH=keep scripts/setup_env.sh $(MODELS_VENV) vision-dev

@@ -128,7 +128,7 @@ def export(server, cell: Cell, where: Path, recipe: str, verdict: Verdict) -> No
 
 
 def tune(server, cell: Cell, where: Path, recipe: str, verdict: Verdict) -> None:
-    argv = ["tune", recipe, "--budget", "8", "--steps", "2", "--out", "tune"]
+    argv = ["tune", recipe, "--budget", "3", "--steps", "2", "--out", "tune"]
     code, err = finished(server, argv, where, "tune")
     if verdict.step("tune", code, err):
         assert (where / "tune" / "tuned.yaml").is_file()
