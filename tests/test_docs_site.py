@@ -74,3 +74,33 @@ def test_the_settings_reference_is_the_settings_models_table():
     assert settings_reference.page_block(page) == settings_reference.block(), (
         "docs/guide/configuration.md is out of date: python scripts/settings_reference.py --write"
     )
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+SAY = ("jax", "coreml", "hpu", "<")  # the recipes' examples of something new ("say JAX"), not the tree's
+
+
+def _named_in_architecture() -> tuple[list[str], list[str]]:
+    """(paths, identifiers) ARCHITECTURE.md names in backticks."""
+    tokens = set(re.findall(r"`([^`\s]+)`", ARCHITECTURE.read_text()))
+    paths = sorted(t for t in tokens if ("/" in t or t.endswith(".py")) and not any(s in t for s in SAY))
+    names = sorted(t for t in tokens if re.fullmatch(r"[A-Za-z_]\w*", t) and t not in SAY)
+    return paths, names
+
+
+def test_architecture_is_short_and_names_only_what_the_tree_has():
+    assert len(ARCHITECTURE.read_bytes()) <= 15_000, "ARCHITECTURE.md is the map: detail goes in docstrings"
+    src = ROOT / "src" / "gpulab"
+    files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if ".git" not in p.parts]
+    paths, names = _named_in_architecture()
+    for path in paths:
+        where = [path, f"src/gpulab/{path}"]
+        found = any((ROOT / w).exists() for w in where) or any(
+            f.endswith("/" + path.rstrip("/")) for f in files
+        )
+        assert found, f"docs/ARCHITECTURE.md names {path}, which the tree does not have"
+    code = " ".join(p.read_text() for tree in (src, ROOT / "tests") for p in tree.rglob("*.py"))
+    missing = [name for name in names if not re.search(rf"\b{name}\b", code)]
+    assert not missing, (
+        f"docs/ARCHITECTURE.md names what src/gpulab and tests/ neither define nor use: {missing}"
+    )
