@@ -203,9 +203,13 @@ def _requeue_on_early_warning(srun: str) -> list[str]:
     (``srun: error: n2: task 1: User defined signal 1``; its exit status may be another task's, killed by
     srun after it), so its lines are kept in a file too (the log gets them as before)."""
     return [
+        "# srun's lines go to a file too (tee ignores SIGTERM, so the log keeps its last lines): a task it",
+        "# names killed by SIGUSR1 died of the warning while starting, before gpulab held it",
         "srun_said=$(mktemp)",
         "trap 'rm -f \"$srun_said\"' EXIT",
-        srun + ' 2>&1 | tee "$srun_said" || {',
+        # tee ignores SIGTERM: scancel signals the batch step too, and srun's last lines (gpulab's stop line
+        # among them) must still reach the log
+        srun + """ 2>&1 | (trap '' TERM; exec tee "$srun_said") || {""",
         "    status=$?",
         '    if grep -q "^srun: error: .*: task [0-9]*: User defined signal 1$" "$srun_said"; then',
         '        echo "gpulab: SIGUSR1 came while the job was starting: requeueing SLURM job $SLURM_JOB_ID"',
