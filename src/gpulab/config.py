@@ -509,12 +509,22 @@ def _safe_load(text: str, where: str) -> tuple[Any, list[str]]:
         loader.dispose()
 
 
+CONFIG_LIMIT = 4 << 20  # bytes: far above any run's settings, far below a wrong file's
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping, with one-line errors for a missing file, bytes that are not UTF-8 text, bad
     YAML and keys given twice (one line each)."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a folder; give the YAML file of the run's settings")
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    if (size := p.stat().st_size) > CONFIG_LIMIT:  # a 16 GiB file was read whole into memory
+        raise ConfigError(
+            f"config file {str(p)!r} is {size:,} bytes; a run's settings take a few KB (at most "
+            f"{CONFIG_LIMIT:,} bytes): give the YAML file of the run's settings"
+        )
     raw = p.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -529,6 +539,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
+        if "'\\t'" in str(getattr(exc, "problem", "")):  # PyYAML says "found character '\t'"
+            where += ": a tab, which YAML does not take for indenting; indent with spaces"
         raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}") from None
     if duplicates:
         raise ConfigError("\n".join(f"config file {str(p)!r}: {d}; keep one" for d in duplicates))

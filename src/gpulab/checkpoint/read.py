@@ -45,6 +45,22 @@ def has_checkpoint(root: Path) -> bool:
     return (root / LATEST).exists() or bool(step_dirs(root))
 
 
+def is_checkpoint_dir(path: Path) -> bool:
+    """Whether ``path`` is one checkpoint (a ``step-*`` directory or one holding checkpoint files)."""
+    return path.is_dir() and not _is_root(path)
+
+
+def check_names_checkpoint(path: Path, fix: str) -> None:
+    """One line (``CheckpointError``) unless ``path`` is a checkpoint, a ``latest`` file, or a folder that
+    holds any checkpoint, complete or not (which the reader then verifies or refuses by name)."""
+    if not path.exists() and not path.is_symlink():
+        raise CheckpointError(f"{path}: no such checkpoint directory or checkpoint root")
+    if not path.is_dir() and path.name != LATEST:
+        raise CheckpointError(f"{path}: a file, not a checkpoint; {fix}")
+    if path.is_dir() and not is_checkpoint_dir(path) and not has_checkpoint(path):
+        raise CheckpointError(f"{path}: holds no checkpoint (no step-* folder, no latest); {fix}")
+
+
 def _is_root(path: Path) -> bool:
     """A directory is a checkpoint if it is named ``step-*`` or holds any checkpoint file; else a root."""
     if step_of(path) is not None:
@@ -71,7 +87,8 @@ def locate(
     if path.name == LATEST and path.is_file():
         path = path.parent
     if not path.is_dir():
-        raise CheckpointError(f"{path}: no such checkpoint directory or checkpoint root")
+        what = "a file, not a" if path.exists() else "no such"
+        raise CheckpointError(f"{path}: {what} checkpoint directory or checkpoint root")
     if not _is_root(path):
         return path, False
     refused = [] if refused is None else refused

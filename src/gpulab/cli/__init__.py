@@ -12,6 +12,7 @@ import traceback
 import warnings
 
 import typer
+from typer._click import exceptions as click_errors
 
 from gpulab.cli import started
 from gpulab.errors import GpulabError, GpulabWarning, choices
@@ -40,6 +41,9 @@ def _register() -> None:
     # Imported here so each verb stays in its own file and `gpulab --help` does not import torch.
     from gpulab.cli import bench, checkpoint, doctor, export, inspect, launch, profile, train, tune
 
+    if _state.get("registered"):  # once a process: each main() in one process (the tests') added them
+        return  # all again, and typer rebuilt every copy on every call (seconds a call after a hundred)
+    _state["registered"] = True
     for verb in (doctor, train, checkpoint, launch, bench, profile, inspect, export, tune):
         verb.register(app)
 
@@ -86,7 +90,7 @@ def _missing_framework(module: str | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (click handles usage errors itself: exit 2)."""
+    """Run the CLI; returns the exit code (a usage error: one line, exit 2)."""
     started.mark()
     _register()
     _one_line_warnings()
@@ -95,9 +99,19 @@ def main(argv: list[str] | None = None) -> int:
         del os.environ[CREDENTIALS_ENV]
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        app(args=argv, prog_name="gpulab", standalone_mode=True)  # `python -m gpulab` says gpulab too
+        # Not standalone: a usage error comes back here, to be said in one line (click prints four).
+        code = app(args=argv, prog_name="gpulab", standalone_mode=False)  # `python -m gpulab` says gpulab
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except click_errors.NoArgsIsHelpError as exc:  # `gpulab` or `gpulab checkpoint` alone: the help
+        exc.show()
+        return exc.exit_code
+    except click_errors.ClickException as exc:
+        print(f"gpulab: error: {usage_line(exc)}", file=sys.stderr)
+        return exc.exit_code
+    except typer.Abort:  # Ctrl-D at a prompt
+        print("gpulab: aborted", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as exc:
         line = None if debug else _missing_framework(exc.name)
         if line is None:
@@ -112,4 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(exc).splitlines():  # several mistakes (a config file's): one line each
             print(f"gpulab: {getattr(exc, 'label', 'error')}: {line}", file=sys.stderr)
         return exc.exit_code
-    return 0
+    return code if isinstance(code, int) else 0
+
+
+def usage_line(exc: click_errors.ClickException) -> str:
+    """A usage error (a wrong type, an unknown option or verb, a missing argument) as one line: what is
+    wrong, and where the valid choices are."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "gpulab"
+    verb = where.removeprefix("gpulab").strip()
+    return f"{verb + ': ' if verb else ''}{message} (see {where} --help)"

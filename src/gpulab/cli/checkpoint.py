@@ -46,11 +46,13 @@ def inspect(
     """
     from gpulab import engine_registry as engines
     from gpulab.checkpoint.inspect import inspect_checkpoint
+    from gpulab.checkpoint.read import check_names_checkpoint
     from gpulab.core.recipes.trust import RecipeTrust, names_code, refusal
 
     if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"{path}: no such run, checkpoints folder or checkpoint; {_WHERE_FIX}")
     root, run_dir = _checkpoints(path)
+    check_names_checkpoint(root, _WHERE_FIX)  # a file, an empty folder: one line, not an empty report
     # the storage is read here; the files of the engine that wrote it (its MANIFEST's layout), by that engine
     report = inspect_checkpoint(root, lambda layout: engines.for_layout(layout).read_checkpoint)
     named = _named(report, run_dir)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, parse_config
-from gpulab.errors import CheckpointError, ConfigError, choices
+from gpulab.errors import ConfigError, choices
 from gpulab.recipe_data import OPTIONS
 
 # The engines whose built-in recipes are recipe_data's (another engine's recipes are its own to check)
@@ -35,8 +35,16 @@ def check_before_framework(user: dict[str, Any]) -> None:
     if mistakes:
         raise ConfigError("\n".join(mistakes))
     resume = user.get("resume")
-    if resume not in _NO_PATH and not Path(str(resume)).exists():
-        raise CheckpointError(f"{resume}: no such checkpoint directory or checkpoint root")
+    if resume not in _NO_PATH:
+        _check_resume_path(Path(str(resume)))
+
+
+def _check_resume_path(path: Path) -> None:
+    """The checkpoint ``--resume`` names exists and is one (or a root holding one): a file or an empty
+    folder once got as far as creating the run's folder before it was refused."""
+    from gpulab.checkpoint.read import check_names_checkpoint
+
+    check_names_checkpoint(path, "give a step-* checkpoint folder, a run's checkpoints folder, or latest")
 
 
 def _recipe_mistakes(name: str, options: Any) -> list[str]:
