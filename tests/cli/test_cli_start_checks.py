@@ -32,8 +32,16 @@ def gpulab(*args: str, cwd) -> subprocess.CompletedProcess:
             ["python", "-m", "gpulab", "train", "mlp", "--out", "f/run"],
             "gpulab: error: --out 'f/run': 'f' is a file",
         ),
+        (
+            ["gpulab", "trian", "mlp"],
+            "gpulab: error: the launched command: gpulab has no verb 'trian' (did you mean",
+        ),
+        (
+            ["gpulab", "train", "mlp", "--max-steps", "abc"],
+            "gpulab: error: train: Invalid value for '--max-steps'",
+        ),
     ],
-    ids=["recipe", "setting", "path"],
+    ids=["recipe", "setting", "path", "verb", "usage"],
 )
 def test_launch_checks_the_command_once_before_any_rank_starts(tmp_path, command, said):
     (tmp_path / "f").write_text("a file where a directory would go")

@@ -108,15 +108,34 @@ def _check_command(command: list[str], module: bool, ctx: typer.Context) -> None
         words = words[1:]
     if words[:2] in (["-m", "gpulab"], ["--module", "gpulab"]) or (module and words[:1] == ["gpulab"]):
         words = words[1:]
+    if words[:1] == ["gpulab"] and len(words) > 1 and not words[1].startswith("-"):
+        _check_verb(words[1])
     if words[:2] != ["gpulab", "train"]:
         return
     from gpulab.cli.train import check_run, run_settings
 
     root = ctx.find_root()
     # A usage mistake (a flag train lacks) passes up to the app, which prints it as `gpulab train` would
-    # (its usage lines, exit 2); --help prints train's help and exits 0, launching nothing.
+    # (one line, exit 2); --help prints train's help and exits 0, launching nothing.
     given = root.command.get_command(root, "train").make_context("gpulab train", words[2:]).params
     check_run(run_settings(given))  # a GpulabError passes up to main(): its one line, exit 2
+
+
+def _check_verb(name: str) -> None:
+    """The launched ``gpulab VERB``: a verb gpulab has, or one line before any rank starts (a typo once
+    started every rank, each failing with the same usage text, exit 1)."""
+    import difflib
+
+    from gpulab.cli import app
+    from gpulab.errors import LaunchError, choices
+
+    known = [c.name or c.callback.__name__ for c in app.registered_commands]
+    known += [g.name for g in app.registered_groups if g.name]
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise LaunchError(f"the launched command: gpulab has no verb {name!r}{hint}; valid: {choices(known)}")
 
 
 def _check_engine_options(engine: str, given: dict) -> None:
