@@ -28,3 +28,15 @@ def test_a_tab_in_the_config_is_named(tmp_path, cli):
     (tmp_path / "run.yaml").write_text("recipe: mlp\nmax_steps:\n\t3\n")
     code, err = cli("train", "--config", tmp_path / "run.yaml")
     assert code == 2 and err.count("\n") == 1 and "at line 3: a tab" in err and "indent with spaces" in err
+
+
+def test_an_export_of_a_run_without_a_checkpoint_says_the_fix(tmp_path, cli):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    for verb in (["export", tmp_path / "run", "--format", "onnx"], ["checkpoint", "export", tmp_path / "run",
+                                                                  "--to", tmp_path / "w.safetensors"]):  # fmt: skip
+        code, err = cli(*verb)
+        assert (
+            code == 2
+            and err.count("\n") == 1
+            and "train with checkpoints on" in err.replace("it with", "with")
+        )

@@ -109,6 +109,11 @@ def locate(
         if why is None:
             return directory, True
         refused.append((directory, why))
+    if not step_dirs(path):  # a run stopped before its first checkpoint, or trained with them off
+        raise CheckpointError(
+            f"{path}: no complete checkpoint (no step-* directory): this run wrote none; train it with "
+            "checkpoints on (the default, or --set checkpoints=true) or give a run that has one"
+        )
     raise CheckpointError(f"{path}: no complete checkpoint (no step-* directory whose MANIFEST verifies)")
 
 
