@@ -109,7 +109,8 @@ def _check_command(command: list[str], module: bool, ctx: typer.Context) -> None
     if words[:2] in (["-m", "gpulab"], ["--module", "gpulab"]) or (module and words[:1] == ["gpulab"]):
         words = words[1:]
     if words[:1] == ["gpulab"] and len(words) > 1 and not words[1].startswith("-"):
-        _check_verb(words[1])
+        root = ctx.find_root()
+        _check_verb(words[1], root.command.list_commands(root))
     if words[:2] != ["gpulab", "train"]:
         return
     from gpulab.cli.train import check_run, run_settings
@@ -121,16 +122,13 @@ def _check_command(command: list[str], module: bool, ctx: typer.Context) -> None
     check_run(run_settings(given))  # a GpulabError passes up to main(): its one line, exit 2
 
 
-def _check_verb(name: str) -> None:
-    """The launched ``gpulab VERB``: a verb gpulab has, or one line before any rank starts (a typo once
-    started every rank, each failing with the same usage text, exit 1)."""
+def _check_verb(name: str, known: list[str]) -> None:
+    """The launched ``gpulab VERB``: one of ``known`` (the running gpulab's verbs), or one line before any
+    rank starts (a typo once started every rank, each failing with the same usage text, exit 1)."""
     import difflib
 
-    from gpulab.cli import app
     from gpulab.errors import LaunchError, choices
 
-    known = [c.name or c.callback.__name__ for c in app.registered_commands]
-    known += [g.name for g in app.registered_groups if g.name]
     if name in known:
         return
     close = difflib.get_close_matches(name, known, n=1)
