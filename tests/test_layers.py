@@ -33,7 +33,8 @@ LAYERS = [
     # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above
     # hooks: the test-only switches (GPULAB_TEST_HOOKS=1) that checkpoint/ and the torch runtime read
     # early_signals: a job's stop signals held from gpulab/__init__.py's first line (standard library only)
-    ("hardware", "errors", "redaction", "engine_registry", "hooks", "early_signals"),
+    # warning_filters: gpulab's quieting filters, added only where the user's -W/PYTHONWARNINGS chose none
+    ("hardware", "errors", "redaction", "engine_registry", "hooks", "early_signals", "warning_filters"),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported

@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from gpulab.errors import GpulabWarning
+from gpulab.warning_filters import quiet
 
 # old path -> (new path, what to write instead); a package's alias also finds its listed submodules
 MOVED = {
@@ -40,7 +41,7 @@ class MovedWarning(DeprecationWarning, GpulabWarning):
 
 # Python hides a DeprecationWarning raised outside __main__ (a user's recipe module is not __main__):
 # show these few, once per location, as the one line they are meant to be
-warnings.filterwarnings("default", message=r"gpulab\.\S+ is deprecated", category=DeprecationWarning)
+quiet(r"gpulab\.\S+ is deprecated", DeprecationWarning, action="default")
 
 
 class _Alias(importlib.abc.Loader):

@@ -17,6 +17,7 @@ from gpulab.engines.torch import tune_space as space
 from gpulab.errors import GpulabError
 from gpulab.hardware.devices import select_device
 from gpulab.measure.knobs import Group, batch_group, precision_group
+from gpulab.warning_filters import quiet
 
 Search = Any  # tune.search.Search, not imported even for its type: the verb stands above the engine
 
@@ -50,7 +51,7 @@ class TorchTuner:
         Returns ({batch_size, cap, memory_binds, search}, "") or (None, why it could not run)."""
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+                quiet()
                 from gpulab.engines.torch.runtime import Runtime
                 from gpulab.engines.torch.runtime.batch_search import (
                     TrialStep,

@@ -16,6 +16,7 @@ from gpulab.engines.tensorflow.formats import savedmodel
 from gpulab.engines.tensorflow.formats.savedmodel import Runner
 from gpulab.engines.tensorflow.formats.serving import check_count, input_order, output_order
 from gpulab.errors import ConfigError
+from gpulab.warning_filters import quiet
 
 NAME, SUFFIX, RUNTIME = "tflite", ".tflite", "TensorFlow Lite Interpreter"
 
@@ -47,7 +48,7 @@ def write(model: Any, example: tuple[np.ndarray, ...], dynamic: bool, out: Path)
 def interpreter(path: Path) -> Any:
     tf = savedmodel.tensorflow()
     with warnings.catch_warnings():  # "tf.lite.Interpreter is deprecated": TF's notice, not the user's
-        warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
+        quiet(".*tf.lite.Interpreter is deprecated", UserWarning)
         return tf.lite.Interpreter(model_path=str(path))
 
 

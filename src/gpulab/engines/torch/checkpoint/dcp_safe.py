@@ -30,6 +30,7 @@ from gpulab.checkpoint.io import one_line
 from gpulab.checkpoint.read import unpickler_reason
 from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA
 from gpulab.errors import CheckpointError
+from gpulab.warning_filters import quiet
 
 _METADATA_CLASSES = (
     "Metadata",
@@ -121,7 +122,7 @@ def check_items(path: Path, batch_bytes: int = 256 << 20) -> Metadata:
 def _load_batch(directory: Path, batch: dict[str, Any]) -> None:
     try:
         with warnings.catch_warnings():  # "assuming ... a single process": what inspect means
-            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            quiet("torch.distributed is disabled", UserWarning)
             dcp.load(batch, storage_reader=SafeFileSystemReader(directory), planner=SafeLoadPlanner())
     except CheckpointException as exc:
         raise refused(directory, exc) from None

@@ -19,6 +19,7 @@ from torch import nn
 
 from gpulab.artifact.formats import PRECISIONS
 from gpulab.errors import ConfigError, MissingPackageError
+from gpulab.warning_filters import quiet
 
 Runner = Callable[..., torch.Tensor]
 PIP_EXPORT = "pip install 'gpulab[export]'"
@@ -156,5 +157,5 @@ TORCH_LEAFSPEC = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 @contextlib.contextmanager
 def torch_internal_warnings_quiet() -> Iterator[None]:
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=TORCH_LEAFSPEC, category=FutureWarning)
+        quiet(TORCH_LEAFSPEC, FutureWarning)
         yield

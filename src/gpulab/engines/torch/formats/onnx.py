@@ -27,9 +27,9 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # onnxscript's own deprecations, not the user's
-        warnings.filterwarnings("ignore", message="# The axis name")  # ids and mask share one length
-        warnings.filterwarnings("ignore", message="The tensor attributes")  # an RNN's flat weights: torch's
+        quiet(category=FutureWarning)  # onnxscript's own deprecations, not the user's
+        quiet("# The axis name")  # ids and mask share one length
+        quiet("The tensor attributes")  # an RNN's flat weights: torch's
         try:
             sequence = _export(model, example, dynamic, out)
         except OSError:  # a full disk or an unwritable place: the writer's own line (artifact/atomic.py)

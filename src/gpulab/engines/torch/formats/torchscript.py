@@ -13,6 +13,7 @@ import torch
 
 from gpulab.engines.torch.formats.base import Runner, output_path
 from gpulab.errors import ConfigError, GpulabWarning
+from gpulab.warning_filters import quiet
 
 NAME, SUFFIX, RUNTIME = "torchscript", ".torchscript.pt", "TorchScript (torch.jit.load)"
 
@@ -29,7 +30,7 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
         stacklevel=2,
     )
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's own deprecation and tracer warnings: said once above
+        quiet()  # torch's own deprecation and tracer warnings: said once above
         try:
             scripted, how = torch.jit.script(model), "script"
         except Exception:  # scripting rejects much ordinary Python; tracing records one run instead
@@ -96,7 +97,7 @@ def _trace(model: torch.nn.Module, example: tuple[torch.Tensor, ...]):
 
 def load(path: Path) -> Runner:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        quiet()
         module = torch.jit.load(str(path), map_location="cpu")
     module.eval()
     return lambda *inputs: module(*inputs)
