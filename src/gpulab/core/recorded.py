@@ -26,7 +26,7 @@ from gpulab.checkpoint.locate import AUTO
 from gpulab.checkpoint.read import has_checkpoint, load_meta, locate, problem
 from gpulab.config import TrainerSettings, merge
 from gpulab.core.summary import SUMMARY_FILE
-from gpulab.errors import CheckpointError
+from gpulab.errors import CheckpointError, GpulabWarning
 
 # Not taken from a file: code choices, this machine's placement, and the resume's own switches.
 NOT_RECORDED = frozenset(
@@ -46,9 +46,10 @@ DESTINATIONS = frozenset({"trackers", "mlflow", "wandb"})
 
 
 def _warn_once(line: str) -> None:
-    """A warning from the first process only (every rank of a launch reads the same record)."""
+    """A warning from the first process only (every rank of a launch reads the same record); a
+    GpulabWarning, so that the CLI prints it as its one ``gpulab: warning:`` line."""
     if os.environ.get("RANK", "0") == "0":
-        warnings.warn(line, stacklevel=3)
+        warnings.warn(line, GpulabWarning, stacklevel=3)
 
 
 def with_recorded_settings(user: dict[str, Any], say: Callable[[str], None] = _warn_once) -> dict[str, Any]:
