@@ -77,6 +77,32 @@ def load_recipe(name: str, options: dict[str, Any] | None = None) -> Recipe:
     return recipe
 
 
+# Libraries a recipe may import that a gpulab extra installs: the extra is the fix to name (torchvision
+# needs the torch build it was made for, which the extra's notes in pyproject.toml explain)
+EXTRA_OF = {
+    "torchvision": "vision",
+    "timm": "vision",
+    "transformers": "models",
+    "onnx": "export",
+    "onnxruntime": "export",
+    "tensorflow": "tensorflow",
+    "mlflow": "mlflow",
+    "wandb": "wandb",
+}
+
+
+def _missing_library(module_name: str, exc: ImportError) -> str | None:
+    """What to say when the recipe's module was found but a library it imports is not installed (a
+    missing module of the recipe's own path is a path problem, said with PYTHONPATH instead)."""
+    missing = getattr(exc, "name", None)
+    if not missing or module_name == missing or module_name.startswith(missing + "."):
+        return None
+    top = missing.partition(".")[0]
+    if top in EXTRA_OF:
+        return f"needs {top}, which is not installed; fix: pip install 'gpulab[{EXTRA_OF[top]}]'"
+    return f"needs {top}, which is not installed; fix: pip install the package that provides {top!r}"
+
+
 def call_user_recipe(name: str, options: dict[str, Any]) -> Any:
     """``package.module:function`` imported (the working directory first on the path) and called with
     ``options``; each way it can fail is one line naming it. Returns what the function returned."""
@@ -85,6 +111,9 @@ def call_user_recipe(name: str, options: dict[str, Any]) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        missing = _missing_library(module_name, exc)
+        if missing:
+            raise ConfigError(f"recipe {name!r}: module {module_name!r} {missing}") from None
         raise ConfigError(
             f"recipe {name!r}: cannot import module {module_name!r} ({exc}); looked in the current "
             f"directory ({here}) and on sys.path (add the module's folder to PYTHONPATH)"
