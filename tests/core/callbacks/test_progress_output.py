@@ -112,3 +112,25 @@ def test_the_eta_leaves_out_a_one_off_such_as_a_retrace_after_a_resume(monkeypat
     assert eta_after([10.0] + [0.05] * 48) == "ETA 0:00:27"
     # a sync every 10 steps: 9 gaps of 0.01 s, one of 0.41 s: 0.05 s a step on average, kept
     assert eta_after(([0.01] * 9 + [0.41]) * 5) == "ETA 0:00:27"
+
+
+def test_a_fit_stopped_by_a_signal_ends_on_the_loss_last_read_not_loss_dash(monkeypatch):
+    """A signal stops the fit without a final log (issue 40: ``step 2/100000  loss -  done in``): the
+    last line shows the loss last read and the step it was read at."""
+    from gpulab.core.callbacks import Callback
+
+    class Signalled(Callback):  # what StopOnSignal does at the step boundary after a Ctrl-C
+        def on_step_end(self, trainer, state):
+            if state.global_step == 2:
+                state.stop_signal, state.should_stop = 2, True
+
+    result, lines = _fit_printing(
+        monkeypatch,
+        callbacks=[LogLines(every_s=3600.0), Signalled()],
+        progress=False,
+        max_steps=6,
+        log_every=100,
+    )
+    assert result.final_loss is None
+    assert lines[-1].startswith(f"step 2/6  epoch 1/1  loss {_first_logged_loss():.4f} (read at step 1)  ")
+    assert "loss -" not in "\n".join(lines)

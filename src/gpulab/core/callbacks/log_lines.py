@@ -58,16 +58,21 @@ class LogLines(Callback):
     def on_fit_end(self, trainer, state, result):
         if self._first is None:
             return  # no step ran (a resume at the end): nothing to report
-        loss = "-" if result.final_loss is None else f"{result.final_loss:.4f}"
+        # A stopped fit (a signal) logs nothing at its end: its line shows the loss last read, with its step
+        loss = self._loss(state) if result.final_loss is None else f"loss {result.final_loss:.4f}"
         speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else ""
-        _emit([*self._position(state), f"loss {loss}", speed, f"done in {result.train_seconds:.1f} s"])
+        _emit([*self._position(state), loss, speed, f"done in {result.train_seconds:.1f} s"])
 
     def _fields(self, state) -> list[str]:
+        return [*self._position(state), self._loss(state), speed_text(self._metrics)]
+
+    def _loss(self, state) -> str:
+        """``loss 0.1234``, ``(read at step N)`` when older than the line; nothing before any was read."""
         loss = self._metrics.get("loss")
-        text = "loss -" if loss is None else f"loss {loss:.4f}"
-        if loss is not None and self._read_at != state.global_step:
-            text += f" (read at step {self._read_at})"
-        return [*self._position(state), text, speed_text(self._metrics)]
+        if loss is None:
+            return ""
+        read_at = f" (read at step {self._read_at})" if self._read_at != state.global_step else ""
+        return f"loss {loss:.4f}{read_at}"
 
     @staticmethod
     def _position(state) -> list[str]:
