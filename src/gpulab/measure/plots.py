@@ -7,6 +7,7 @@ shows the noise of what it plots. The specs are stored in results.json too, so a
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class Plot:
     title: str
     panels: list[Panel] = field(default_factory=list)
     size: tuple[float, float] | None = None  # inches; None: 6.4 wide per panel, 4.4 high
+    note: str = ""  # under the panels: what the plot leaves out, and why
 
 
 def series_from_rows(
@@ -73,17 +75,31 @@ def series_from_rows(
 
 def render(plot: Plot, out_dir: Path) -> Path:
     """Draw ``plot`` to ``out_dir / plot.file`` (PNG) and return the path."""
+    fig = figure(plot)
+    path = out_dir / plot.file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def figure(plot: Plot) -> Any:
+    """``plot`` as a matplotlib Figure (not saved)."""
     from matplotlib.figure import Figure
 
     panels = [p for p in plot.panels if any(s.y for s in p.series)] or plot.panels[:1]
     fig = Figure(figsize=plot.size or (6.4 * len(panels), 4.4), dpi=100, layout="constrained")
-    fig.suptitle(plot.title)
+    if len(panels) > 1:
+        fig.suptitle(plot.title)
+    if plot.note:
+        fig.supxlabel(textwrap.fill(plot.note, 110), fontsize="small", color="tab:red")
     for ax, panel in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         _DRAW[panel.kind](ax, panel)
         for line in panel.hlines:  # on a barh panel the value axis is x: the line stands upright
             draw = ax.axvline if panel.kind == "barh" else ax.axhline
             draw(line["y"], color="grey", linestyle="--", linewidth=1, label=line.get("label"))
-        ax.set_title(panel.title)
+        # One panel: the plot's title above the panel's, both over the axes (a figure title is centred on
+        # the figure, off the axes' centre by the width of long category names on the left)
+        ax.set_title(panel.title if len(panels) > 1 else f"{plot.title}\n{panel.title}")
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         if panel.yscale == "log":
@@ -91,10 +107,7 @@ def render(plot: Plot, out_dir: Path) -> Path:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    path = out_dir / plot.file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def _errors(s: Series) -> list[list[float]]:
@@ -132,13 +145,32 @@ def _draw_bar(ax: Any, panel: Panel) -> None:
         else:
             ax.bar(xs, s.y, width=width, yerr=_errors(s), **style)
     names = [str(c) for c in categories]
+    # every category in view, a name without a bar included (matplotlib fits only what was drawn)
+    (ax.set_ylim if panel.kind == "barh" else ax.set_xlim)(-0.5, len(categories) - 0.5)
     if panel.kind == "barh":
         ax.set_yticks(range(len(categories)), names)
         ax.invert_yaxis()  # the first category on top, as a table reads
         return
     ax.set_xticks(range(len(categories)))
-    tilt = len(categories) > 4
-    ax.set_xticklabels(names, rotation=20 if tilt else 0, ha="right" if tilt else "center")
+    room = _chars_per_category(ax, len(categories))
+    wrapped = [textwrap.fill(name, room, break_long_words=False) for name in names]
+    if (
+        all(len(line) <= room for name in wrapped for line in name.splitlines())
+        and max((name.count("\n") for name in wrapped), default=0) < 3
+    ):
+        ax.set_xticklabels(wrapped)
+        return
+    # names too long to wrap under their bars: tilted, each ending under its own bar
+    ax.set_xticklabels(names, rotation=35, ha="right", rotation_mode="anchor")
+
+
+def _chars_per_category(ax: Any, count: int) -> int:
+    """About how many characters of a tick label fit under one category of ``ax``'s panel (the panels
+    share the figure's width, of which the axes take about 3/4; a 10-point character is up to 8 pixels wide
+    at 100 dpi)."""
+    figure = ax.get_figure()
+    panel_inches = figure.get_size_inches()[0] / max(1, len(figure.axes))
+    return max(4, int(0.75 * panel_inches * figure.dpi / 8 / max(1, count)))
 
 
 _DRAW: dict[str, Callable[[Any, Panel], None]] = {
