@@ -1,5 +1,6 @@
 """What the PNGs show, read from the drawn figure (issue 40): the PyTorch-vs-TensorFlow plot's workload names
-do not overlap and tune's title stands over its panel."""
+do not overlap, tune's title stands over its panel, and the data-parallel chart draws no speed-up that more
+processes than ran could not give (a busy machine drew DDP 55x faster than one process on 2 cores)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ pytest.importorskip("matplotlib")
 
 from gpulab.bench.versus import _plot as versus_plot  # noqa: E402
 from gpulab.measure.plots import figure  # noqa: E402
+from gpulab.measure.results import Figure, Row  # noqa: E402
 from gpulab.tune.plot import tune_plot  # noqa: E402
 
 NAMES = ["mlp fp32", "mlp tf32", "mlp bf16-mixed", "mlp fp16-mixed", "cnn fp32", "cnn bf16-mixed"]
@@ -73,3 +75,43 @@ def test_tunes_title_is_centred_over_its_panel():
     for title in titles:
         extent = title.get_window_extent(renderer)
         assert abs((extent.x0 + extent.x1) / 2 - (box.x0 + box.x1) / 2) < 2  # pixels
+
+
+def _parallel_rows(ddp_ms: float):
+    def f(v: float, unit: str, better: str) -> Figure:
+        return Figure(v, unit, 5, 0.9 * v, 1.1 * v, "iqr", better)
+
+    single = Row(
+        {"mode": "single", "processes": 1, "devices": "cpu"},
+        {"step_time": f(550.0, "ms", "lower"), "samples_per_s": f(465.0, "samples/s", "higher")},
+    )
+    ddp = Row(
+        {"mode": "ddp", "processes": 2, "devices": "cpu x2"},
+        {"step_time": f(ddp_ms, "ms", "lower"), "samples_per_s": f(256e3 / ddp_ms, "samples/s", "higher")},
+        {"max_abs_param_diff": 0.0, "equal_to_single": True},
+    )
+    return [single, ddp]
+
+
+def _bars(fig) -> list[int]:
+    return [len(ax.patches) for ax in fig.axes]
+
+
+def test_a_speedup_beyond_the_processes_is_named_not_drawn():
+    from gpulab.engines.torch.bench.parallel import _plot
+
+    plot = _plot(_parallel_rows(10.0))  # 55x on 2 processes: one process ran on a busier machine
+    assert "ddp (cpu x2): not drawn: 55x faster than one process" in plot.note
+    fig, renderer = _drawn(plot)
+    assert _bars(fig) == [1, 1]  # one process only
+    assert all(ax.get_xlim() == (-0.5, 1.5) for ax in fig.axes)  # ddp's slot stays, named and empty
+    assert _texts(fig, "not drawn: 55x faster")
+
+
+def test_a_speedup_the_processes_can_give_is_drawn():
+    from gpulab.engines.torch.bench.parallel import _plot
+
+    plot = _plot(_parallel_rows(300.0))  # 1.8x on 2 processes
+    assert plot.note == ""
+    fig, _ = _drawn(plot)
+    assert _bars(fig) == [2, 2]

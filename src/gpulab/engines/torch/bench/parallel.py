@@ -15,6 +15,7 @@ cores the single process had to itself, and the model is small enough that commu
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tempfile
 import time
@@ -118,6 +119,13 @@ def _notes(ctx: BenchContext, rows: list[Row], world: int) -> list[str]:
     elif world == 1:
         notes.append("One GPU: DDP runs one process (its overhead alone); DataParallel needs several GPUs.")
     notes.append("wall_time: from starting the processes to their results, start-up and imports included.")
+    for row in rows[1:]:
+        if speedup := _beyond_its_processes(rows[0], row):
+            notes.append(
+                f"{row.key['mode']}: {speedup:.0f}x faster than one process on {row.key['devices']}, more "
+                "than its processes can give: the machine's load changed between the runs; not drawn in "
+                "parallel.png."
+            )
     return notes
 
 
@@ -125,12 +133,32 @@ def _plot(rows: list[Row]) -> Plot:
     def label(row: Row) -> str:
         return f"{row.key['mode']} ({row.key['devices']})"
 
-    step = Panel(
-        "Step time", "", "ms", kind="bar", series=[series_from_rows(rows, "step time", label, "step_time")]
+    names = [label(row) for row in rows]
+    beyond = {label(row): speedup for row in rows[1:] if (speedup := _beyond_its_processes(rows[0], row))}
+    drawn = lambda row: label(row) not in beyond  # noqa: E731
+    step = Panel("Step time", "", "ms", kind="bar", categories=names)
+    step.series.append(series_from_rows(rows, "step time", label, "step_time", where=drawn))
+    speed = Panel("Throughput", "", "samples/s", kind="bar", categories=names)
+    speed.series.append(series_from_rows(rows, "samples/s", label, "samples_per_s", where=drawn))
+    note = "; ".join(
+        f"{name}: not drawn: {speedup:.0f}x faster than one process is more than its processes can give "
+        "(the machine's load changed between the measurements)"
+        for name, speedup in beyond.items()
     )
-    speed = Panel("Throughput", "", "samples/s", kind="bar")
-    speed.series.append(series_from_rows(rows, "samples/s", label, "samples_per_s"))
-    return Plot("parallel.png", "One process against data parallel", [step, speed])
+    return Plot("parallel.png", "One process against data parallel", [step, speed], note=note)
+
+
+def _beyond_its_processes(single: Row, row: Row) -> float | None:
+    """``row``'s speed-up over one process when it exceeds the number of processes (or devices) that ran
+    it: not a comparable measurement (under load the single process had less of the machine), so it is
+    named instead of drawn."""
+    one, this = single.figures.get("step_time"), row.figures.get("step_time")
+    if not one or not this or not this.value:
+        return None
+    spread = re.search(r" x(\d+)$", str(row.key["devices"]))  # "cuda x4": DataParallel's devices
+    workers = max(row.key["processes"], int(spread.group(1)) if spread else 1)
+    speedup = one.value / this.value
+    return speedup if speedup > workers else None
 
 
 # --------------------------------------------------------------------------------------------------------
