@@ -123,12 +123,7 @@ def render(report: dict, console: Console) -> None:
         + (f"; GPU utilisation {util:.0f}%" if util is not None else ""),
         highlight=False,
     )
-    load = report.get("machine_load") or {}
-    if load.get("busy"):
-        console.print(
-            f"[yellow]note:[/] the machine was busy (load {load['load_1min']} on {load['cores']} cores): "
-            "other processes competed for the CPU, so these times are inflated",
-        )
+    _busy_note(report, console)
     d = report["diagnosis"]
     console.print(f"[bold]{d['bound']}[/]: {d['reason']}")
     console.print(f"fix: {d['fix']}", highlight=False)
@@ -152,9 +147,20 @@ def render_steps(report: dict, console: Console) -> None:
     console.print(
         f"memory ({mem.get('kind', '?')}): peak {mem['peak_bytes'] / 2**20:,.1f} MiB", highlight=False
     )
+    _busy_note(report, console)
     missing = ", ".join(report["not_available"])
     console.print(f"n/a on {engine.framework}: {missing} (profile.json says why for each)", highlight=False)
     console.print(f"trace: tensorboard --logdir {report['trace_dir']} (Profile tab)", highlight=False)
+
+
+def _busy_note(report: dict, console: Console) -> None:
+    """Both engines' profiles: the note that other processes inflated the times, where they did."""
+    load = report.get("machine_load") or {}
+    if load.get("busy"):
+        console.print(
+            f"[yellow]note:[/] the machine was busy (load {load['load_1min']} on {load['cores']} cores): "
+            "other processes competed for the CPU, so these times are inflated",
+        )
 
 
 def _breakdown(console: Console, report: dict, rows) -> None:
