@@ -91,7 +91,7 @@ def _missing_framework(module: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (a usage error: one line, exit 2)."""
-    started.mark()
+    started.mark(process=argv is None)  # the console command: from its process's start
     _register()
     _one_line_warnings()
     if argv is None and CREDENTIALS_ENV in os.environ:  # a rank of `gpulab launch`: its argv is masked
