@@ -113,3 +113,22 @@ def test_the_cli_prints_the_deprecation_as_one_gpulab_warning_line():
 def test_an_old_path_the_readme_never_printed_has_no_alias():
     with pytest.raises(ModuleNotFoundError):
         __import__("gpulab.train.trainer")  # the README says `from gpulab import Trainer`
+
+
+def test_each_old_path_gives_the_name_its_warning_tells_users_to_import_instead():
+    """``from gpulab.train import Trainer`` said "use from gpulab import Trainer" and then failed: an old
+    path whose advice names a public object must still hand that object over."""
+    code = (
+        "import re, warnings, importlib, gpulab\n"
+        "from gpulab import moved\n"
+        "warnings.simplefilter('ignore')\n"
+        "for old, (_, advice) in moved.MOVED.items():\n"
+        "    m = re.fullmatch(r'from gpulab import (\\w+)', advice)\n"
+        "    if m:\n"
+        "        assert getattr(importlib.import_module(old), m[1]) is getattr(gpulab, m[1]), old\n"
+        "        print(old, m[1])\n"
+    )
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "gpulab.train Trainer" in out.stdout.splitlines()
