@@ -44,6 +44,15 @@ class MovedWarning(DeprecationWarning, GpulabWarning):
 quiet(r"gpulab\.\S+ is deprecated", DeprecationWarning, action="default")
 
 
+def _public_names(instead: str) -> set[str]:
+    """The names an alias's advice tells users to take from ``gpulab`` itself (``from gpulab import A, B``):
+    the alias hands those over from there (``gpulab.train``'s Trainer is not in its new package)."""
+    prefix = "from gpulab import "
+    if not instead.startswith(prefix):
+        return set()
+    return {n.strip() for n in instead.removeprefix(prefix).split(",")}
+
+
 class _Alias(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         new, instead = MOVED[spec.name]
@@ -57,6 +66,8 @@ class _Alias(importlib.abc.Loader):
                 told.append(True)
                 # stacklevel 2: warnings skips importlib's frames, so this is the user's line
                 warnings.warn(MESSAGE.format(old=spec.name, instead=instead), MovedWarning, stacklevel=2)
+            if name in _public_names(instead):  # what the warning tells users to import: gpulab's own
+                return getattr(importlib.import_module("gpulab"), name)
             return getattr(importlib.import_module(new), name)
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]

@@ -6,13 +6,3 @@ import of the engine object (which reaches back into train/ when a verb asks it)
 
 NAME = "torch"  # this engine's name in the registry (gpulab.engine_registry)
 THREADS_HINT = ", and torch's threads wait for each other (OMP_NUM_THREADS=1 suffers less)"
-
-
-def __getattr__(name: str):
-    """``Trainer`` on demand: ``from gpulab.train import Trainer`` (the alias gpulab.moved keeps for this
-    package) worked before the move; importing it eagerly here would make a cycle with the engine object."""
-    if name == "Trainer":
-        from gpulab.engines.torch.train.trainer import Trainer
-
-        return Trainer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
