@@ -73,10 +73,6 @@ class Engine(Protocol):
     framework_module: str  # its import name: a ModuleNotFoundError for it means the engine's extra is missing
     extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
     lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
-    export_formats: Mapping[str, str]  # the formats a run of this engine exports to -> the module of each
-    export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
-    export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
-    export_model: str  # what its export writes, as an error names it
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
     launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
     launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
@@ -111,10 +107,6 @@ class Engine(Protocol):
 
     def inspect(self, user: dict[str, Any]) -> Any:
         """``gpulab inspect``: an ``InspectReport``."""
-
-    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
-        """``gpulab export`` of a run of this engine to ``module``'s format (``request``: out, precision,
-        input_file, trust: the user's word on a recipe the run names): an ``ExportResult``."""
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         """A built-in or user recipe by name (its validation data in this engine's layout)."""
@@ -178,6 +170,24 @@ def get(name: str | None) -> Engine:
         raise ConfigError(f"unknown engine {name!r}; valid: {choices(names())}")
     loader = _REGISTRY[name][0]
     return importlib.import_module(loader).ENGINE if isinstance(loader, str) else loader()
+
+
+def offered(engine: Engine, verb: str) -> Any:
+    """The engine's capability object for ``verb`` (``engine_capabilities``: its attribute of that name),
+    None where it has none."""
+    return getattr(engine, verb, None)
+
+
+def capability(engine: Engine, verb: str) -> Any:
+    """The engine's capability object for ``verb``; where it has none, one line naming the engines that do
+    (every engine module is light: this loads no framework)."""
+    found = offered(engine, verb)
+    if found is None:
+        have = [name for name in _REGISTRY if offered(get(name), verb) is not None]
+        raise ConfigError(
+            f"the {engine.name} engine has no {verb}; engines that do: {choices(have) or 'none'}"
+        )
+    return found
 
 
 def find(has: Callable[[Engine], bool]) -> Engine | None:

@@ -38,6 +38,23 @@ _TORCH_ONLY = (
 )
 
 
+class TensorFlowExport:
+    """``gpulab export`` of a TensorFlow run (``engine_capabilities.Export``)."""
+
+    formats = {f: f"gpulab.engines.tensorflow.formats.{f}" for f in ("savedmodel", "tflite")}
+    refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
+    precisions = ("fp32",)
+    model = "the float32 Keras model"
+
+    def run(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
+        from gpulab.engines.tensorflow.export import export_tf
+
+        batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
+        out, input_file, trust = request["out"], request["input_file"], request["trust"]
+        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -50,10 +67,6 @@ class TensorFlowEngine:
         "mfu": Lack((False,)),
         **dict.fromkeys(_TORCH_ONLY, Lack()),
     }
-    export_formats = {f: f"gpulab.engines.tensorflow.formats.{f}" for f in ("savedmodel", "tflite")}
-    export_refusal = "needs a TensorFlow-engine run"  # a TensorFlow format asked of another engine's run
-    export_precisions = ("fp32",)
-    export_model = "the float32 Keras model"
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
@@ -67,6 +80,7 @@ class TensorFlowEngine:
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
     checkpoint_layouts = CHECKPOINT_LAYOUTS
+    export = TensorFlowExport()
 
     @property
     def threads_hint(self) -> str:  # read by the train report, after the trainer ran
@@ -103,14 +117,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.inspect import inspect_tf
 
         return inspect_tf(user)
-
-    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
-        from gpulab.artifact.sidecar import EXAMPLE_BATCH, PARITY_BATCH, SIDECAR
-        from gpulab.engines.tensorflow.export import export_tf
-
-        batch = {"example": EXAMPLE_BATCH, "parity": PARITY_BATCH}
-        out, input_file, trust = request["out"], request["input_file"], request["trust"]
-        return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.engines.tensorflow.export import (

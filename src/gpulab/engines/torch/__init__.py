@@ -25,6 +25,20 @@ from gpulab.engines.torch.checkpoint.layouts import LAYOUTS as CHECKPOINT_LAYOUT
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 
 
+class TorchExport:
+    """``gpulab export`` of a torch run (``engine_capabilities.Export``)."""
+
+    formats = {f: f"{__name__}.formats.{f}" for f in ("exported", "onnx", "torchscript", "aoti")}
+    refusal = "exports a torch model"  # a torch format asked of another engine's run
+    precisions = None  # any of export's dtypes (the model is cast)
+    model = "the torch model"
+
+    def run(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
+        from gpulab.engines.torch.export import export_torch
+
+        return export_torch(path, module, fixed, **request)
+
+
 class TorchEngine:
     name = NAME
     framework = "PyTorch"
@@ -32,10 +46,6 @@ class TorchEngine:
     extra = "torch"
     # the settings it lacks: the strategies it has not (precisions.STRATEGIES), the tf.data cache
     lacks = {"strategy": Lack(("auto", "single", "ddp", "fsdp2", "dp")), "data_cache": Lack()}
-    export_formats = {f: f"{__name__}.formats.{f}" for f in ("exported", "onnx", "torchscript", "aoti")}
-    export_refusal = "exports a torch model"  # a torch format asked of another engine's run
-    export_precisions = None  # any of export's dtypes (the model is cast)
-    export_model = "the torch model"
     launch_options = (
         ("--rdzv-endpoint", "rdzv_endpoint", None),
         ("--rdzv-id", "rdzv_id", None),
@@ -55,6 +65,7 @@ class TorchEngine:
     compile_failure = "torch.compile fell back to eager"
     threads_hint = THREADS_HINT
     checkpoint_layouts = CHECKPOINT_LAYOUTS
+    export = TorchExport()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
@@ -83,11 +94,6 @@ class TorchEngine:
         from gpulab.engines.torch.inspect import inspect_torch
 
         return inspect_torch(user)
-
-    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
-        from gpulab.engines.torch.export import export_torch
-
-        return export_torch(path, module, fixed, **request)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.core.recipes.base import load_recipe
