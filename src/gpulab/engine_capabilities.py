@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpulab.engine_registry import CheckpointLayout
 
 
 class Export(Protocol):
@@ -21,3 +24,29 @@ class Export(Protocol):
     def run(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
         """Export ``path`` to ``module``'s format (``request``: out, precision, input_file, trust, output):
         an ``ExportResult``."""
+
+
+# ``diagnosis``: a ``measure.diagnosis_advice.Advice``, the words of the diagnosis's fixes and the settings
+# each names (an engine without it is advised in words every engine takes: ``diagnosis_advice.NEUTRAL``).
+
+
+class Checkpoints(Protocol):
+    """An engine that checkpoints: what a MANIFEST of each of its layouts must list (``checkpoint/io.py``
+    verifies it; ``engine_registry.for_layout`` finds the engine that wrote a checkpoint)."""
+
+    layouts: Mapping[str, CheckpointLayout]
+
+
+class CheckpointInspect(Protocol):
+    """``gpulab checkpoint inspect`` of this engine's checkpoints."""
+
+    def read(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        """Check what this engine's files in a verified checkpoint hold, as its resume reads them; add
+        problems and the recipe they name to ``report``."""
+
+
+class CheckpointExport(Protocol):
+    """``gpulab checkpoint export`` of this engine's checkpoints."""
+
+    def run(self, directory: Path, out: Path) -> Path:
+        """A verified checkpoint's weights alone, as one file (``out``)."""

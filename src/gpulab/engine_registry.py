@@ -85,8 +85,6 @@ class Engine(Protocol):
     flop_counter: str  # how inspect counted FLOPs, as printed
     cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
     compile_failure: str  # a tune trial whose compile failed, in the engine's words
-    threads_hint: str  # the train report's hint when other processes competed for the CPU
-    checkpoint_layouts: Mapping[str, CheckpointLayout]  # its checkpoints' MANIFEST layouts (checkpoint/io.py)
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -130,13 +128,6 @@ class Engine(Protocol):
     def tuner(self) -> Any:
         """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
 
-    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
-        """``gpulab checkpoint inspect``: check what this engine's files in a verified checkpoint hold, as
-        its resume reads them; add problems and the recipe they name to ``report``."""
-
-    def export_weights(self, directory: Path, out: Path) -> Path:
-        """``gpulab checkpoint export``: a verified checkpoint's weights alone, as one file (``out``)."""
-
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``
 # picks, for the CLI's help, which is shown without importing any engine).
@@ -173,9 +164,9 @@ def get(name: str | None) -> Engine:
 
 
 def offered(engine: Engine, verb: str) -> Any:
-    """The engine's capability object for ``verb`` (``engine_capabilities``: its attribute of that name),
-    None where it has none."""
-    return getattr(engine, verb, None)
+    """The engine's capability object for ``verb`` (``engine_capabilities``: its attribute of that name,
+    "checkpoint inspect" -> ``checkpoint_inspect``), None where it has none."""
+    return getattr(engine, verb.replace(" ", "_"), None)
 
 
 def capability(engine: Engine, verb: str) -> Any:
@@ -199,7 +190,7 @@ def find(has: Callable[[Engine], bool]) -> Engine | None:
 
 def for_layout(layout: str) -> Engine:
     """The engine whose checkpoints have the MANIFEST ``layout`` (engine modules load no framework)."""
-    engine = find(lambda e: layout in e.checkpoint_layouts)
+    engine = find(lambda e: layout in checkpoint_layouts(e))
     if engine is None:
         raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
     return engine
@@ -208,13 +199,19 @@ def for_layout(layout: str) -> Engine:
 def checkpoint_layout(layout: str) -> CheckpointLayout | None:
     """What a checkpoint of MANIFEST ``layout`` must hold, from the engine that writes it; None: no
     engine's."""
-    engine = find(lambda e: layout in e.checkpoint_layouts)
-    return engine.checkpoint_layouts[layout] if engine else None
+    engine = find(lambda e: layout in checkpoint_layouts(e))
+    return checkpoint_layouts(engine)[layout] if engine else None
 
 
 def layouts() -> list[str]:
     """Every registered engine's checkpoint layouts."""
-    return [layout for name in _REGISTRY for layout in get(name).checkpoint_layouts]
+    return [layout for name in _REGISTRY for layout in checkpoint_layouts(get(name))]
+
+
+def checkpoint_layouts(engine: Engine) -> Mapping[str, CheckpointLayout]:
+    """The MANIFEST layouts of ``engine``'s checkpoints (its ``checkpoints`` capability; none without)."""
+    checkpoints = offered(engine, "checkpoints")
+    return checkpoints.layouts if checkpoints else {}
 
 
 def for_framework(module: str | None) -> Engine | None:

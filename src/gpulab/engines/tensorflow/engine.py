@@ -10,6 +10,7 @@ from typing import Any
 from gpulab.engine_registry import Lack
 from gpulab.engines.tensorflow.bench import TF_PREFIX
 from gpulab.engines.tensorflow.checkpoint_layout import LAYOUTS as CHECKPOINT_LAYOUTS
+from gpulab.engines.tensorflow.diagnosis_advice import ADVICE
 
 # The settings it lacks (torch's): refused in one line (config.check_engine) rather than ignored.
 _DEVICES = ("auto", "cpu", "cuda", *(f"cuda:{i}" for i in range(64)))
@@ -55,6 +56,43 @@ class TensorFlowExport:
         return export_tf(path, module, fixed, out, input_file, SIDECAR, batch, trust)
 
 
+class TensorFlowCheckpoints:
+    """Its checkpoints: their layouts (``engine_capabilities.Checkpoints``)."""
+
+    layouts = CHECKPOINT_LAYOUTS
+
+
+class TensorFlowCheckpointInspect:
+    def read(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        from gpulab.checkpoint.inspect import recipe_in_meta
+
+        recipe_in_meta(directory, meta, report)
+        # The MANIFEST vouched for the bytes; TensorFlow reads them as its resume does (sizes, crc32c).
+        # Without TensorFlow (inspecting on another machine) they are said to be unread.
+        from gpulab.engines.tensorflow.checkpoint_files import unreadable
+        from gpulab.errors import ConfigError
+
+        try:
+            why = unreadable(directory)
+        except ConfigError:  # TensorFlow is not installed
+            report["notes"].append("ckpt.index/ckpt.data not read: TensorFlow is not installed")
+            return
+        if why is not None:
+            report["problems"].append(why)
+
+
+class TensorFlowCheckpointExport:
+    """Its weights are the run's model.weights.h5: ``checkpoint export`` says so (torch's copies a file)."""
+
+    def run(self, directory: Path, out: Path) -> Path:
+        from gpulab.errors import CheckpointError
+
+        raise CheckpointError(
+            f"{directory} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
+            "(checkpoint export copies a torch checkpoint's model.safetensors)"
+        )
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -79,14 +117,11 @@ class TensorFlowEngine:
     flop_counter = "TensorFlow's graph profiler's count"
     cast_note = ("(layer dtype policy)", "that run")
     compile_failure = "XLA could not compile the step"
-    checkpoint_layouts = CHECKPOINT_LAYOUTS
+    checkpoints = TensorFlowCheckpoints()
+    checkpoint_inspect = TensorFlowCheckpointInspect()
+    checkpoint_export = TensorFlowCheckpointExport()
     export = TensorFlowExport()
-
-    @property
-    def threads_hint(self) -> str:  # read by the train report, after the trainer ran
-        from gpulab.engines.tensorflow.trainer import THREADS_HINT
-
-        return THREADS_HINT
+    diagnosis = ADVICE  # the diagnosis's fixes in its words
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -167,31 +202,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.tune import TensorFlowTuner
 
         return TensorFlowTuner()
-
-    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
-        from gpulab.checkpoint.inspect import recipe_in_meta
-
-        recipe_in_meta(directory, meta, report)
-        # The MANIFEST vouched for the bytes; TensorFlow reads them as its resume does (sizes, crc32c).
-        # Without TensorFlow (inspecting on another machine) they are said to be unread.
-        from gpulab.engines.tensorflow.checkpoint_files import unreadable
-        from gpulab.errors import ConfigError
-
-        try:
-            why = unreadable(directory)
-        except ConfigError:  # TensorFlow is not installed
-            report["notes"].append("ckpt.index/ckpt.data not read: TensorFlow is not installed")
-            return
-        if why is not None:
-            report["problems"].append(why)
-
-    def export_weights(self, directory: Path, out: Path) -> Path:
-        from gpulab.errors import CheckpointError
-
-        raise CheckpointError(
-            f"{directory} was written by the TensorFlow engine: its weights are the run's model.weights.h5 "
-            "(checkpoint export copies a torch checkpoint's model.safetensors)"
-        )
 
 
 ENGINE = TensorFlowEngine()

@@ -22,7 +22,8 @@ from typing import Any
 
 from gpulab.engine_registry import Lack
 from gpulab.engines.torch.checkpoint.layouts import LAYOUTS as CHECKPOINT_LAYOUTS
-from gpulab.engines.torch.train import NAME, THREADS_HINT
+from gpulab.engines.torch.diagnosis_advice import ADVICE
+from gpulab.engines.torch.train import NAME
 
 
 class TorchExport:
@@ -37,6 +38,26 @@ class TorchExport:
         from gpulab.engines.torch.export import export_torch
 
         return export_torch(path, module, fixed, **request)
+
+
+class TorchCheckpoints:
+    """Its checkpoints: their layouts (``engine_capabilities.Checkpoints``)."""
+
+    layouts = CHECKPOINT_LAYOUTS
+
+
+class TorchCheckpointInspect:
+    def read(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
+        from gpulab.engines.torch.checkpoint.api import read_torch_files
+
+        read_torch_files(directory, meta, report)
+
+
+class TorchCheckpointExport:
+    def run(self, directory: Path, out: Path) -> Path:
+        from gpulab.engines.torch.checkpoint.api import copy_weights
+
+        return copy_weights(directory, out)
 
 
 class TorchEngine:
@@ -63,9 +84,11 @@ class TorchEngine:
     flop_counter = "the FLOP counter's figure"
     cast_note = ("(autocast)", "autocast runs")
     compile_failure = "torch.compile fell back to eager"
-    threads_hint = THREADS_HINT
-    checkpoint_layouts = CHECKPOINT_LAYOUTS
+    checkpoints = TorchCheckpoints()
+    checkpoint_inspect = TorchCheckpointInspect()
+    checkpoint_export = TorchCheckpointExport()
     export = TorchExport()
+    diagnosis = ADVICE  # the diagnosis's fixes in its words
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
@@ -132,16 +155,6 @@ class TorchEngine:
         from gpulab.engines.torch.tune import TorchTuner
 
         return TorchTuner()
-
-    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
-        from gpulab.engines.torch.checkpoint.api import read_torch_files
-
-        read_torch_files(directory, meta, report)
-
-    def export_weights(self, directory: Path, out: Path) -> Path:
-        from gpulab.engines.torch.checkpoint.api import copy_weights
-
-        return copy_weights(directory, out)
 
 
 ENGINE = TorchEngine()
