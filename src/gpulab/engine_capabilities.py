@@ -50,3 +50,32 @@ class CheckpointExport(Protocol):
 
     def run(self, directory: Path, out: Path) -> Path:
         """A verified checkpoint's weights alone, as one file (``out``)."""
+
+
+class Inspect(Protocol):
+    """``gpulab inspect`` of a run of this engine (``profiling/inspect.py``, ``cli/inspect.py``)."""
+
+    flop_counter: str  # how it counted FLOPs, as printed
+    cast_note: tuple[str, str]  # (the mark, what runs cast): the note on layers in another dtype
+
+    def run(self, user: dict[str, Any]) -> Any:
+        """An ``InspectReport`` of the run ``user`` describes."""
+
+
+class Profile(Protocol):
+    """``gpulab profile`` of a run of this engine (``cli/profile.py``)."""
+
+    view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
+    compiler: str  # what compile: true runs, as the report names it ("torch.compile", "XLA")
+
+    def run(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        """A ``ProfileResult``."""
+
+
+class Tune(Protocol):
+    """``gpulab tune`` on this engine (``tune/``)."""
+
+    compile_failure: str  # a trial whose compile failed, in the engine's words
+
+    def tuner(self) -> Any:
+        """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""

@@ -80,11 +80,6 @@ class Engine(Protocol):
     bench_prefix: str  # results.json names its side of suite S "<prefix>S"
     bench_compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
     bench_speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
-    compiler: str  # what compile: true runs, as reports name it ("torch.compile", "XLA")
-    profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
-    flop_counter: str  # how inspect counted FLOPs, as printed
-    cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
-    compile_failure: str  # a tune trial whose compile failed, in the engine's words
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -99,12 +94,6 @@ class Engine(Protocol):
     def doctor(self, facts: Any) -> list[Any]:
         """``gpulab doctor``: this engine's checks of the machine's ``Facts`` (``hardware.checks.Check``s;
         none where they do not apply)."""
-
-    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
-        """``gpulab profile``: a ``ProfileResult``."""
-
-    def inspect(self, user: dict[str, Any]) -> Any:
-        """``gpulab inspect``: an ``InspectReport``."""
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         """A built-in or user recipe by name (its validation data in this engine's layout)."""
@@ -124,9 +113,6 @@ class Engine(Protocol):
 
     def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         """Run this engine's side of the bench ``names`` into ``doc``."""
-
-    def tuner(self) -> Any:
-        """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
 
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``

@@ -93,6 +93,35 @@ class TensorFlowCheckpointExport:
         )
 
 
+class TensorFlowInspect:
+    flop_counter = "TensorFlow's graph profiler's count"
+    cast_note = ("(layer dtype policy)", "that run")
+
+    def run(self, user: dict[str, Any]) -> Any:
+        from gpulab.engines.tensorflow.inspect import inspect_tf
+
+        return inspect_tf(user)
+
+
+class TensorFlowProfile:
+    view = "steps"
+    compiler = "XLA"
+
+    def run(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        from gpulab.engines.tensorflow.profile import profile_tf
+
+        return profile_tf(user, out_dir, options)
+
+
+class TensorFlowTune:
+    compile_failure = "XLA could not compile the step"
+
+    def tuner(self) -> Any:
+        from gpulab.engines.tensorflow.tune import TensorFlowTuner
+
+        return TensorFlowTuner()
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -112,16 +141,14 @@ class TensorFlowEngine:
     bench_prefix = TF_PREFIX
     bench_compile = ("graph", "xla")
     bench_speedup = ("speedup_vs_graph", "XLA over tf.function")
-    compiler = "XLA"
-    profile_view = "steps"
-    flop_counter = "TensorFlow's graph profiler's count"
-    cast_note = ("(layer dtype policy)", "that run")
-    compile_failure = "XLA could not compile the step"
     checkpoints = TensorFlowCheckpoints()
     checkpoint_inspect = TensorFlowCheckpointInspect()
     checkpoint_export = TensorFlowCheckpointExport()
     export = TensorFlowExport()
     diagnosis = ADVICE  # the diagnosis's fixes in its words
+    inspect = TensorFlowInspect()
+    profile = TensorFlowProfile()
+    tune = TensorFlowTune()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -142,16 +169,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.doctor import CHECKS
 
         return [c for c in (check(facts) for check in CHECKS) if c is not None]
-
-    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
-        from gpulab.engines.tensorflow.profile import profile_tf
-
-        return profile_tf(user, out_dir, options)
-
-    def inspect(self, user: dict[str, Any]) -> Any:
-        from gpulab.engines.tensorflow.inspect import inspect_tf
-
-        return inspect_tf(user)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.engines.tensorflow.export import (
@@ -197,11 +214,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
 
         run_tensorflow_side(names, ctx, config, doc, out, log)
-
-    def tuner(self) -> Any:
-        from gpulab.engines.tensorflow.tune import TensorFlowTuner
-
-        return TensorFlowTuner()
 
 
 ENGINE = TensorFlowEngine()

@@ -60,6 +60,35 @@ class TorchCheckpointExport:
         return copy_weights(directory, out)
 
 
+class TorchInspect:
+    flop_counter = "the FLOP counter's figure"
+    cast_note = ("(autocast)", "autocast runs")
+
+    def run(self, user: dict[str, Any]) -> Any:
+        from gpulab.engines.torch.inspect import inspect_torch
+
+        return inspect_torch(user)
+
+
+class TorchProfile:
+    view = "phases"
+    compiler = "torch.compile"
+
+    def run(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
+        from gpulab.engines.torch.profile import profile_recipe
+
+        return profile_recipe(user, out_dir, options)
+
+
+class TorchTune:
+    compile_failure = "torch.compile fell back to eager"
+
+    def tuner(self) -> Any:
+        from gpulab.engines.torch.tune import TorchTuner
+
+        return TorchTuner()
+
+
 class TorchEngine:
     name = NAME
     framework = "PyTorch"
@@ -79,16 +108,14 @@ class TorchEngine:
     bench_prefix = ""
     bench_compile = ("eager", "default")
     bench_speedup = ("speedup_vs_eager", "torch.compile over eager")
-    compiler = "torch.compile"
-    profile_view = "phases"
-    flop_counter = "the FLOP counter's figure"
-    cast_note = ("(autocast)", "autocast runs")
-    compile_failure = "torch.compile fell back to eager"
     checkpoints = TorchCheckpoints()
     checkpoint_inspect = TorchCheckpointInspect()
     checkpoint_export = TorchCheckpointExport()
     export = TorchExport()
     diagnosis = ADVICE  # the diagnosis's fixes in its words
+    inspect = TorchInspect()
+    profile = TorchProfile()
+    tune = TorchTune()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
@@ -107,16 +134,6 @@ class TorchEngine:
 
     def doctor(self, facts: Any) -> list[Any]:
         return []  # the machine's checks (hardware/checks.py) are torch's: its probe runs them
-
-    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
-        from gpulab.engines.torch.profile import profile_recipe
-
-        return profile_recipe(user, out_dir, options)
-
-    def inspect(self, user: dict[str, Any]) -> Any:
-        from gpulab.engines.torch.inspect import inspect_torch
-
-        return inspect_torch(user)
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.core.recipes.base import load_recipe
@@ -150,11 +167,6 @@ class TorchEngine:
         from gpulab.engines.torch.bench.run import run_torch_suites
 
         run_torch_suites(names, ctx, config, doc, out, log)
-
-    def tuner(self) -> Any:
-        from gpulab.engines.torch.tune import TorchTuner
-
-        return TorchTuner()
 
 
 ENGINE = TorchEngine()
