@@ -5,7 +5,7 @@ runs. Each protocol here is what its verb reads, the wording of that verb's repo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -79,3 +79,28 @@ class Tune(Protocol):
 
     def tuner(self) -> Any:
         """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
+
+
+class Bench(Protocol):
+    """``gpulab bench --engine NAME``: its side of the suites (``bench/``), and the comparison's words."""
+
+    in_process: bool  # its suites run in bench's process on a torch device (else its worker picks one)
+    prefix: str  # results.json names its side of suite S "<prefix>S"
+    compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
+    speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
+
+    def check(self) -> None:
+        """Raise a one-line error when its side cannot run here."""
+
+    def environment(self) -> dict[str, Any]:
+        """Its part of results.json's environment, where its suites run in bench's process."""
+
+    def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        """Run its side of the suites ``names`` into ``doc``."""
+
+
+class Doctor(Protocol):
+    """``gpulab doctor``: the engine's own checks of the machine."""
+
+    def checks(self, facts: Any) -> list[Any]:
+        """Its ``hardware.checks.Check``s of the machine's ``Facts`` (none where they do not apply)."""

@@ -76,10 +76,6 @@ class Engine(Protocol):
     launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
     launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
     launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
-    bench_in_process: bool  # its suites run in bench's process on a torch device (else its worker picks one)
-    bench_prefix: str  # results.json names its side of suite S "<prefix>S"
-    bench_compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
-    bench_speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -91,10 +87,6 @@ class Engine(Protocol):
     def environment(self) -> dict[str, Any]:
         """Versions and device name for summary.json and reports."""
 
-    def doctor(self, facts: Any) -> list[Any]:
-        """``gpulab doctor``: this engine's checks of the machine's ``Facts`` (``hardware.checks.Check``s;
-        none where they do not apply)."""
-
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         """A built-in or user recipe by name (its validation data in this engine's layout)."""
 
@@ -104,15 +96,6 @@ class Engine(Protocol):
 
     def launch(self, spec: Any, options: dict[str, Any]) -> None:
         """``gpulab launch``: start the workers of ``spec``."""
-
-    def check_bench(self) -> None:
-        """Raise a one-line error when this engine's bench side cannot run here."""
-
-    def bench_environment(self) -> dict[str, Any]:
-        """Its part of bench's results.json environment, where its suites run in bench's process."""
-
-    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        """Run this engine's side of the bench ``names`` into ``doc``."""
 
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``

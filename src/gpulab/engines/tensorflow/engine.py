@@ -122,6 +122,33 @@ class TensorFlowTune:
         return TensorFlowTuner()
 
 
+class TensorFlowBench:
+    in_process = False  # a worker process of its own, which picks the device as TensorFlow sees it
+    prefix = TF_PREFIX
+    compile = ("graph", "xla")
+    speedup = ("speedup_vs_graph", "XLA over tf.function")
+
+    def check(self) -> None:
+        from gpulab.engines.tensorflow.bench.launch import require_tensorflow_installed
+
+        require_tensorflow_installed()
+
+    def environment(self) -> dict[str, Any]:
+        return {}  # its suites run in a worker, which adds TensorFlow's versions and device (bench/worker.py)
+
+    def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
+
+        run_tensorflow_side(names, ctx, config, doc, out, log)
+
+
+class TensorFlowDoctor:
+    def checks(self, facts: Any) -> list[Any]:
+        from gpulab.engines.tensorflow.doctor import CHECKS
+
+        return [c for c in (check(facts) for check in CHECKS) if c is not None]
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -137,10 +164,6 @@ class TensorFlowEngine:
     launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
     launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
     launch_by_torchrun = False
-    bench_in_process = False  # a worker process of its own, which picks the device as TensorFlow sees it
-    bench_prefix = TF_PREFIX
-    bench_compile = ("graph", "xla")
-    bench_speedup = ("speedup_vs_graph", "XLA over tf.function")
     checkpoints = TensorFlowCheckpoints()
     checkpoint_inspect = TensorFlowCheckpointInspect()
     checkpoint_export = TensorFlowCheckpointExport()
@@ -149,6 +172,8 @@ class TensorFlowEngine:
     inspect = TensorFlowInspect()
     profile = TensorFlowProfile()
     tune = TensorFlowTune()
+    bench = TensorFlowBench()
+    doctor = TensorFlowDoctor()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
@@ -164,11 +189,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.run import environment
 
         return environment()
-
-    def doctor(self, facts: Any) -> list[Any]:
-        from gpulab.engines.tensorflow.doctor import CHECKS
-
-        return [c for c in (check(facts) for check in CHECKS) if c is not None]
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.engines.tensorflow.export import (
@@ -201,19 +221,6 @@ class TensorFlowEngine:
 
         port = options.get("base_port")
         launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
-
-    def check_bench(self) -> None:
-        from gpulab.engines.tensorflow.bench.launch import require_tensorflow_installed
-
-        require_tensorflow_installed()
-
-    def bench_environment(self) -> dict[str, Any]:
-        return {}  # its suites run in a worker, which adds TensorFlow's versions and device (bench/worker.py)
-
-    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
-
-        run_tensorflow_side(names, ctx, config, doc, out, log)
 
 
 ENGINE = TensorFlowEngine()

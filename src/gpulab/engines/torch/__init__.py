@@ -89,6 +89,26 @@ class TorchTune:
         return TorchTuner()
 
 
+class TorchBench:
+    in_process = True
+    prefix = ""
+    compile = ("eager", "default")
+    speedup = ("speedup_vs_eager", "torch.compile over eager")
+
+    def check(self) -> None:
+        return None  # bench's process imports torch itself: a missing torch is told as for any verb
+
+    def environment(self) -> dict[str, Any]:
+        from gpulab.engines.torch.bench.run import bench_environment
+
+        return bench_environment()
+
+    def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
+        from gpulab.engines.torch.bench.run import run_torch_suites
+
+        run_torch_suites(names, ctx, config, doc, out, log)
+
+
 class TorchEngine:
     name = NAME
     framework = "PyTorch"
@@ -104,10 +124,6 @@ class TorchEngine:
     )
     launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
     launch_by_torchrun = True
-    bench_in_process = True
-    bench_prefix = ""
-    bench_compile = ("eager", "default")
-    bench_speedup = ("speedup_vs_eager", "torch.compile over eager")
     checkpoints = TorchCheckpoints()
     checkpoint_inspect = TorchCheckpointInspect()
     checkpoint_export = TorchCheckpointExport()
@@ -116,6 +132,8 @@ class TorchEngine:
     inspect = TorchInspect()
     profile = TorchProfile()
     tune = TorchTune()
+    bench = TorchBench()
+    # no doctor: the machine's checks (hardware/checks.py) are torch's, run by its probe
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
@@ -131,9 +149,6 @@ class TorchEngine:
         from gpulab.engines.torch.train.run import environment
 
         return environment()
-
-    def doctor(self, facts: Any) -> list[Any]:
-        return []  # the machine's checks (hardware/checks.py) are torch's: its probe runs them
 
     def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
         from gpulab.core.recipes.base import load_recipe
@@ -154,19 +169,6 @@ class TorchEngine:
         from gpulab.distributed.launch import launch
 
         launch(spec)
-
-    def check_bench(self) -> None:
-        return None
-
-    def bench_environment(self) -> dict[str, Any]:
-        from gpulab.engines.torch.bench.run import bench_environment
-
-        return bench_environment()
-
-    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        from gpulab.engines.torch.bench.run import run_torch_suites
-
-        run_torch_suites(names, ctx, config, doc, out, log)
 
 
 ENGINE = TorchEngine()
