@@ -104,3 +104,14 @@ class Doctor(Protocol):
 
     def checks(self, facts: Any) -> list[Any]:
         """Its ``hardware.checks.Check``s of the machine's ``Facts`` (none where they do not apply)."""
+
+
+class Launch(Protocol):
+    """``gpulab launch --engine NAME`` (``cli/launch.py``)."""
+
+    options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
+    templates: tuple[str, ...]  # the `launch --print` kinds it renders
+    by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
+
+    def run(self, spec: Any, options: dict[str, Any]) -> None:
+        """Start the workers of ``spec``."""

@@ -73,9 +73,6 @@ class Engine(Protocol):
     framework_module: str  # its import name: a ModuleNotFoundError for it means the engine's extra is missing
     extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
     lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
-    launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
-    launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
-    launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -93,9 +90,6 @@ class Engine(Protocol):
     def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
         """``gpulab infer --recipe-data``: the recipe's validation data as an artifact's (inputs, target)
         torch tensors; ``names``: the artifact's input names, where it records them."""
-
-    def launch(self, spec: Any, options: dict[str, Any]) -> None:
-        """``gpulab launch``: start the workers of ``spec``."""
 
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``

@@ -149,6 +149,19 @@ class TensorFlowDoctor:
         return [c for c in (check(facts) for check in CHECKS) if c is not None]
 
 
+class TensorFlowLaunch:
+    options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
+    templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
+    by_torchrun = False
+
+    def run(self, spec: Any, options: dict[str, Any]) -> None:
+        from gpulab.engines.tensorflow.launch import launch_tf
+        from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT
+
+        port = options.get("base_port")
+        launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -161,9 +174,6 @@ class TensorFlowEngine:
         "mfu": Lack((False,)),
         **dict.fromkeys(_TORCH_ONLY, Lack()),
     }
-    launch_options = (("--hosts", "hosts", None), ("--base-port", "base_port", None))
-    launch_templates = ("slurm",)  # each node's launcher reads SLURM's variables; no k8s operator for it
-    launch_by_torchrun = False
     checkpoints = TensorFlowCheckpoints()
     checkpoint_inspect = TensorFlowCheckpointInspect()
     checkpoint_export = TensorFlowCheckpointExport()
@@ -173,6 +183,7 @@ class TensorFlowEngine:
     profile = TensorFlowProfile()
     tune = TensorFlowTune()
     bench = TensorFlowBench()
+    launch = TensorFlowLaunch()
     doctor = TensorFlowDoctor()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
@@ -214,13 +225,6 @@ class TensorFlowEngine:
             inputs, target = arrays.by_names(data, names, name)  # (inputs, target), by the names
         tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
         return tuple(map(tensor, inputs)), arrays.tree_map(tensor, target)
-
-    def launch(self, spec: Any, options: dict[str, Any]) -> None:
-        from gpulab.engines.tensorflow.launch import launch_tf
-        from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT
-
-        port = options.get("base_port")
-        launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
 
 
 ENGINE = TensorFlowEngine()

@@ -109,6 +109,22 @@ class TorchBench:
         run_torch_suites(names, ctx, config, doc, out, log)
 
 
+class TorchLaunch:
+    options = (
+        ("--rdzv-endpoint", "rdzv_endpoint", None),
+        ("--rdzv-id", "rdzv_id", None),
+        ("--local-addr", "local_addr", None),
+        ("--max-restarts", "max_restarts", None),
+    )
+    templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
+    by_torchrun = True
+
+    def run(self, spec: Any, options: dict[str, Any]) -> None:
+        from gpulab.distributed.launch import launch
+
+        launch(spec)
+
+
 class TorchEngine:
     name = NAME
     framework = "PyTorch"
@@ -116,14 +132,6 @@ class TorchEngine:
     extra = "torch"
     # the settings it lacks: the strategies it has not (precisions.STRATEGIES), the tf.data cache
     lacks = {"strategy": Lack(("auto", "single", "ddp", "fsdp2", "dp")), "data_cache": Lack()}
-    launch_options = (
-        ("--rdzv-endpoint", "rdzv_endpoint", None),
-        ("--rdzv-id", "rdzv_id", None),
-        ("--local-addr", "local_addr", None),
-        ("--max-restarts", "max_restarts", None),
-    )
-    launch_templates = ("slurm", "k8s")  # a PyTorchJob runs torchrun's rendezvous
-    launch_by_torchrun = True
     checkpoints = TorchCheckpoints()
     checkpoint_inspect = TorchCheckpointInspect()
     checkpoint_export = TorchCheckpointExport()
@@ -133,6 +141,7 @@ class TorchEngine:
     profile = TorchProfile()
     tune = TorchTune()
     bench = TorchBench()
+    launch = TorchLaunch()
     # no doctor: the machine's checks (hardware/checks.py) are torch's, run by its probe
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
@@ -164,11 +173,6 @@ class TorchEngine:
         # the batch's keys (or forward's parameters) are the artifact's input names (runtime/signature.py)
         data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
         return data.inputs, data.target
-
-    def launch(self, spec: Any, options: dict[str, Any]) -> None:
-        from gpulab.distributed.launch import launch
-
-        launch(spec)
 
 
 ENGINE = TorchEngine()
