@@ -115,3 +115,14 @@ class Launch(Protocol):
 
     def run(self, spec: Any, options: dict[str, Any]) -> None:
         """Start the workers of ``spec``."""
+
+
+class Infer(Protocol):
+    """``gpulab infer`` without ``--input``: the recipe a run's artifact names, and its validation data."""
+
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        """A built-in or user recipe by name (its validation data in this engine's layout)."""
+
+    def inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        """The recipe's validation data as an artifact's (inputs, target), NumPy arrays (a target may be a
+        tree of them); ``names``: the artifact's input names, where it records them."""

@@ -81,16 +81,6 @@ class Engine(Protocol):
         """``gpulab train``: train, write the run directory (rank zero); return the settings, the
         ``FitResult`` and the directory's path there."""
 
-    def environment(self) -> dict[str, Any]:
-        """Versions and device name for summary.json and reports."""
-
-    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        """A built-in or user recipe by name (its validation data in this engine's layout)."""
-
-    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
-        """``gpulab infer --recipe-data``: the recipe's validation data as an artifact's (inputs, target)
-        torch tensors; ``names``: the artifact's input names, where it records them."""
-
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``
 # picks, for the CLI's help, which is shown without importing any engine).

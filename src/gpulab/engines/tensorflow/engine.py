@@ -133,9 +133,6 @@ class TensorFlowBench:
 
         require_tensorflow_installed()
 
-    def environment(self) -> dict[str, Any]:
-        return {}  # its suites run in a worker, which adds TensorFlow's versions and device (bench/worker.py)
-
     def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
 
@@ -162,6 +159,30 @@ class TensorFlowLaunch:
         launch_tf(spec, options.get("hosts"), DEFAULT_TF_PORT if port is None else port)
 
 
+class TensorFlowInfer:
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        from gpulab.engines.tensorflow.export import (
+            keras_recipe,  # its data in TensorFlow's layout (NHWC images)
+        )
+
+        return keras_recipe(name, dict(options))
+
+    def inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import arrays
+        from gpulab.errors import DataError
+
+        data = arrays.as_arrays(recipe.val_data)  # read once: a generator is consumed
+        if not (isinstance(data, tuple) and len(data) >= 2):
+            raise DataError(
+                f"recipe {name!r} has no validation tensors (inputs..., target) to check the export on; "
+                "give --input FILE.npz"
+            )
+        several = len(data) == 2 and isinstance(data[1], Mapping)  # a target per output
+        if names is None:  # one input
+            return arrays.one_input(data[:1] if several else data[:-1], f"recipe {name!r}"), data[-1]
+        return arrays.by_names(data, names, name)  # (inputs, target), by the names
+
+
 class TensorFlowEngine:
     name = "tensorflow"
     framework = "TensorFlow"
@@ -184,6 +205,7 @@ class TensorFlowEngine:
     tune = TensorFlowTune()
     bench = TensorFlowBench()
     launch = TensorFlowLaunch()
+    infer = TensorFlowInfer()
     doctor = TensorFlowDoctor()
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
@@ -200,31 +222,6 @@ class TensorFlowEngine:
         from gpulab.engines.tensorflow.run import environment
 
         return environment()
-
-    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        from gpulab.engines.tensorflow.export import (
-            keras_recipe,  # its data in TensorFlow's layout (NHWC images)
-        )
-
-        return keras_recipe(name, dict(options))
-
-    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
-        from gpulab.artifact import arrays
-        from gpulab.artifact import data as export_data
-
-        data = arrays.as_arrays(recipe.val_data)  # read once: a generator is consumed
-        several = isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], Mapping)  # outputs
-        if names is None and not several:
-            return export_data.from_recipe(data, name)
-        import numpy as np
-        import torch  # infer runs every artifact's inputs as torch tensors (artifact/data.py)
-
-        if names is None:  # one input, a target per output
-            inputs, target = arrays.one_input((data[0],), f"recipe {name!r}"), data[1]
-        else:
-            inputs, target = arrays.by_names(data, names, name)  # (inputs, target), by the names
-        tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-        return tuple(map(tensor, inputs)), arrays.tree_map(tensor, target)
 
 
 ENGINE = TensorFlowEngine()

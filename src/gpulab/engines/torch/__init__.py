@@ -98,11 +98,6 @@ class TorchBench:
     def check(self) -> None:
         return None  # bench's process imports torch itself: a missing torch is told as for any verb
 
-    def environment(self) -> dict[str, Any]:
-        from gpulab.engines.torch.bench.run import bench_environment
-
-        return bench_environment()
-
     def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.torch.bench.run import run_torch_suites
 
@@ -125,6 +120,27 @@ class TorchLaunch:
         launch(spec)
 
 
+class TorchInfer:
+    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
+        from gpulab.core.recipes.base import load_recipe
+
+        return load_recipe(name, dict(options))
+
+    def inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
+        from gpulab.artifact import arrays
+        from gpulab.artifact import data as export_data
+        from gpulab.engines.torch.runtime.signature import Signature
+
+        if names is None:
+            inputs, target = export_data.from_recipe(recipe.val_data, name)
+        else:
+            # the batch's keys (or forward's parameters) are the artifact's input names (runtime/signature.py)
+            data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
+            inputs, target = data.inputs, data.target
+        numpy = lambda t: t.numpy(force=True)  # noqa: E731 (the seam carries NumPy: infer makes its tensors)
+        return tuple(map(numpy, inputs)), arrays.tree_map(numpy, target) if target is not None else None
+
+
 class TorchEngine:
     name = NAME
     framework = "PyTorch"
@@ -142,6 +158,7 @@ class TorchEngine:
     tune = TorchTune()
     bench = TorchBench()
     launch = TorchLaunch()
+    infer = TorchInfer()
     # no doctor: the machine's checks (hardware/checks.py) are torch's, run by its probe
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
@@ -158,21 +175,6 @@ class TorchEngine:
         from gpulab.engines.torch.train.run import environment
 
         return environment()
-
-    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        from gpulab.core.recipes.base import load_recipe
-
-        return load_recipe(name, dict(options))
-
-    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
-        from gpulab.artifact import data as export_data
-        from gpulab.engines.torch.runtime.signature import Signature
-
-        if names is None:
-            return export_data.from_recipe(recipe.val_data, name)
-        # the batch's keys (or forward's parameters) are the artifact's input names (runtime/signature.py)
-        data = export_data.named_from_recipe(recipe.val_data, name, Signature(recipe.model, names))
-        return data.inputs, data.target
 
 
 ENGINE = TorchEngine()
