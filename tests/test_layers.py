@@ -30,11 +30,21 @@ LAYERS = [
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
     ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
     # engine_registry: the registry and the Engine protocol (no engine imported), which config, checkpoint,
-    # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above
+    # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above;
+    # engine_capabilities: the protocols of what an engine may offer a verb (export, ...)
     # hooks: the test-only switches (GPULAB_TEST_HOOKS=1) that checkpoint/ and the torch runtime read
     # early_signals: a job's stop signals held from gpulab/__init__.py's first line (standard library only)
     # warning_filters: gpulab's quieting filters, added only where the user's -W/PYTHONWARNINGS chose none
-    ("hardware", "errors", "redaction", "engine_registry", "hooks", "early_signals", "warning_filters"),
+    (
+        "hardware",
+        "errors",
+        "redaction",
+        "engine_registry",
+        "engine_capabilities",
+        "hooks",
+        "early_signals",
+        "warning_filters",
+    ),
 ]
 
 # Upward imports allowed as exceptions, each inside a function and with why: (importing component, imported

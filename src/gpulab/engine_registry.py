@@ -73,24 +73,6 @@ class Engine(Protocol):
     framework_module: str  # its import name: a ModuleNotFoundError for it means the engine's extra is missing
     extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
     lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
-    export_formats: Mapping[str, str]  # the formats a run of this engine exports to -> the module of each
-    export_refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
-    export_precisions: tuple[str, ...] | None  # the --precision choices of its export; None: all
-    export_model: str  # what its export writes, as an error names it
-    launch_options: tuple[tuple[str, str, Any], ...]  # (option, parameter, default) only its launcher has
-    launch_templates: tuple[str, ...]  # the `launch --print` kinds it renders
-    launch_by_torchrun: bool  # its workers meet through torchrun's rendezvous (else its own launcher)
-    bench_in_process: bool  # its suites run in bench's process on a torch device (else its worker picks one)
-    bench_prefix: str  # results.json names its side of suite S "<prefix>S"
-    bench_compile: tuple[str, str]  # the compile suite's uncompiled and compiled (default) variants
-    bench_speedup: tuple[str, str]  # that suite's figure (compiled over uncompiled) and what it is, in words
-    compiler: str  # what compile: true runs, as reports name it ("torch.compile", "XLA")
-    profile_view: str  # "phases" (a per-phase breakdown) or "steps" (step time only): how the CLI renders it
-    flop_counter: str  # how inspect counted FLOPs, as printed
-    cast_note: tuple[str, str]  # (the mark, what runs cast): inspect's note on layers in another dtype
-    compile_failure: str  # a tune trial whose compile failed, in the engine's words
-    threads_hint: str  # the train report's hint when other processes competed for the CPU
-    checkpoint_layouts: Mapping[str, CheckpointLayout]  # its checkpoints' MANIFEST layouts (checkpoint/io.py)
 
     def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
         """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
@@ -98,52 +80,6 @@ class Engine(Protocol):
     def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
         """``gpulab train``: train, write the run directory (rank zero); return the settings, the
         ``FitResult`` and the directory's path there."""
-
-    def environment(self) -> dict[str, Any]:
-        """Versions and device name for summary.json and reports."""
-
-    def doctor(self, facts: Any) -> list[Any]:
-        """``gpulab doctor``: this engine's checks of the machine's ``Facts`` (``hardware.checks.Check``s;
-        none where they do not apply)."""
-
-    def profile(self, user: dict[str, Any], out_dir: Path, options: Any) -> Any:
-        """``gpulab profile``: a ``ProfileResult``."""
-
-    def inspect(self, user: dict[str, Any]) -> Any:
-        """``gpulab inspect``: an ``InspectReport``."""
-
-    def export(self, path: Path, module: Any, fixed: int | None, **request: Any) -> Any:
-        """``gpulab export`` of a run of this engine to ``module``'s format (``request``: out, precision,
-        input_file, trust: the user's word on a recipe the run names): an ``ExportResult``."""
-
-    def recipe(self, name: str, options: Mapping[str, Any]) -> Any:
-        """A built-in or user recipe by name (its validation data in this engine's layout)."""
-
-    def recipe_inputs(self, recipe: Any, name: str, names: list[str] | None) -> tuple[tuple, Any]:
-        """``gpulab infer --recipe-data``: the recipe's validation data as an artifact's (inputs, target)
-        torch tensors; ``names``: the artifact's input names, where it records them."""
-
-    def launch(self, spec: Any, options: dict[str, Any]) -> None:
-        """``gpulab launch``: start the workers of ``spec``."""
-
-    def check_bench(self) -> None:
-        """Raise a one-line error when this engine's bench side cannot run here."""
-
-    def bench_environment(self) -> dict[str, Any]:
-        """Its part of bench's results.json environment, where its suites run in bench's process."""
-
-    def bench(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
-        """Run this engine's side of the bench ``names`` into ``doc``."""
-
-    def tuner(self) -> Any:
-        """Tune's hooks: resolve, knobs and their walking order, one trial's fit."""
-
-    def read_checkpoint(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
-        """``gpulab checkpoint inspect``: check what this engine's files in a verified checkpoint hold, as
-        its resume reads them; add problems and the recipe they name to ``report``."""
-
-    def export_weights(self, directory: Path, out: Path) -> Path:
-        """``gpulab checkpoint export``: a verified checkpoint's weights alone, as one file (``out``)."""
 
 
 # The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``
@@ -180,6 +116,24 @@ def get(name: str | None) -> Engine:
     return importlib.import_module(loader).ENGINE if isinstance(loader, str) else loader()
 
 
+def offered(engine: Engine, verb: str) -> Any:
+    """The engine's capability object for ``verb`` (``engine_capabilities``: its attribute of that name,
+    "checkpoint inspect" -> ``checkpoint_inspect``), None where it has none."""
+    return getattr(engine, verb.replace(" ", "_"), None)
+
+
+def capability(engine: Engine, verb: str) -> Any:
+    """The engine's capability object for ``verb``; where it has none, one line naming the engines that do
+    (every engine module is light: this loads no framework)."""
+    found = offered(engine, verb)
+    if found is None:
+        have = [name for name in _REGISTRY if offered(get(name), verb) is not None]
+        raise ConfigError(
+            f"the {engine.name} engine has no {verb}; engines that do: {choices(have) or 'none'}"
+        )
+    return found
+
+
 def find(has: Callable[[Engine], bool]) -> Engine | None:
     """The first engine ``has`` holds for, asking the engines already imported first: a TensorFlow run
     reading its own checkpoints or exporting to its own format never loads another engine's module."""
@@ -189,7 +143,7 @@ def find(has: Callable[[Engine], bool]) -> Engine | None:
 
 def for_layout(layout: str) -> Engine:
     """The engine whose checkpoints have the MANIFEST ``layout`` (engine modules load no framework)."""
-    engine = find(lambda e: layout in e.checkpoint_layouts)
+    engine = find(lambda e: layout in checkpoint_layouts(e))
     if engine is None:
         raise ConfigError(f"checkpoint layout {layout!r} is no engine's; valid: {choices(layouts())}")
     return engine
@@ -198,13 +152,19 @@ def for_layout(layout: str) -> Engine:
 def checkpoint_layout(layout: str) -> CheckpointLayout | None:
     """What a checkpoint of MANIFEST ``layout`` must hold, from the engine that writes it; None: no
     engine's."""
-    engine = find(lambda e: layout in e.checkpoint_layouts)
-    return engine.checkpoint_layouts[layout] if engine else None
+    engine = find(lambda e: layout in checkpoint_layouts(e))
+    return checkpoint_layouts(engine)[layout] if engine else None
 
 
 def layouts() -> list[str]:
     """Every registered engine's checkpoint layouts."""
-    return [layout for name in _REGISTRY for layout in get(name).checkpoint_layouts]
+    return [layout for name in _REGISTRY for layout in checkpoint_layouts(get(name))]
+
+
+def checkpoint_layouts(engine: Engine) -> Mapping[str, CheckpointLayout]:
+    """The MANIFEST layouts of ``engine``'s checkpoints (its ``checkpoints`` capability; none without)."""
+    checkpoints = offered(engine, "checkpoints")
+    return checkpoints.layouts if checkpoints else {}
 
 
 def for_framework(module: str | None) -> Engine | None:

@@ -233,11 +233,17 @@ class NumpyRun(RunSteps):
         return core_environment({"numpy": np.__version__}, None)
 
 
+class NumpyCheckpoints:
+    """What a MANIFEST of its layout lists (``engine_capabilities.Checkpoints``)."""
+
+    layouts = {LAYOUT: CheckpointLayout((WEIGHTS, META))}
+
+
 class NumpyEngine:
     """The engine object ``gpulab.engine_registry.get`` returns: what ``gpulab train`` asks of it."""
 
     name = NAME
-    checkpoint_layouts = {LAYOUT: CheckpointLayout((WEIGHTS, META))}
+    checkpoints = NumpyCheckpoints()  # its only capability: it checkpoints (no export, inspect, ...)
     lacks: dict[str, Any] = {}  # every shared setting is taken (most are ignored: this is a test's engine)
     framework, framework_module, extra = "NumPy", "numpy", "numpy"
 

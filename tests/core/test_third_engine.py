@@ -68,3 +68,34 @@ def test_resuming_a_finished_run_of_the_third_engine_says_there_is_nothing_left(
     output = train(capsys, tmp_path / "run", "--max-steps", "4", "--resume", "latest")
     assert "nothing to do:" in output and "is at step 4 of 4; raise max_steps" in output
     assert (tmp_path / "run" / "summary.json").read_text() == before
+
+
+def test_a_verb_the_third_engine_lacks_is_one_line_naming_the_engines_that_have_it(
+    numpy_registered, tmp_path, capsys
+):
+    """The engine offers no export: ``gpulab export`` of its run says so and where export is, exit 2."""
+    train(capsys, tmp_path / "run", "--max-steps", "2")
+    code = main(["export", str(tmp_path / "run"), "--format", "onnx"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "gpulab: error: the numpy engine has no export; engines that do: torch|tensorflow"
+    )
+    assert not (tmp_path / "run" / "export").exists()
+
+
+def test_the_third_engines_run_is_diagnosed_in_no_other_engines_words(numpy_registered, tmp_path, capsys):
+    """It offers no diagnosis: its summary's fix names no torch DataLoader workers (once advised)."""
+    train(capsys, tmp_path / "run", "--max-steps", "2")
+    diagnosis = json.loads((tmp_path / "run" / "summary.json").read_text())["diagnosis"]
+    assert diagnosis["fix"] and "num_workers" not in json.dumps(diagnosis) and "torch" not in diagnosis["fix"]
+
+
+def test_checkpoint_inspect_of_the_third_engine_names_the_engines_that_read_their_files(
+    numpy_registered, tmp_path, capsys
+):
+    """It checkpoints (its layout verified by the project's storage) but reads no checkpoint for inspect."""
+    train(capsys, tmp_path / "run", "--max-steps", "2")
+    assert main(["checkpoint", "inspect", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "gpulab: error: the numpy engine has no checkpoint inspect; engines that do: torch|tensorflow"
+    )

@@ -23,6 +23,19 @@ from gpulab.hardware.facts import Facts
 from gpulab.measure.results import Figure, Row
 
 
+class AbacusDoctor:
+    def checks(self, facts: Facts) -> list[Check]:
+        return [Check("abacus-beads", "warn", "3 beads are stuck", "pip install 'gpulab[abacus-extra]'")]
+
+
+class AbacusBenchWords:
+    """What the bench report reads of an engine's bench (its suites never run here)."""
+
+    prefix = "ab-"
+    compile = ("plain", "fused")
+    speedup = ("speedup_vs_plain", "bead fusion over plain beads")
+
+
 class AbacusEngine:
     """Only what the verbs under test ask; its framework ``abacus_fw`` is never installed."""
 
@@ -31,12 +44,8 @@ class AbacusEngine:
     framework_module = "abacus_fw"
     extra = "abacus-extra"
     lacks = {"strategy": Lack(("auto", "single")), "compile": Lack((False,))}
-    bench_prefix = "ab-"
-    bench_compile = ("plain", "fused")
-    bench_speedup = ("speedup_vs_plain", "bead fusion over plain beads")
-
-    def doctor(self, facts: Facts) -> list[Check]:
-        return [Check("abacus-beads", "warn", "3 beads are stuck", "pip install 'gpulab[abacus-extra]'")]
+    doctor = AbacusDoctor()
+    bench = AbacusBenchWords()
 
     def resolve(self, user: dict[str, Any]) -> Any:
         raise ModuleNotFoundError("No module named 'abacus_fw'", name="abacus_fw")

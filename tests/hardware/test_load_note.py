@@ -15,6 +15,12 @@ import pytest
 from gpulab import engine_registry as engines
 from gpulab.hardware.load import OtherCpuLoad, load_during, usable_cores
 
+
+def _hint(engine: str) -> str:
+    """The engine's words on its own CPU threads (its diagnosis capability)."""
+    return engines.capability(engines.get(engine), "diagnosis").threads_hint
+
+
 HOG = "import time\nend = time.time() + 90\nwhile time.time() < end: pass"
 
 
@@ -23,8 +29,8 @@ def test_the_busy_note_names_each_engines_threads():
     try:
         others = OtherCpuLoad()
         time.sleep(1.5)
-        torch_run = load_during(others, on_cpu=True, threads_hint=engines.get("torch").threads_hint)
-        tf_run = load_during(others, on_cpu=True, threads_hint=engines.get("tensorflow").threads_hint)
+        torch_run = load_during(others, on_cpu=True, threads_hint=_hint("torch"))
+        tf_run = load_during(others, on_cpu=True, threads_hint=_hint("tensorflow"))
     finally:
         for hog in hogs:
             hog.kill()

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from gpulab import engine_registry as engines
 from gpulab.config import TrainerSettings, check_engine, parse_config
 from gpulab.measure.diagnosis import BOUNDS, diagnose
 
@@ -41,7 +42,7 @@ def named(fix: str) -> set[str]:
     return keys | {key for flag, key in FLAGS.items() if re.search(rf"{flag}\b", fix)}
 
 
-@pytest.mark.parametrize("engine", ["torch", "tensorflow"])
+@pytest.mark.parametrize("engine", engines.names())
 def test_every_fix_names_only_settings_its_engine_accepts(engine):
     fixes = {(d.bound, d.fix): d.settings for d in every_diagnosis(engine)}
     assert {bound for bound, _ in fixes} == set(BOUNDS)  # the grid reaches every verdict
@@ -55,3 +56,20 @@ def test_a_tensorflow_run_is_told_of_its_own_input_pipeline_not_dataloader_worke
     assert d.bound == "input-bound" and "num_workers" not in d.fix and "data_cache" in d.fix
     torch_fix = diagnose({"data": 0.5, "step": 1.0}, device_type="cpu").fix
     assert "--set num_workers=N" in torch_fix  # torch's own words stay
+
+
+def test_an_engine_without_a_diagnosis_is_advised_in_words_every_engine_takes(monkeypatch):
+    """An engine that offers no ``diagnosis`` capability: no framework's words, only shared settings."""
+
+    class Plain:
+        name, framework, framework_module, extra, lacks = "plain", "Plain", "plain_fw", "plain", {}
+
+    monkeypatch.setattr(engines, "_REGISTRY", dict(engines._REGISTRY))
+    engines.register("plain", Plain)
+    fixes = {(d.bound, d.fix): d.settings for d in every_diagnosis("plain")}
+    assert {bound for bound, _ in fixes} == set(BOUNDS)
+    for (bound, fix), settings in fixes.items():
+        assert named(fix) <= set(settings), (bound, fix, settings)
+        assert not {"torch", "tf.data", "XLA", "DataLoader"} & set(re.findall(r"[\w.]+", fix)), fix
+        for name in engines.names()[:2]:  # the built-ins take every setting it names
+            check_engine(parse_config(TrainerSettings, {"engine": name, **settings}))

@@ -1,6 +1,7 @@
 """The export formats: one module each (``NAME``, ``SUFFIX``, ``RUNTIME``, ``available``, ``write``,
 ``load``) in the engine whose models it writes (engines/<name>/formats/), found by name here through the
-engine's ``export_formats`` (``gpulab.engine_registry``: the formats its runs export to, and their modules);
+engine's export capability (``engine_capabilities.Export.formats``: the formats its runs export to, and
+their modules);
 another engine's run is refused in one line (``export/api.py``)."""
 
 from __future__ import annotations
@@ -17,20 +18,26 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 def names() -> tuple[str, ...]:
     """Every registered engine's export formats, in the registry's order."""
-    return tuple(f for name in engines.names() for f in engines.get(name).export_formats)
+    return tuple(f for name in engines.names() for f in _formats(engines.get(name)))
+
+
+def _formats(engine: engines.Engine) -> dict[str, str]:
+    """The formats ``engine``'s runs export to (none where it has no export)."""
+    export = engines.offered(engine, "export")
+    return dict(export.formats) if export else {}
 
 
 def owner(name: str) -> engines.Engine:
-    """The engine whose runs export to format ``name`` (``Engine.export_formats``: name -> its module);
+    """The engine whose runs export to format ``name`` (its export's ``formats``: name -> its module);
     one line naming the valid formats when no engine has it."""
-    engine = engines.find(lambda e: name in e.export_formats)
+    engine = engines.find(lambda e: name in _formats(e))
     if engine is None:
         raise ConfigError(f"unknown export format {name!r}; valid: {choices(names())}")
     return engine
 
 
 def get(name: str) -> ModuleType:
-    return importlib.import_module(owner(name).export_formats[name])
+    return importlib.import_module(owner(name).export.formats[name])
 
 
 def by_suffix(path: str) -> str | None:

@@ -32,7 +32,7 @@ def run_engine(path: Path) -> str:
     if summary is not None:
         return str(summary.get("engine") or DEFAULT)
     layout = checkpoint_layout_in(path) if path.is_dir() else None
-    engine = engines.find(lambda e: layout in e.checkpoint_layouts) if layout else None
+    engine = engines.find(lambda e: layout in engines.checkpoint_layouts(e)) if layout else None
     return engine.name if engine else DEFAULT
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from gpulab.artifact.ownership import claim_output_folder
 from gpulab.bench.environment import environment
 from gpulab.bench.report import write_report
-from gpulab.engine_registry import DEFAULT
+from gpulab.engine_registry import DEFAULT, capability
 from gpulab.engine_registry import get as get_engine
 from gpulab.errors import ConfigError, choices
 from gpulab.measure.results import new_document, write_results
@@ -73,9 +73,9 @@ class BenchConfig:
 def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the suites, writing ``out_dir/results.json`` (after each suite), plots and ``report.html``."""
     names = config.suite_names()
-    for name in config.engine_names():
-        get_engine(name).check_bench()
-    if not any(get_engine(name).bench_in_process for name in config.engine_names()):
+    for bench in map(_bench, config.engine_names()):
+        bench.check()
+    if not any(_bench(name).in_process for name in config.engine_names()):
         # every engine benches in a worker that picks its device: no torch in this process
         return _run_all(config, names, config.device, log)
     import torch
@@ -89,6 +89,11 @@ def run_bench(config: BenchConfig, log: Callable[[str], None] = print) -> dict[s
         return _run_all(config, names, device, log)
     finally:
         torch.set_num_threads(threads)  # a library call leaves the process as it found it
+
+
+def _bench(engine: str) -> Any:
+    """The engine's bench capability (one line naming the engines that bench, where it has none)."""
+    return capability(get_engine(engine), "bench")
 
 
 def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[str], None]) -> dict:
@@ -107,11 +112,11 @@ def _run_all(config: BenchConfig, names: list[str], device: Any, log: Callable[[
     engines = config.engine_names()
     settings = {**asdict(config), "out_dir": str(config.out_dir), "suites": names, "device": str(device)}
     settings |= {"warmup": ctx.warmup, "repeats": ctx.repeats, "engines": engines}
-    in_process = [e for e in map(get_engine, engines) if e.bench_in_process]
+    in_process = [b for b in map(_bench, engines) if b.in_process]
     doc = new_document(settings, environment(device, in_process))
     out = claim_output_folder(Path(config.out_dir), "bench")  # a folder of the user's is refused, untouched
     for engine in engines:
-        get_engine(engine).bench(names, ctx, config, doc, out, log)
+        _bench(engine).run(names, ctx, config, doc, out, log)
     if len(engines) > 1:
         from gpulab.bench.versus import add_comparison
 

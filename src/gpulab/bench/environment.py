@@ -11,18 +11,18 @@ from gpulab.core.summary import environment as core_environment
 from gpulab.measure.results import gpu_readings
 
 if TYPE_CHECKING:
-    from gpulab.engine_registry import Engine
+    from gpulab.engine_capabilities import Bench
 
 
-def environment(device: Any, in_process: list[Engine]) -> dict[str, Any]:
+def environment(device: Any, in_process: list[Bench]) -> dict[str, Any]:
     """Versions, machine, devices, and NVML's clocks/power/temperature for the GPUs when it answers; each
-    engine whose suites run in this process adds its own (``Engine.bench_environment``: torch's versions,
+    engine whose suites run in this process adds its own (its bench's ``environment``: torch's versions,
     threads and devices); an engine whose worker picks its device adds them from there."""
     from gpulab.hardware import nvml
 
     env = core_environment({}, None)
-    for engine in in_process:
-        env |= engine.bench_environment()
+    for bench in in_process:
+        env |= bench.environment()
     env.update(
         {
             "platform": platform.platform(),

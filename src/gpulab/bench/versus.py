@@ -24,15 +24,16 @@ def comparison_rows(doc: dict[str, Any], pair: tuple[str, str]) -> list[dict[str
     """One entry per workload both engines of ``pair`` measured: ``{"suite", "workload", A: {...}, B:
     {...}}``, each side ``{"time", "throughput", "peak_memory", "compile_speedup"}`` (figures or None) plus
     ``"no_peak_memory"`` (why) where it has none."""
-    a, b = map(engines.get, pair)
+    a, b = pair
+    bench_a, bench_b = (engines.capability(engines.get(name), "bench") for name in pair)
     suites = doc.get("suites", {})
-    variants = dict(zip(a.bench_compile, b.bench_compile, strict=True))  # a's variant -> b's
+    variants = dict(zip(bench_a.compile, bench_b.compile, strict=True))  # a's variant -> b's
     out = []
     for full, suite in suites.items():
-        if suite.get("engine") != a.name or not full.startswith(a.bench_prefix):
+        if suite.get("engine") != a or not full.startswith(bench_a.prefix):
             continue
-        name = full.removeprefix(a.bench_prefix)
-        other_suite = suites.get(b.bench_prefix + name)
+        name = full.removeprefix(bench_a.prefix)
+        other_suite = suites.get(bench_b.prefix + name)
         if not other_suite:
             continue
         other_rows = {_key(r["key"]): r for r in other_suite["rows"]}
@@ -46,7 +47,7 @@ def comparison_rows(doc: dict[str, Any], pair: tuple[str, str]) -> list[dict[str
             label = f"{name}: " + " ".join(str(v) for v in row["key"].values())
             if name == "compile":
                 label += f" / {key['variant']}"
-            out.append({"suite": name, "workload": label, a.name: _side(row, a), b.name: _side(other, b)})
+            out.append({"suite": name, "workload": label, a: _side(row, bench_a), b: _side(other, bench_b)})
     return out
 
 
@@ -54,13 +55,13 @@ def _key(key: dict[str, Any]) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in key.items()))
 
 
-def _side(row: dict[str, Any], engine: engines.Engine) -> dict[str, Any]:
+def _side(row: dict[str, Any], bench: Any) -> dict[str, Any]:
     figures = row["figures"]
     side = {
         "time": next((figures[f] for f in TIME if f in figures), None),
         "throughput": next((figures[f] for f in THROUGHPUT if f in figures), None),
         "peak_memory": figures.get("peak_memory"),
-        "compile_speedup": figures.get(engine.bench_speedup[0]),
+        "compile_speedup": figures.get(bench.speedup[0]),
     }
     if side["peak_memory"] is None:
         side["no_peak_memory"] = row["info"].get("no_peak_memory", "not measured by this suite")
@@ -72,7 +73,7 @@ def add_comparison(doc: dict[str, Any], out: Path, pair: tuple[str, str]) -> Non
     words), the paired rows and the side-by-side plot (drawn when matplotlib is here)."""
     rows = comparison_rows(doc, pair)
     sides = {
-        e.name: {"framework": e.framework, "compile_speedup": e.bench_speedup[1]}
+        e.name: {"framework": e.framework, "compile_speedup": engines.capability(e, "bench").speedup[1]}
         for e in map(engines.get, pair)
     }
     doc["comparison"] = {"engines": sides, "rows": rows, "plots": []}

@@ -54,7 +54,9 @@ def inspect(
     root, run_dir = _checkpoints(path)
     check_names_checkpoint(root, _WHERE_FIX)  # a file, an empty folder: one line, not an empty report
     # the storage is read here; the files of the engine that wrote it (its MANIFEST's layout), by that engine
-    report = inspect_checkpoint(root, lambda layout: engines.for_layout(layout).read_checkpoint)
+    report = inspect_checkpoint(
+        root, lambda layout: engines.capability(engines.for_layout(layout), "checkpoint inspect").read
+    )
     named = _named(report, run_dir)
     refused = refusal(*named, RecipeTrust(recipe, trust_recipe)) if named and report["valid"] else None
     if named:
@@ -131,7 +133,8 @@ def export(
     check_place(to, "--to")
     directory = verified(_checkpoints(path)[0])
     # the weights by the engine that wrote them (its MANIFEST's layout); no recipe is read or imported
-    written = engines.for_layout(manifest_layout(directory)).export_weights(directory, to)
+    engine = engines.for_layout(manifest_layout(directory))
+    written = engines.capability(engine, "checkpoint export").run(directory, to)
     step = load_meta(directory / META).get("step")
     make_console().print(f"wrote {written} (step {step}, from {directory})", markup=False, highlight=False)
 

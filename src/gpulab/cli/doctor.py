@@ -46,8 +46,9 @@ def render(report: Report, console: Console) -> None:
 
 
 def run_doctor(facts: Facts | None = None) -> Report:
-    """The machine's checks, then each engine's (``Engine.doctor``), on facts gathered once."""
-    return machine_doctor(facts, lambda f: [c for n in engines.names() for c in engines.get(n).doctor(f)])
+    """The machine's checks, then those of each engine with a doctor capability, on facts gathered once."""
+    doctors = [d for d in (engines.offered(engines.get(n), "doctor") for n in engines.names()) if d]
+    return machine_doctor(facts, lambda f: [c for d in doctors for c in d.checks(f)])
 
 
 def doctor(

@@ -127,7 +127,7 @@ def render(report, depth: int, console: Console) -> None:
         f"parameters: {report.params_trainable:,} trainable{frozen} ({_mib(report.params_bytes)})",
         highlight=False,
     )
-    counter = engines.get(report.engine).flop_counter
+    counter = _inspect(report).flop_counter
     console.print(
         f"FLOPs per sample: {_per_sample(i.flops_total, i)} per training step (forward + backward; forward "
         f"{_per_sample(i.flops_forward, i)}), {counter}",
@@ -137,7 +137,7 @@ def render(report, depth: int, console: Console) -> None:
     if casts:
         console.print(
             f"[yellow]{_cast_mark(report)}[/] marks the layers "
-            f"{engines.get(report.engine).cast_note[1]} in another dtype than the run's "
+            f"{_inspect(report).cast_note[1]} in another dtype than the run's "
             f"{i.run_dtype}: {', '.join(casts)}",
             highlight=False,
         )
@@ -161,7 +161,12 @@ def render(report, depth: int, console: Console) -> None:
 
 
 def _cast_mark(report) -> str:
-    return engines.get(report.engine).cast_note[0]
+    return _inspect(report).cast_note[0]
+
+
+def _inspect(report):
+    """The inspect capability of the engine that made ``report``: its words for the report."""
+    return engines.capability(engines.get(report.engine), "inspect")
 
 
 def _per_sample(flops: int | None, i) -> str:

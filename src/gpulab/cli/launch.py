@@ -66,7 +66,7 @@ def launch(
     hosts = ",".join(step.hosts) if step else hosts
     _check_command(spec.command, module, ctx)
     with shared_with_workers():  # a signal that came before the workers start reaches them (a file)
-        engines.get(engine).launch(spec, {"hosts": hosts, "base_port": base_port})
+        engines.capability(engines.get(engine), "launch").run(spec, {"hosts": hosts, "base_port": base_port})
 
 
 def _spec(given: dict) -> Any:
@@ -90,12 +90,12 @@ def _template(spec: Any, given: dict) -> str:
     g = given
     # The template is for the cluster's nodes; without --nproc-per-node assume they look like this one.
     nproc = g["nproc_per_node"] or max(local_accelerator()[1], 1)
-    chosen = engines.get(g["engine"])
+    chosen = engines.capability(engines.get(g["engine"]), "launch")
     pod = K8sPod(g["image"], g["volume_claim"], g["mount_path"], g["cpus_per_node"], g["memory_per_node"],
                  g["grace_period"])  # fmt: skip
     job = SlurmJob(g["time"], g["array"], g["requeue"], g["requeue_grace"])
     return render(g["print_"], spec, nproc, g["job_name"], g["image"], g["gpus_per_node"], g["engine"],
-                  g["base_port"], chosen.launch_by_torchrun, chosen.launch_templates, job, pod)  # fmt: skip
+                  g["base_port"], chosen.by_torchrun, chosen.templates, job, pod)  # fmt: skip
 
 
 def _check_command(command: list[str], module: bool, ctx: typer.Context) -> None:
@@ -142,8 +142,9 @@ def _check_engine_options(engine: str, given: dict) -> None:
 
     if engine not in engines.names():
         raise LaunchError(f"--engine {engine!r} is not one of {choices(engines.names())}")
+    engines.capability(engines.get(engine), "launch")  # an engine without a launcher: one line
     for other in (engines.get(name) for name in engines.names() if name != engine):
-        for option, name, default in other.launch_options:
+        for option, name, default in getattr(engines.offered(other, "launch"), "options", ()):
             if given[name] != default:
                 raise LaunchError(
                     f"{option} does not apply to --engine {engine} "

@@ -78,11 +78,11 @@ def profile(
     options = ProfileOptions(
         warmup=warmup, steps=steps, active=active, measure_peak=peak, memory_snapshot=memory_snapshot
     )
-    engine = engines.of(user)
-    result = engine.profile(user, out_dir, options)
+    profile = engines.capability(engines.of(user), "profile")
+    result = profile.run(user, out_dir, options)
     if result.report.get("world_size", 1) > 1 and "profile" not in result.files:
         return  # not rank zero: rank 0 prints
-    VIEWS[engine.profile_view](result.report, make_console())
+    VIEWS[profile.view](result.report, make_console())
     for name, path in result.files.items():
         make_console().print(f"wrote {name}: {path}", highlight=False)
 
@@ -136,9 +136,10 @@ def render_steps(report: dict, console: Console) -> None:
     """An engine's profile of step times only (TensorFlow's): data and compute per step, the summary, and
     what the engine does not give."""
     engine = engines.get(report["engine"])
+    compiler = engines.capability(engine, "profile").compiler
     console.print(
         f"{report.get('recipe', '')} on {report['device']} ({report['precision']}, engine {engine.name}"
-        f"{f', {engine.compiler}' if report['compiled'] else ''}), batch {report['batch_size']}: "
+        f"{f', {compiler}' if report['compiled'] else ''}), batch {report['batch_size']}: "
         f"mean of {_kept(report)}",
         highlight=False,
     )

@@ -102,7 +102,7 @@ class FitLoop:
         result = self._result()
         e.before_fit_end(result)
         callbacks.on_fit_end(view, state, result)  # MFU and NVML callbacks add their reports to extras
-        diagnosis = diagnose_fit(result, own.context.device_type, e.native_dtypes())
+        diagnosis = diagnose_fit(result, own.context.device_type, e.native_dtypes(), own.context.engine)
         result.extras["diagnosis"] = diagnosis.to_json()
         return result
 

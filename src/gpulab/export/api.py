@@ -21,7 +21,7 @@ from gpulab.core.recipes.trust import RecipeTrust
 from gpulab.errors import CheckpointError, ConfigError, choices
 
 if TYPE_CHECKING:
-    from gpulab.engine_registry import Engine
+    from gpulab.engine_capabilities import Export
 
 
 def parse_batch_dim(value: str | int) -> int | None:
@@ -37,18 +37,19 @@ def parse_batch_dim(value: str | int) -> int | None:
     return n
 
 
-def check_engine(path: Path, fmt: str) -> Engine:
-    """The engine that trained ``path`` (a checkpoint file: torch's), if it exports to ``fmt``; else one line
-    naming the formats it does export to."""
+def check_engine(path: Path, fmt: str) -> Export:
+    """The export of the engine that trained ``path`` (a checkpoint file: torch's), if it exports to
+    ``fmt``; else one line naming the formats it does export to (or the engines that export at all)."""
     refuse_unfinished(path)
     engine = engines.get(run_engine(path) if path.is_dir() else None)
-    if fmt not in engine.export_formats:
-        owner = formats.owner(fmt)  # raises for a format no engine has
+    formats.owner(fmt)  # an unknown format is told first
+    exporter = engines.capability(engine, "export")
+    if fmt not in exporter.formats:
         raise ConfigError(
-            f"format {fmt} {owner.export_refusal} and {path} was trained with the {engine.name} engine; "
-            f"valid for it: {choices(engine.export_formats)}"
+            f"format {fmt} {formats.owner(fmt).export.refusal} and {path} was trained with the {engine.name} "
+            f"engine; valid for it: {choices(exporter.formats)}"
         )
-    return engine
+    return exporter
 
 
 def export(
@@ -67,26 +68,27 @@ def export(
     (``core/recipes/trust.py``); without it such a run is refused before anything is imported."""
     path = Path(path)
     trust = RecipeTrust(recipe, trust_recipe)
-    engine, module, fixed = check_request(path, fmt, out, batch_dim, precision)
+    exporter, module, fixed = check_request(path, fmt, out, batch_dim, precision)
     if input_file is not None and Path(input_file).exists():  # before the checkpoint is read
         check_input_file(input_file)
     request = {"out": out, "precision": precision, "input_file": input_file, "trust": trust, "output": output}
-    return engine.export(path, module, fixed, **request)
+    return exporter.run(path, module, fixed, **request)
 
 
 def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
-    """Everything that can be refused without reading the checkpoint: (engine, format module, fixed batch)."""
+    """Everything that can be refused without reading the checkpoint: (the run's engine's export, format
+    module, fixed batch)."""
     if precision not in formats.PRECISIONS:
         raise ConfigError(f"--precision {precision!r} is invalid; valid: {choices(formats.PRECISIONS)}")
     fixed = parse_batch_dim(batch_dim)
     if not path.exists():
         formats.owner(fmt)  # an unknown format is told first
         raise CheckpointError(f"{path}: no such run directory or checkpoint")
-    engine = check_engine(path, fmt)  # the run's engine asked first: another is loaded only to refuse
-    if engine.export_precisions is not None and precision not in engine.export_precisions:
+    exporter = check_engine(path, fmt)  # the run's engine asked first: another is loaded only to refuse
+    if exporter.precisions is not None and precision not in exporter.precisions:
         raise ConfigError(
-            f"--precision {precision}: format {fmt} exports {engine.export_model}; "
-            f"valid: {choices(engine.export_precisions)}"
+            f"--precision {precision}: format {fmt} exports {exporter.model}; "
+            f"valid: {choices(exporter.precisions)}"
         )
     if out is not None:
         check_export_out(Path(out), fmt)  # before the checkpoint is read or a framework imported
@@ -97,4 +99,4 @@ def check_request(path: Path, fmt: str, out, batch_dim, precision: str):
         raise ConfigError(
             f"--out {out}: format {fmt} needs a file name ending in {required} (e.g. {out}{required})"
         )
-    return engine, module, fixed
+    return exporter, module, fixed

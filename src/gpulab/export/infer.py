@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from gpulab import engine_registry as engines
+from gpulab.artifact import arrays, formats, parity
 from gpulab.artifact import data as export_data
-from gpulab.artifact import formats, parity
 from gpulab.artifact.atomic import write_atomically
 from gpulab.artifact.input_check import check_inputs
 from gpulab.artifact.loader_choice import choose_format
@@ -151,7 +151,12 @@ def _recipe_data(artifact: Path, sidecar: dict[str, Any], trust: RecipeTrust, na
             f"{artifact}: no {artifact.name}.export.json naming its recipe; give --input FILE.npz"
         )
     name = check_recorded(str(sidecar["recipe"]), str(sidecar_path(artifact)), trust)
-    # The recipe's data in its engine's layout (TensorFlow's images are NHWC), as the artifact's inputs.
-    engine = engines.get(sidecar.get("engine"))
-    recipe = engine.recipe(name, sidecar.get("options") or {})
-    return engine.recipe_inputs(recipe, name, names if names and None not in names else None)
+    # The recipe's data in its engine's layout (TensorFlow's images are NHWC), as the artifact's inputs:
+    # NumPy across the seam, torch tensors here (infer runs every artifact on them, artifact/data.py).
+    import torch
+
+    infer = engines.capability(engines.get(sidecar.get("engine")), "infer")
+    recipe = infer.recipe(name, sidecar.get("options") or {})
+    inputs, target = infer.inputs(recipe, name, names if names and None not in names else None)
+    tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return tuple(map(tensor, inputs)), None if target is None else arrays.tree_map(tensor, target)

@@ -213,8 +213,8 @@ def check_compute(f: Facts) -> Check:
     )
 
 
-# A check returning None does not apply to this machine and is not shown. Each engine adds its own
-# (``Engine.doctor``: TensorFlow's in engines/tensorflow/doctor.py); these are the machine's and torch's.
+# A check returning None does not apply to this machine and is not shown. Each engine adds its own (a
+# ``doctor`` capability: TensorFlow's in engines/tensorflow/doctor.py); these are the machine's and torch's.
 CHECKS: list[Callable[[Facts], Check | None]] = [
     check_torch,
     check_cuda_driver,

@@ -16,10 +16,10 @@ rough but stated):
    under 20 % of its measured matmul peak (bandwidth: element-wise work moving bytes, not multiplying).
 5. compute-bound: otherwise.
 
-Each fix is in the words of the engine that ran (``diagnosis_advice.py``: torch's DataLoader workers and
-torch.compile, TensorFlow's tf.data cache and XLA), and names only settings that engine accepts: they are
-in ``Diagnosis.settings``, which tests/measure/test_diagnosis_settings.py walks through each engine's
-settings validation.
+Each fix is in the words of the engine that ran (its ``diagnosis`` capability, ``diagnosis_advice.Advice``:
+torch's DataLoader workers and torch.compile, TensorFlow's tf.data cache and XLA), and names only settings
+that engine accepts: they are in ``Diagnosis.settings``, which tests/measure/test_diagnosis_settings.py
+walks through each engine's settings validation.
 """
 
 from __future__ import annotations
@@ -233,9 +233,11 @@ def diagnose_run(
     )
 
 
-def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] | None = None) -> Diagnosis:
-    """``diagnose_run`` from a trainer's ``FitResult`` (either engine): its totals and the callbacks'
-    reports in ``extras`` (absent ones are None)."""
+def diagnose_fit(
+    result: Any, device_type: str, native: dict[str, bool | None] | None = None, engine: str | None = None
+) -> Diagnosis:
+    """``diagnose_run`` from a trainer's ``FitResult`` (any engine; ``engine``: its name): its totals and
+    the callbacks' reports in ``extras`` (absent ones are None)."""
     extras = result.extras
     return diagnose_run(
         # the steps' own time: checkpoints, validation and recompiles are not (torch's ``untimed_s``)
@@ -248,7 +250,7 @@ def diagnose_fit(result: Any, device_type: str, native: dict[str, bool | None] |
         precision=result.precision,
         compiled=result.compiled,
         native=native,
-        engine=extras.get("engine"),  # the TensorFlow trainer's result names it; torch's is the default
+        engine=engine or extras.get("engine"),  # its words: a NumPy-engine run is not told of torch's workers
     )
 
 

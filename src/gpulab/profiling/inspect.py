@@ -11,4 +11,4 @@ from gpulab.measure.inspection import InspectReport
 
 def inspect_recipe(user: dict[str, Any]) -> InspectReport:
     """Inspect the run ``user`` describes (the same settings as ``gpulab train``), on its engine."""
-    return engines.get(user.pop("engine", None)).inspect(user)
+    return engines.capability(engines.get(user.pop("engine", None)), "inspect").run(user)

@@ -145,8 +145,8 @@ def stop_at_deadline(watch: Watch) -> Iterator[None]:
 
 
 def engine_for(user: dict[str, Any]) -> Any:
-    """The tune hooks of the user's engine (torch unless set): its ``tuner()``."""
-    return engines.of(user).tuner()
+    """The tune hooks of the user's engine (torch unless set): its tune capability's ``tuner()``."""
+    return engines.capability(engines.of(user), "tune").tuner()
 
 
 def plan_steps(samples: int, batch_size: int) -> tuple[int, int]:
@@ -242,7 +242,7 @@ def _read(trial: Trial, result: Any, watch: Watch, knobs: dict[str, Any]) -> Non
     trial.cpu_used_by_others = (result.extras.get("machine_load") or {}).get("cpu_used_by_others")
     if knobs.get("compile") and not result.compiled:
         trial.status = "failed"
-        trial.reason = engines.get(result.extras.get("engine")).compile_failure
+        trial.reason = engines.capability(engines.get(result.extras.get("engine")), "tune").compile_failure
         return
     rates = [h["samples_per_s"] for h in result.history if h.get("samples_per_s")]
     rates = rates[1:] if len(rates) > 2 else rates  # the first interval may still hold warm-up

@@ -43,6 +43,7 @@ from gpulab.core.state import FitResult, FitState
 from gpulab.engines.tensorflow import data as tfdata
 from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_facts, device_name
+from gpulab.engines.tensorflow.diagnosis_advice import THREADS_HINT
 from gpulab.engines.tensorflow.failure import describe_batch, describe_error, is_out_of_memory
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.losses import combined_loss
@@ -50,9 +51,6 @@ from gpulab.engines.tensorflow.precision import resolve_precision
 from gpulab.engines.tensorflow.stop_flag import StopFlag
 from gpulab.engines.tensorflow.strategy import make_strategy
 from gpulab.errors import ConfigError, GpulabWarning
-
-# The busy-machine note's hint for a run on this engine (hardware.load.load_during).
-THREADS_HINT = " (TensorFlow's CPU threads competed with those processes)"
 
 
 @dataclass
