@@ -133,6 +133,9 @@ class TensorFlowBench:
 
         require_tensorflow_installed()
 
+    def environment(self) -> dict[str, Any]:
+        return {}  # its worker reports TensorFlow's versions and devices (in_process is False)
+
     def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.tensorflow.bench.launch import run_tensorflow_side
 

@@ -98,6 +98,11 @@ class TorchBench:
     def check(self) -> None:
         return None  # bench's process imports torch itself: a missing torch is told as for any verb
 
+    def environment(self) -> dict[str, Any]:
+        from gpulab.engines.torch.bench.run import bench_environment
+
+        return bench_environment()
+
     def run(self, names: list[str], ctx: Any, config: Any, doc: dict, out: Path, log: Callable) -> None:
         from gpulab.engines.torch.bench.run import run_torch_suites
 
