@@ -11,6 +11,7 @@ import torch
 
 from gpulab.engines.torch.formats.base import Runner, need, output_path, with_sequence
 from gpulab.errors import ConfigError
+from gpulab.warning_filters import quiet
 
 NAME, SUFFIX, RUNTIME = "onnx", ".onnx", "ONNX Runtime"
 OPSET = 18  # the dynamo exporter's own default, read by every ONNX Runtime since 1.14
@@ -23,9 +24,10 @@ def available() -> None:
 
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
     onnx = need("onnx", NAME)
-    quiet = logging.getLogger("torch.onnx._internal.exporter._registration")  # "torchvision is not installed"
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
+    # its "torchvision is not installed" line
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
     with warnings.catch_warnings():
         quiet(category=FutureWarning)  # onnxscript's own deprecations, not the user's
         quiet("# The axis name")  # ids and mask share one length
@@ -42,7 +44,7 @@ def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bo
                 "(its parity report says whether it holds)"
             ) from exc
         finally:
-            quiet.setLevel(level)
+            registration.setLevel(level)
     try:
         onnx.checker.check_model(str(out), full_check=True)
     except Exception as exc:  # ValidationError, InferenceError: an op without this dtype at this opset
