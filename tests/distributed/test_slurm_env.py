@@ -106,7 +106,7 @@ def test_print_slurm_for_tensorflow_runs_the_tensorflow_launcher_on_each_node(ca
     lines = capsys.readouterr().out.splitlines()
     assert "#SBATCH --gpus-per-node=2" in lines and not any("RDZV" in line for line in lines)
     words = shlex.split(shlex.split(next(line for line in lines if line.startswith("srun ")))[4])
-    assert words[:7] == ["exec", "python", "-m", "gpulab", "launch", "--engine", "tensorflow"]
+    assert words[:7] == ["exec", "$GPULAB_PYTHON", "-m", "gpulab", "launch", "--engine", "tensorflow"]
     assert words[words.index("--base-port") + 1] == "24000" and words[-3:] == ["--", "job.py", "out"]
     assert "--nnodes" not in words  # each node reads it from SLURM
 
