@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulab import early_signals
+from gpulab.core.fork_inherited import close_in_children, keep_in_children
 from gpulab.core.requeue import REQUEUE_SIGNAL, requeue, requeued_by_slurm
 from gpulab.errors import Preempted
 
@@ -53,20 +54,15 @@ SLURM_REPEAT_WINDOW_S = (
     5.0  # well inside SLURM's KillWait (30 s by default), after which SIGKILL comes anyway
 )
 _STOP = b"\0"  # written by __exit__: no signal's number is 0
-_OPEN_PIPES: set[int] = set()  # the pipe ends of entered watches, closed in a forked child
 
 
-def _close_in_child() -> None:
-    """A forked child (a DataLoader worker) keeps none of the parent's watch pipes and signals nowhere."""
-    for fd in list(_OPEN_PIPES):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _OPEN_PIPES.clear()
+def _no_wakeup_in_child() -> None:
+    """A forked child (a DataLoader worker) signals into no pipe of its parent (fork_inherited closes it)."""
     with contextlib.suppress(ValueError, OSError):  # not the main thread of the child
         signal.set_wakeup_fd(-1)
 
 
-os.register_at_fork(after_in_child=_close_in_child)
+os.register_at_fork(after_in_child=_no_wakeup_in_child)
 
 
 def repeat_window(environ: Mapping[str, str] | None = None) -> float:
@@ -95,7 +91,7 @@ class SignalWatch:
         read, write = os.pipe()
         os.set_blocking(write, False)  # set_wakeup_fd's requirement: a handler must never block
         self._pipe = (read, write)
-        _OPEN_PIPES.update(self._pipe)
+        close_in_children(*self._pipe)
         self._thread = threading.Thread(target=self._count, args=(read,), name="gpulab-signals", daemon=True)
         self._thread.start()
         self._wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
@@ -121,7 +117,7 @@ class SignalWatch:
             os.set_blocking(self._pipe[1], True)  # the stop byte must get through even if signals filled it
             os.write(self._pipe[1], _STOP)
             self._thread.join()
-            _OPEN_PIPES.difference_update(self._pipe)
+            keep_in_children(*self._pipe)
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = self._thread = None

@@ -34,20 +34,11 @@ from pathlib import Path
 from gpulab.checkpoint.io import LATEST, REFUSED_SUFFIX, TMP_PREFIX, step_of
 from gpulab.checkpoint.read import has_checkpoint
 from gpulab.checkpoint.save import BEST, free_bytes, is_disk_full
+from gpulab.core.fork_inherited import close_in_children, keep_in_children
 from gpulab.errors import ConfigError, GpulabError, RunDirError
 
 LOCK_FILE = ".gpulab.lock"
-_HELD: set[int] = set()  # the lock descriptors of this process, closed in a forked child
 
-
-def _close_in_child() -> None:
-    for fd in list(_HELD):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _HELD.clear()
-
-
-os.register_at_fork(after_in_child=_close_in_child)
 # What a run writes into OUT (checkpoints: unless checkpoint_dir puts them elsewhere). --overwrite removes
 # these and nothing else, so a mistyped --out (a home directory) loses no file gpulab did not write.
 RUN_OUTPUTS = (
@@ -144,7 +135,7 @@ class RunDirLock:
             # A holder that was releasing may have unlinked the file we opened: lock the file at the path.
             if _same_file(fd, self.path):
                 self._fd = fd
-                _HELD.add(fd)
+                close_in_children(fd)
             else:
                 os.close(fd)
 
@@ -152,7 +143,7 @@ class RunDirLock:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()  # while still holding it, so no one locks a file about to vanish
-            _HELD.discard(self._fd)
+            keep_in_children(self._fd)
             os.close(self._fd)
             self._fd = None
             if self._made_dir:  # a checkpoint directory no checkpoint went into is not left behind
