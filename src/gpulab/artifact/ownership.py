@@ -62,7 +62,7 @@ def is_export_of(fmt: str) -> Callable[[Path], bool]:
 
 
 def check_export_out(out: Path, fmt: str) -> None:
-    check_replaceable(Path(out), f"a {fmt} export", is_export_of(fmt))
+    check_replaceable(Path(out), f"its {fmt} export", is_export_of(fmt))
     check_place(Path(out))
 
 
