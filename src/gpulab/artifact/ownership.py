@@ -28,12 +28,10 @@ def check_replaceable(out: Path, kind: str, is_ours: Callable[[Path], bool], opt
         return
     if out.is_symlink():
         what = "a symbolic link"
-    elif out.is_dir():
-        what = "a directory" + ("" if is_ours(out) else _holding(out))
-    else:
-        what = "a file"
-    if not out.is_symlink() and is_ours(out):
+    elif is_ours(out):
         return
+    else:
+        what = "a directory" + _holding(out) if out.is_dir() else "a file"
     raise OutputRefused(
         f"{option} {out}: {what} that gpulab did not write as {kind} already exists there; nothing was "
         f"touched: give a new path (e.g. {_suggest(out)}), or move it away yourself"
