@@ -123,14 +123,14 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
-                holder = _describe(_read_holder(self.path))
+                holder = _read_holder(self.path)
                 os.close(fd)
-                if _holder_dead(self.path):  # only what it left holds the lock (an older run's workers)
+                if _holder_dead(holder):  # only what it left holds the lock (an older run's workers)
                     with contextlib.suppress(OSError):
                         self.path.unlink()
                     continue
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) or _holder_alive(self.path):
-                    raise self._busy(holder) from None
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) or _holder_alive(holder):
+                    raise self._busy(_describe(holder)) from None
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no flock here: a dead pid is stale
             # A holder that was releasing may have unlinked the file we opened: lock the file at the path.
             if _same_file(fd, self.path):
@@ -183,9 +183,8 @@ def _describe(holder: dict[str, object]) -> str:
     return f"{into}pid {holder['pid']} on host {holder.get('host', '?')}{since}"
 
 
-def _holder_alive(path: Path) -> bool:
+def _holder_alive(holder: dict[str, object]) -> bool:
     """For filesystems without flock: the recorded holder is alive unless it is a dead pid on this host."""
-    holder = _read_holder(path)
     if not holder.get("pid"):
         return False
     if holder.get("host") != socket.gethostname():
@@ -199,10 +198,9 @@ def _holder_alive(path: Path) -> bool:
     return True
 
 
-def _holder_dead(path: Path) -> bool:
-    """The recorded holder is a process of this host that no longer exists."""
-    holder = _read_holder(path)
-    return bool(holder.get("pid")) and holder.get("host") == socket.gethostname() and not _holder_alive(path)
+def _holder_dead(holder: dict[str, object]) -> bool:
+    """The recorded holder is a process of this host that no longer exists (another host's always holds)."""
+    return bool(holder.get("pid")) and not _holder_alive(holder)
 
 
 def _same_file(fd: int, path: Path) -> bool:
