@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config import RunConfig, parse_config
+from gpulab.engine_registry import DEFAULT
 from gpulab.errors import ConfigError, choices
 from gpulab.recipe_data import OPTIONS
 
@@ -30,7 +31,7 @@ def check_before_framework(user: dict[str, Any]) -> None:
         parse_config(RunConfig, {k: v for k, v in user.items() if k != "options"})
     except ConfigError as exc:
         mistakes.append(str(exc))
-    if (user.get("engine") or "torch") in _RECIPE_DATA_ENGINES:
+    if (user.get("engine") or DEFAULT) in _RECIPE_DATA_ENGINES:
         mistakes += _recipe_mistakes(str(user["recipe"]), user.get("options"))
     if mistakes:
         raise ConfigError("\n".join(mistakes))
