@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 class Export(Protocol):
     """``gpulab export`` of a run of this engine (``export/api.py``, ``artifact/formats.py``)."""
 
-    formats: Mapping[str, str]  # the formats a run of this engine exports to -> the module of each
+    # the formats a run of this engine exports to -> the module of each (``artifact.formats.register`` adds)
+    formats: dict[str, str]
     refusal: str  # why another engine's run cannot take one of them ("needs a TensorFlow-engine run")
     precisions: tuple[str, ...] | None  # the --precision choices; None: all
     model: str  # what it writes, as an error names it

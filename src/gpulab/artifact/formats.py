@@ -1,8 +1,8 @@
 """The export formats: one module each (``NAME``, ``SUFFIX``, ``RUNTIME``, ``available``, ``write``,
 ``load``) in the engine whose models it writes (engines/<name>/formats/), found by name here through the
 engine's export capability (``engine_capabilities.Export.formats``: the formats its runs export to, and
-their modules);
-another engine's run is refused in one line (``export/api.py``)."""
+their modules), or, at run time (a plugin's, a test's format), ``register``; another engine's run is
+refused in one line (``export/api.py``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ from gpulab.errors import ConfigError, choices
 
 # --precision's choices; engines/torch/formats/base.py's DTYPES gives each its torch dtype
 PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def register(name: str, module: str, engine: str = engines.DEFAULT) -> None:
+    """Format ``name`` exports ``engine``'s runs from now on: ``module`` is the import path of its module
+    (``NAME``, ``SUFFIX``, ...), imported when the format is asked for. ``gpulab export --format NAME``,
+    ``gpulab infer`` (by its ``SUFFIX``) and another engine's refusal take it from here; the built-ins are
+    their engine's own ``formats``."""
+    engines.capability(engines.get(engine), "export").formats[name] = module
 
 
 def names() -> tuple[str, ...]:
