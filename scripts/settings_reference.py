@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from gpulab import RunConfig
+from gpulab.config import TableNames
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "configuration.md"
 BEGIN = "<!-- settings table: written by scripts/settings_reference.py -->"
@@ -47,7 +48,9 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
             rows += _rows(field.annotation, f"{prefix}{name}.")
             continue
-        cells = [f"`{prefix}{name}`", _type(field.annotation), _default(field), field.description or ""]
+        table = next((m for m in field.metadata if isinstance(m, TableNames)), None)  # precisions.py's names
+        kind = "|".join(table.names()) if table else _type(field.annotation)
+        cells = [f"`{prefix}{name}`", kind, _default(field), field.description or ""]
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")  # | inside a cell
     return rows
 

@@ -6,15 +6,19 @@ from __future__ import annotations
 import pytest
 
 from gpulab import precisions
-from gpulab.config import PRECISIONS, STRATEGIES, TrainerSettings, parse_config
+from gpulab.config import TrainerSettings, parse_config
 from gpulab.errors import ConfigError
 
 
 def test_config_offers_exactly_the_tables_names():
-    assert PRECISIONS == precisions.NAMES
-    assert tuple(precisions.STRATEGIES) == STRATEGIES
     for name in precisions.NAMES:
         assert parse_config(TrainerSettings, {"precision": name}).precision == name
+    for name in precisions.STRATEGIES:
+        assert parse_config(TrainerSettings, {"strategy": name}).strategy == name
+    for key, names in (("precision", precisions.NAMES), ("strategy", precisions.STRATEGIES)):
+        with pytest.raises(ConfigError) as err:
+            parse_config(TrainerSettings, {key: "fp8"})
+        assert str(err.value).endswith(f"is invalid: valid choices: {'|'.join(names)}")
 
 
 def test_the_torch_engine_has_a_class_for_every_row():

@@ -10,21 +10,38 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import core_schema
 
 from gpulab import engine_registry as engines
 from gpulab import precisions as precision_table
 from gpulab.config_bounds import MAX_DEPTH, check_bounds
 from gpulab.errors import ConfigError, choices
 
-PRECISIONS = precision_table.NAMES
-Precision = Literal[PRECISIONS]  # the table's names (precisions.py)
-STRATEGIES = tuple(precision_table.STRATEGIES)
-Strategy = Literal[STRATEGIES]  # the table's names (precisions.py)
+
+class TableNames:
+    """A setting whose valid values are a table's names, read when a value is checked, so a row registered
+    at run time (``precisions.register_precision``) is taken; the settings reference reads ``names`` too."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]) -> None:
+        self.names = names
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self.check, handler(source))
+
+    def check(self, value: Any) -> Any:
+        if not isinstance(value, str) or value not in self.names():
+            raise ValueError(f"valid choices: {choices(self.names())}")
+        return value
+
+
+Precision = Annotated[str, TableNames(lambda: precision_table.NAMES)]  # precisions.py's names
+Strategy = Annotated[str, TableNames(lambda: precision_table.STRATEGIES)]
 TRACKERS = ("tensorboard", "mlflow", "wandb")
 Tracker = Literal["tensorboard", "mlflow", "wandb"]
 

@@ -5,7 +5,8 @@ Every reader takes its facts from here: config's choices, the CLI's help, the to
 (engines/tensorflow/precision.py), FLOP peaks and MFU (engines/torch/measure/flops.py), the diagnosis and
 tune; and ``precision: auto`` is one rule here (``auto``), fed by each engine's device facts. Adding a
 precision is a row here plus, where an engine needs new code for it, that engine (docs/ARCHITECTURE.md,
-"How to add a precision").
+"How to add a precision"); a plugin (or a test) adds a row at run time with ``register_precision``, a
+strategy with ``register_strategy``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ _ROWS = (
 PRECISIONS: dict[str, PrecisionSpec] = {row[0]: PrecisionSpec(*row) for row in _ROWS}
 NAMES = (AUTO, *PRECISIONS)  # what a user may ask for
 HELP = "|".join(NAMES)
+
+
+def register_precision(spec: PrecisionSpec) -> None:
+    """A row added at run time (a plugin's, a test's), read from then on by every reader the module's
+    docstring names. The CLI's help is built once a process, at the first ``gpulab.cli.main``: a plugin
+    registers before it."""
+    global NAMES, HELP
+    PRECISIONS[spec.name] = spec
+    NAMES = (AUTO, *PRECISIONS)
+    HELP = "|".join(NAMES)
 
 
 @dataclass(frozen=True)
@@ -101,3 +112,9 @@ STRATEGIES: dict[str, StrategySpec] = {
         StrategySpec("multiworker", "MultiWorkerMirroredStrategy: TF_CONFIG's workers"),
     )
 }
+
+
+def register_strategy(spec: StrategySpec) -> None:
+    """A strategy added at run time: config takes its name from then on, and each engine that has it
+    says so in its ``lacks`` (docs/ARCHITECTURE.md, "How to add a strategy")."""
+    STRATEGIES[spec.name] = spec

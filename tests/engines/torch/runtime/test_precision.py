@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.config import PRECISIONS as CONFIG_PRECISIONS
+from gpulab import precisions as table
 from gpulab.engines.torch.runtime.precision import PRECISIONS, FP16Mixed, resolve_precision
 from gpulab.errors import ConfigError
 
@@ -30,7 +30,7 @@ def _train_step(precision, model, opt, x, y) -> float:
 
 
 def test_registry_matches_config_choices():
-    assert {"auto", *PRECISIONS} == set(CONFIG_PRECISIONS)
+    assert {"auto", *PRECISIONS} == set(table.NAMES)  # config's choices (config.TableNames)
 
 
 @pytest.mark.usefixtures("restore_tf32_flags")
