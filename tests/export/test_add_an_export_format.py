@@ -87,6 +87,19 @@ def test_a_registered_format_exports_reloads_without_torch_and_serves_infer(
     assert (again.argmax(-1) == top1).all()
 
 
+def test_its_fp16_artifact_holds_fp16_weights_and_passes_parity(
+    layers_registered, digits_run, tmp_path, capsys
+):
+    artifact = tmp_path / "digits16.layers.npz"
+    argv = ["export", str(digits_run), "--format", "layers", "--precision", "fp16", "--out", str(artifact)]
+    code, _, err = _cli(capsys, *argv)
+    assert code == 0, err
+    report = json.loads(artifact.with_name(artifact.name + ".parity.json").read_text())
+    assert report["passed"] is True and report["precision"] == "fp16"
+    with np.load(artifact) as saved:
+        assert {saved[k].dtype for k in saved.files if k[0].isdigit()} == {np.dtype("float16")}
+
+
 def test_a_tensorflow_run_is_refused_in_one_line_naming_its_formats(layers_registered, tmp_path, capsys):
     """The refusal reads which engine trained the run (its summary.json) before anything is built."""
     tf_run = tmp_path / "tf-run"
