@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpulab.config import TrainerSettings, load_yaml, parse_config, parse_overrides
-from gpulab.config_bounds import MAX_DEPTH
+from gpulab.config.yaml_bounds import MAX_DEPTH
 from gpulab.errors import ConfigError
 
 # Nine levels of nine aliases each: 9**9 = 387,420,489 strings, landing in a typed setting.

@@ -28,7 +28,7 @@ LAYERS = [
     ("distributed",),  # process groups and launchers
     # storage, the precision table, settings (and the built-in recipes' NumPy data), __version__ and the
     # deprecation aliases of moved paths (moved.py: importlib by name, the plugin seam)
-    ("checkpoint", "precisions", "config", "config_bounds", "recipe_data", "gpulab", "moved"),
+    ("checkpoint", "precisions", "config", "recipe_data", "gpulab", "moved"),
     # engine_registry: the registry and the Engine protocol (no engine imported), which config, checkpoint,
     # artifact and the verbs ask; the engines it registers (engines.torch, ...) stand above;
     # engine_capabilities: the protocols of what an engine may offer a verb (export, ...)

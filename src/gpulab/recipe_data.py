@@ -10,7 +10,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from gpulab.config import Settings, parse_config
+from gpulab.config.schema import Settings
+from gpulab.config.validate import parse_config
 from gpulab.errors import ConfigError
 
 Arrays = tuple[np.ndarray, np.ndarray]

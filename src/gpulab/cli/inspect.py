@@ -22,7 +22,7 @@ from gpulab import engine_registry as engines
 from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.profile import _flops
-from gpulab.config import layer_settings
+from gpulab.config.layering import layer_settings
 
 
 def inspect(

@@ -16,7 +16,7 @@ from gpulab import engine_registry as engines
 from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
-from gpulab.config import layer_settings
+from gpulab.config.layering import layer_settings
 
 _ROWS = (
     ("data", "data wait"),

@@ -11,7 +11,7 @@ from gpulab import engine_registry as engines
 from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
-from gpulab.config import layer_settings
+from gpulab.config.layering import layer_settings
 from gpulab.core.early_checks import check_before_framework
 from gpulab.core.run_dir import check_output_dirs
 

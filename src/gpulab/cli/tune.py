@@ -14,7 +14,7 @@ import typer
 from gpulab import engine_registry as engines
 from gpulab.cli.console import make_console
 from gpulab.cli.started import command_started
-from gpulab.config import layer_settings
+from gpulab.config.layering import layer_settings
 
 
 def tune(

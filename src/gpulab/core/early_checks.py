@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpulab.config import RunConfig, parse_config
+from gpulab.config.schema import RunConfig
+from gpulab.config.validate import parse_config
 from gpulab.engine_registry import DEFAULT
 from gpulab.errors import ConfigError, choices
 from gpulab.recipe_data import OPTIONS

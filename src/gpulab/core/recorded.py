@@ -24,7 +24,8 @@ from typing import Any
 from gpulab.checkpoint.io import LATEST, META
 from gpulab.checkpoint.locate import AUTO
 from gpulab.checkpoint.read import has_checkpoint, load_meta, locate, problem
-from gpulab.config import TrainerSettings, merge
+from gpulab.config.layering import merge
+from gpulab.config.schema import TrainerSettings
 from gpulab.core.summary import SUMMARY_FILE
 from gpulab.errors import CheckpointError, GpulabWarning
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpulab.config import RunConfig
+from gpulab.config.schema import RunConfig
 from gpulab.core.callbacks import Callback
 from gpulab.core.callbacks.preemption import StopOnSignal
 from gpulab.core.callbacks.trackers import LateFiles

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import gpulab
-from gpulab.config import RunConfig
+from gpulab.config.schema import RunConfig
 from gpulab.core.state import FitResult
 from gpulab.hardware.devices import cpu_model
 from gpulab.redaction import redacted

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpulab import engine_registry as engines
-from gpulab.config import merge
+from gpulab.config.layering import merge
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
 from gpulab.errors import GpulabError

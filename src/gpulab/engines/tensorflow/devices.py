@@ -15,7 +15,7 @@ from gpulab.precisions import DeviceFacts
 
 
 def device_name(tf: Any, device: str) -> str:
-    """``/CPU:0`` or ``/GPU:N`` for a gpulab device string (validated by config.py)."""
+    """``/CPU:0`` or ``/GPU:N`` for a gpulab device string (validated by config/schema.py)."""
     gpus = tf.config.list_physical_devices("GPU")
     kind, _, index = device.partition(":")
     if kind == "auto":

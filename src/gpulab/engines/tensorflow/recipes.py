@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpulab.config import parse_config
+from gpulab.config.validate import parse_config
 from gpulab.engines.tensorflow.trainer import TfRecipe
 from gpulab.errors import ConfigError, choices
 

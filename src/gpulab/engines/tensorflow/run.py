@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpulab.config import RunConfig, check_engine, merge, parse_config
+from gpulab.config.layering import merge
+from gpulab.config.schema import RunConfig
+from gpulab.config.validate import check_engine, parse_config
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow

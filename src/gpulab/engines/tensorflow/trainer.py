@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpulab.config import TrainerSettings, check_engine, trainer_settings_of
+from gpulab.config.schema import TrainerSettings
+from gpulab.config.validate import check_engine, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gpulab.config import merge
+from gpulab.config.layering import merge
 from gpulab.engines.torch import tune_space as space
 from gpulab.errors import GpulabError
 from gpulab.hardware.devices import select_device

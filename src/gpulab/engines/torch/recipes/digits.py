@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpulab.config import parse_config
+from gpulab.config.validate import parse_config
 from gpulab.core.recipes.base import Recipe, param_count
 from gpulab.recipe_data import DigitsOptions, digits_data
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
-from gpulab.config import RunConfig, merge, parse_config
+from gpulab.config.layering import merge
+from gpulab.config.schema import RunConfig
+from gpulab.config.validate import parse_config
 from gpulab.core import run as core_run
 from gpulab.core.callbacks import Callback
 from gpulab.core.recipes.base import load_recipe

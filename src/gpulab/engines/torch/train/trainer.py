@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from gpulab.config import TrainerSettings, check_engine, trainer_settings_of
+from gpulab.config.schema import TrainerSettings
+from gpulab.config.validate import check_engine, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
