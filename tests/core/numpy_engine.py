@@ -19,7 +19,7 @@ from gpulab.checkpoint.io import META, TMP_PREFIX, fsync_file, step_dir_name
 from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.read import load_meta
 from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
-from gpulab.config import RunConfig, merge, parse_config
+from gpulab.config import RunConfig, validated, with_defaults
 from gpulab.core import loop
 from gpulab.core import run as core_run
 from gpulab.core.callbacks import CallbackList, default_callbacks
@@ -214,9 +214,10 @@ class _Checkpointer:
 class NumpyRun(RunSteps):
     """The engine's part of ``gpulab.core.run.run``."""
 
-    def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
-        recipe = linear(user.get("options"))
-        return parse_config(RunConfig, merge(recipe.defaults, user)), recipe
+    def resolve(self, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
+        settings = validated(user)  # as it is when gpulab train validated it already
+        recipe = linear(settings.options)
+        return with_defaults(settings, recipe.defaults), recipe
 
     def rank(self) -> int:
         return 0
@@ -247,10 +248,10 @@ class NumpyEngine:
     lacks: dict[str, Any] = {}  # every shared setting is taken (most are ignored: this is a test's engine)
     framework, framework_module, extra = "NumPy", "numpy", "numpy"
 
-    def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
+    def resolve(self, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
         return NumpyRun().resolve(user)
 
-    def run(self, user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+    def run(self, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, FitResult, Path | None]:
         return core_run.run(NumpyRun(), user)
 
 

@@ -12,6 +12,7 @@ from gpulab import precisions
 from gpulab.cli.console import make_console
 from gpulab.cli.text import plural
 from gpulab.config.layering import layer_settings
+from gpulab.config.schema import RunConfig
 from gpulab.core.early_checks import check_before_framework
 from gpulab.core.run_dir import check_output_dirs
 
@@ -45,8 +46,8 @@ def train(
 
     Writes OUT/summary.json, OUT/metrics.jsonl, OUT/tensorboard/ and checkpoints under OUT/checkpoints/.
     """
-    user = run_settings(locals())  # run() adds resume: auto under gpulab launch
-    cfg, result, out_dir = engines.of(user).run(user)
+    settings = run_settings(locals())  # run() adds resume: auto under gpulab launch
+    cfg, result, out_dir = engine_of(settings).run(settings)
     if out_dir is None:  # not rank 0: only rank 0 reports
         return
     console = make_console()
@@ -70,9 +71,10 @@ def train(
     console.print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'metrics.jsonl'}")
 
 
-def run_settings(given: dict[str, Any]) -> dict[str, Any]:
+def run_settings(given: dict[str, Any]) -> RunConfig | dict[str, Any]:
     """The run's settings from ``train``'s parameters (by name): the config file, then the flags, then
-    ``--set``, and ``out_dir`` defaulting to runs/RECIPE."""
+    ``--set``, and ``out_dir`` defaulting to runs/RECIPE; validated here, once, before any framework is
+    imported (the dict as given where it names no recipe: the engine's line names its recipes)."""
     batch_size = given["batch_size"]
     flags = {
         "recipe": given["recipe"],
@@ -82,16 +84,21 @@ def run_settings(given: dict[str, Any]) -> dict[str, Any]:
         **{key: given[key] for key in ("accumulate", "compile", "seed", "resume", "overwrite")},
     }
     user = layer_settings(given["config"], flags, given["set_"])
-    check_before_framework(user)  # torch or TensorFlow not imported yet: a mistake is told in well under 1 s
-    if "out_dir" not in user and user.get("recipe"):
+    if "out_dir" not in user and isinstance(user.get("recipe"), str):
         user["out_dir"] = f"runs/{user['recipe'].replace(':', '.')}"
-    return user
+    # torch or TensorFlow not imported yet: a mistake is told in well under 1 s
+    return check_before_framework(user) or user
 
 
-def check_run(user: dict[str, Any]) -> None:
-    """What a run of ``user``'s settings would refuse at its start -- the recipe, each setting, the
-    output paths -- checked without training (``gpulab launch``, before any rank starts)."""
-    checked, _ = engines.of(user).resolve(user)
+def engine_of(settings: RunConfig | dict[str, Any]) -> engines.Engine:
+    """The engine a run's settings name (torch when unset)."""
+    return engines.get(settings.engine if isinstance(settings, RunConfig) else settings.get("engine"))
+
+
+def check_run(settings: RunConfig | dict[str, Any]) -> None:
+    """What a run of these settings would refuse at its start -- the recipe, each setting, the output
+    paths -- checked without training (``gpulab launch``, before any rank starts)."""
+    checked, _ = engine_of(settings).resolve(settings)
     check_output_dirs(Path(checked.out_dir or f"runs/{checked.recipe}"), checked.checkpoint_dir)
 
 

@@ -7,7 +7,7 @@ the guide (``gpulab.config.TrainerSettings``) find them.
 
 from __future__ import annotations
 
-from gpulab.config.layering import layer_settings, merge, parse_overrides
+from gpulab.config.layering import layer_settings, merge, parse_overrides, with_defaults
 from gpulab.config.schema import (
     TRACKERS,
     MlflowSettings,
@@ -17,7 +17,16 @@ from gpulab.config.schema import (
     TrainerSettings,
     WandbSettings,
 )
-from gpulab.config.validate import MAX_LINES, MAX_UNKNOWN, check_engine, parse_config, trainer_settings_of
+from gpulab.config.validate import (
+    MAX_LINES,
+    MAX_UNKNOWN,
+    assign,
+    check_engine,
+    parse_config,
+    trainer_settings_of,
+    validate_run,
+    validated,
+)
 from gpulab.config.yaml_files import CONFIG_LIMIT, load_yaml
 
 __all__ = [
@@ -31,6 +40,7 @@ __all__ = [
     "TableNames",
     "TrainerSettings",
     "WandbSettings",
+    "assign",
     "check_engine",
     "layer_settings",
     "load_yaml",
@@ -38,4 +48,7 @@ __all__ = [
     "parse_config",
     "parse_overrides",
     "trainer_settings_of",
+    "validate_run",
+    "validated",
+    "with_defaults",
 ]

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
+from gpulab.config.schema import RunConfig
+from gpulab.config.validate import assign, check_engine
 from gpulab.config.yaml_bounds import MAX_DEPTH
 from gpulab.config.yaml_files import load_yaml, safe_load
 from gpulab.errors import ConfigError
@@ -56,3 +59,23 @@ def layer_settings(
     user = load_yaml(config_file) if config_file else {}
     given = {k: v for k, v in flags.items() if v is not None}
     return merge(merge(user, given), parse_overrides(overrides))
+
+
+def with_defaults(settings: RunConfig, defaults: dict[str, Any]) -> RunConfig:
+    """A copy of ``settings`` (validated already, the user's) over a layer below them (a recipe's
+    ``defaults``, a resumed run's recorded settings), layered as ``merge(defaults, user)`` would: what the
+    user set wins, a mapping merged key by key. Only the defaults taken are validated (each as the setting
+    it names) and checked against the engine; the user's settings are not validated again."""
+    taken: dict[str, Any] = {}
+    for key, value in defaults.items():
+        if key in settings.model_fields_set:
+            mine = getattr(settings, key, None)
+            mine = mine.model_dump(exclude_unset=True) if isinstance(mine, BaseModel) else mine
+            if not (isinstance(value, dict) and isinstance(mine, dict)):
+                continue  # the user's value, whole
+            value = merge(value, mine)
+        taken[key] = value
+    out = settings.model_copy(deep=True)
+    assign(out, taken)
+    check_engine(out, only=taken)
+    return out

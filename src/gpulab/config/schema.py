@@ -324,6 +324,16 @@ class RunConfig(TrainerSettings):
     )
     mfu: bool = Field(True, description="log MFU and write it to summary.json (FLOPs counted at start)")
 
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options_are_a_mapping(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(
+                "it holds the recipe's own settings, a mapping (e.g. --set options.lr=0.01, or options: "
+                "{lr: 0.01} in --config)"
+            )
+        return {} if value is None else value
+
     def trainer_settings(self, unset: frozenset[str] = frozenset()) -> TrainerSettings:
         """The trainer's part of these settings as validated here, not validated again (a run's settings
         are validated once, by its engine's ``resolve``): what the user or the recipe set stays set;

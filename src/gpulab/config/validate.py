@@ -7,20 +7,37 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from gpulab import engine_registry as engines
-from gpulab.config.schema import Settings, TrainerSettings
+from gpulab.config.schema import RunConfig, Settings, TrainerSettings
 from gpulab.errors import ConfigError, choices
 
 S = TypeVar("S", bound=Settings)
 
 
+def validate_run(user: dict[str, Any]) -> RunConfig:
+    """A run's settings (``gpulab train``'s layers, a script's dict), validated once: one line per
+    mistake, and a setting the chosen engine lacks refused. What the run does next (its engine's resolve,
+    its trainer) takes this object as it is and validates nothing of it again."""
+    config = parse_config(RunConfig, user)
+    check_engine(config)
+    return config
+
+
+def validated(user: dict[str, Any] | RunConfig) -> RunConfig:
+    """A run's settings: a ``RunConfig`` as it is (``validate_run`` made it, before the framework was
+    imported), a dict (a script's) validated here, once."""
+    return user if isinstance(user, RunConfig) else validate_run(user)
+
+
 def trainer_settings_of(settings: TrainerSettings | None, given: dict[str, Any]) -> TrainerSettings:
-    """A trainer's settings: ``settings`` as validated already (``RunConfig.trainer_settings``: gpulab's
-    verbs), or the keyword settings a user's script gave, validated here."""
+    """A trainer's settings: ``settings`` as validated already (``RunConfig.trainer_settings`` of a run's
+    ``validate_run``, engine checked: gpulab's verbs), or the keyword settings a user's script gave,
+    validated here (the trainer then checks them against its engine, ``check_engine``)."""
     if settings is None:
         return parse_config(TrainerSettings, given)
     if given:
@@ -28,11 +45,31 @@ def trainer_settings_of(settings: TrainerSettings | None, given: dict[str, Any])
     return settings
 
 
-def check_engine(settings: TrainerSettings) -> None:
+def assign(settings: Settings, values: dict[str, Any]) -> None:
+    """Set ``values`` on ``settings`` (validated already), each validated as the setting it names alone:
+    one line per mistake, as ``parse_config``'s."""
+    model, lines = type(settings), []
+    for key, value in values.items():
+        if key not in model.model_fields:
+            lines.append(
+                f"unknown setting {key!r}; valid settings: {choices(_closest(key, list(model.model_fields)))}"
+            )
+            continue
+        try:
+            setattr(settings, key, value)
+        except ValidationError as exc:
+            lines += _lines(model, values, exc, "")
+    if lines:
+        raise ConfigError("\n".join(lines))
+
+
+def check_engine(settings: TrainerSettings, only: Collection[str] | None = None) -> None:
     """Refuse, in one line, a setting the chosen engine does not have (it would be silently ignored): the
-    engine object says what it lacks (``Engine.lacks``); the line names the engines that have it."""
+    engine object says what it lacks (``Engine.lacks``); the line names the engines that have it.
+    ``only``: these settings alone (a recipe's defaults, laid under settings checked already)."""
     engine = engines.get(settings.engine)
-    for name in sorted(settings.model_fields_set & set(engine.lacks)):
+    given = settings.model_fields_set if only is None else settings.model_fields_set & set(only)
+    for name in sorted(given & set(engine.lacks)):
         value = getattr(settings, name)
         default = type(settings).model_fields[name].get_default(call_default_factory=True)
         lack = engine.lacks[name]

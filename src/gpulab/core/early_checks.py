@@ -2,7 +2,8 @@
 ``--resume`` names, told before the engine's framework is imported (torch took 2-160 s to import on a
 2-core machine, at load 0 to 20, before `--resume runs/nope` was said not to exist).
 
-Only what needs no framework: the engine's own ``resolve`` still checks everything, with the recipe built.
+The run's settings are validated here, once (``validate_run``), and the engine takes the object as it is;
+only what needs the framework (the recipe built, its defaults laid under) is the engine's ``resolve``.
 Every mistake found is told at once, as there (the settings', then the recipe options').
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config.schema import RunConfig
-from gpulab.config.validate import parse_config
+from gpulab.config.validate import parse_config, validate_run
 from gpulab.engine_registry import DEFAULT
 from gpulab.errors import ConfigError, choices
 from gpulab.recipe_data import OPTIONS
@@ -23,13 +24,16 @@ _RECIPE_DATA_ENGINES = ("torch", "tensorflow")
 _NO_PATH = (None, "latest", "auto")
 
 
-def check_before_framework(user: dict[str, Any]) -> None:
-    """Raise a ConfigError (one line a mistake) or a CheckpointError for what ``user`` gets wrong."""
+def check_before_framework(user: dict[str, Any]) -> RunConfig | None:
+    """The run's settings validated (``validate_run``); None where ``user`` names no recipe (the engine's
+    line names its recipes). Raise a ConfigError (one line a mistake) or a CheckpointError for what
+    ``user`` gets wrong."""
     if not user.get("recipe"):
-        return  # the engine's line names its recipes (a resume may take the recorded one)
+        return None
     mistakes: list[str] = []
+    config = None
     try:
-        parse_config(RunConfig, {k: v for k, v in user.items() if k != "options"})
+        config = validate_run(user)
     except ConfigError as exc:
         mistakes.append(str(exc))
     if (user.get("engine") or DEFAULT) in _RECIPE_DATA_ENGINES:
@@ -39,6 +43,7 @@ def check_before_framework(user: dict[str, Any]) -> None:
     resume = user.get("resume")
     if resume not in _NO_PATH:
         _check_resume_path(Path(str(resume)))
+    return config
 
 
 def _check_resume_path(path: Path) -> None:

@@ -19,13 +19,13 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulab.checkpoint.io import LATEST, META
 from gpulab.checkpoint.locate import AUTO
 from gpulab.checkpoint.read import has_checkpoint, load_meta, locate, problem
-from gpulab.config.layering import merge
-from gpulab.config.schema import TrainerSettings
+from gpulab.config.layering import merge, with_defaults
+from gpulab.config.schema import RunConfig, TrainerSettings
 from gpulab.core.summary import SUMMARY_FILE
 from gpulab.errors import CheckpointError, GpulabWarning
 
@@ -45,6 +45,8 @@ NOT_RECORDED = frozenset(
 # Where a run's data goes: only this command line, its config file or the environment choose these.
 DESTINATIONS = frozenset({"trackers", "mlflow", "wandb"})
 
+U = TypeVar("U", dict[str, Any], RunConfig)
+
 
 def _warn_once(line: str) -> None:
     """A warning from the first process only (every rank of a launch reads the same record); a
@@ -53,9 +55,14 @@ def _warn_once(line: str) -> None:
         warnings.warn(line, GpulabWarning, stacklevel=3)
 
 
-def with_recorded_settings(user: dict[str, Any], say: Callable[[str], None] = _warn_once) -> dict[str, Any]:
+def with_recorded_settings(user: U, say: Callable[[str], None] = _warn_once) -> U:
     """``user`` layered over the recorded settings of the run it resumes (unchanged when not resuming or
-    when there is no record). ``say`` gets one line when the record named trackers this command omits."""
+    when there is no record). ``say`` gets one line when the record named trackers this command omits.
+    ``user``: a dict, or the settings validated already (then only the recorded ones taken are
+    validated, ``with_defaults``)."""
+    if isinstance(user, RunConfig):
+        recorded = recorded_settings(user.model_dump(exclude_unset=True), say)
+        return with_defaults(user, recorded) if recorded else user
     recorded = recorded_settings(user, say)
     return merge(recorded, user) if recorded else user
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from gpulab.config.layering import with_defaults
 from gpulab.config.schema import RunConfig
 from gpulab.core.callbacks import Callback
 from gpulab.core.callbacks.preemption import StopOnSignal
@@ -25,12 +26,16 @@ from gpulab.core.run_dir import check_output_dirs, checkpoint_root, claim, prepa
 from gpulab.core.state import FitResult
 from gpulab.core.summary import run_files, write_summary
 
+U = TypeVar("U", dict[str, Any], RunConfig)
+
 
 class RunSteps(Protocol):
     """An engine's part of ``run``."""
 
-    def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
-        """The merged, validated settings and the recipe ``user`` names."""
+    def resolve(self, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
+        """The merged, validated settings and the recipe ``user`` names: a ``RunConfig`` was validated
+        before the framework was imported and is taken as it is (``config.validate.validated``), a dict
+        is validated once; the recipe's defaults are laid under (``config.layering.with_defaults``)."""
         ...
 
     def rank(self) -> int:
@@ -56,7 +61,7 @@ class RunSteps(Protocol):
         return dict(recipe.info)
 
 
-def run(engine: RunSteps, user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+def run(engine: RunSteps, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says; returns the output directory on rank 0 (which writes it), else None.
 
     Holds ``out``'s lock for the run (``run_dir.py``). While it trains, the first SIGTERM/SIGINT stops it at
@@ -85,12 +90,17 @@ def run(engine: RunSteps, user: dict[str, Any]) -> tuple[RunConfig, FitResult, P
     return config, result, out
 
 
-def default_resume(user: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def default_resume(user: U, environ: Mapping[str, str] | None = None) -> U:
     """``resume: auto`` for a job under torchrun's elastic agent (``gpulab launch``), or a SLURM job's
     requeued attempt (``SLURM_RESTART_COUNT``), unless the user chose: a restarted attempt then continues
-    from the last one's last checkpoint instead of starting over."""
+    from the last one's last checkpoint instead of starting over. ``user``: a dict, or the settings
+    validated already (a copy then, the user's object left as it was)."""
     environ = os.environ if environ is None else environ
     requeued = environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+    if isinstance(user, RunConfig):
+        if user.resume is None and ("TORCHELASTIC_RUN_ID" in environ or requeued):
+            return with_defaults(user, {"resume": "auto"})
+        return user
     if user.get("resume") is None and ("TORCHELASTIC_RUN_ID" in environ or requeued):
         return {**user, "resume": "auto"}
     return user

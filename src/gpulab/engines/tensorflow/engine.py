@@ -211,12 +211,12 @@ class TensorFlowEngine:
     infer = TensorFlowInfer()
     doctor = TensorFlowDoctor()
 
-    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
+    def resolve(self, user: Any) -> tuple[Any, Any]:
         from gpulab.engines.tensorflow.run import resolve_tf_config
 
         return resolve_tf_config(user)
 
-    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+    def run(self, user: Any) -> tuple[Any, Any, Path | None]:
         from gpulab.engines.tensorflow.run import run
 
         return run(user)

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpulab.config.layering import merge
+from gpulab.config.layering import with_defaults
 from gpulab.config.schema import RunConfig
-from gpulab.config.validate import check_engine, parse_config
+from gpulab.config.validate import validated
 from gpulab.core.run import RunSteps
 from gpulab.core.state import FitResult
 from gpulab.engines.tensorflow.importing import require_tensorflow
@@ -30,7 +30,7 @@ WEIGHTS_MANIFEST = "model.weights.manifest.json"  # its size and sha256: export 
 class TensorFlowRun(RunSteps):
     """The TensorFlow engine's part of ``gpulab.core.run.run``."""
 
-    def resolve(self, user: dict[str, Any]) -> tuple[RunConfig, Any]:
+    def resolve(self, user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
         return resolve_tf_config(user)
 
     def rank(self) -> int:
@@ -55,26 +55,28 @@ class TensorFlowRun(RunSteps):
         return environment()
 
 
-def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+def run(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says (``gpulab.core.run.run``); the output directory on worker 0, else None."""
     from gpulab.core import run as core_run
 
     return core_run.run(TensorFlowRun(), user)
 
 
-def resolve_tf_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
-    """The TensorFlow recipe named in ``user`` and the merged, validated settings (TensorFlow imported)."""
+def resolve_tf_config(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
+    """The TensorFlow recipe ``user`` names and its defaults laid under the settings (TensorFlow
+    imported): ``user`` validated already (a ``RunConfig``: ``gpulab train``'s) or a dict, validated here
+    once, engine checked."""
     from gpulab.engines.tensorflow.recipes import RECIPES, load_tf_recipe
 
-    if not user.get("recipe"):
+    if not isinstance(user, RunConfig) and not user.get("recipe"):
         raise ConfigError(
             f"no recipe given: name one ({'|'.join(RECIPES)}|module:function) or set 'recipe' in --config"
         )
     # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
-    check_engine(parse_config(RunConfig, user))
+    settings = validated(user)
     require_tensorflow()
-    recipe = load_tf_recipe(user["recipe"], user.get("options"))
-    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    recipe = load_tf_recipe(settings.recipe, settings.options)
+    config = with_defaults(settings, recipe.defaults)
     if "mfu" not in config.model_fields_set:  # this engine measures no MFU: summary.json says what ran,
         config.mfu = False  # as the checkpoint's meta.json does (a resume taking it was refused)
     return config, recipe

@@ -97,7 +97,8 @@ class TfTrainer(EngineStep):
         self.requested = trainer_settings_of(settings, given)
         if self.requested.engine != "tensorflow":
             raise ConfigError("TfTrainer is the tensorflow engine; for engine 'torch' use gpulab.Trainer")
-        check_engine(self.requested)
+        if settings is None:  # keywords from a script; a run's settings were checked by validate_run
+            check_engine(self.requested)
         self.settings = self.requested
         self._extra_callbacks = list(callbacks)
         self.state = FitState()

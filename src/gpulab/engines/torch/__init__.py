@@ -166,12 +166,12 @@ class TorchEngine:
     infer = TorchInfer()
     # no doctor: the machine's checks (hardware/checks.py) are torch's, run by its probe
 
-    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
+    def resolve(self, user: Any) -> tuple[Any, Any]:
         from gpulab.engines.torch.train.run import resolve_config
 
         return resolve_config(user)
 
-    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+    def run(self, user: Any) -> tuple[Any, Any, Path | None]:
         from gpulab.engines.torch.train.run import run
 
         return run(user)

@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from gpulab.config.layering import merge
+from gpulab.config.layering import with_defaults
 from gpulab.config.schema import RunConfig
-from gpulab.config.validate import parse_config
+from gpulab.config.validate import validated
 from gpulab.core import run as core_run
 from gpulab.core.callbacks import Callback
 from gpulab.core.recipes.base import load_recipe
@@ -29,32 +29,37 @@ from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.hardware.devices import select_device
 
 
-def resolve_config(user: dict[str, Any]) -> tuple[RunConfig, Any]:
-    """Build the recipe named in ``user`` and validate the merged settings."""
+def resolve_config(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
+    """Build the recipe ``user`` names and lay its defaults under the settings: ``user`` validated
+    already (a ``RunConfig``: ``gpulab train``'s) or a dict (a script's, a verb's), validated here once."""
     from gpulab.errors import ConfigError
 
-    if not user.get("recipe"):
+    if not isinstance(user, RunConfig) and not user.get("recipe"):
         raise ConfigError(
             "no recipe given: name one (mlp|digits|chargpt|module:function) or set 'recipe' in --config"
         )
-    # The user's own settings first (a bad seed is a one-line error, not int()'s traceback); every
-    # mistake is told at once, the recipe's (its name, its options: the recipe checks those) with the rest.
+    # The settings first (a bad seed is a one-line error, not int()'s traceback); every mistake is told
+    # at once, the recipe's (its name, its options: the recipe checks those) with the rest.
     mistakes: list[str] = []
     try:
-        seed = parse_config(RunConfig, {k: v for k, v in user.items() if k != "options"}).seed
+        settings = validated(user)
     except ConfigError as exc:
-        mistakes, seed = [str(exc)], 0
+        mistakes, settings = [str(exc)], None
     # Seed before the recipe builds its model, so initial weights follow --seed too.
-    seed_everything(seed)
+    seed_everything(settings.seed if settings else 0)
     try:
-        recipe = load_recipe(user["recipe"], user.get("options"))
+        if settings is not None:
+            recipe = load_recipe(settings.recipe, settings.options)
+        else:  # options that are no mapping were told with the settings: the recipe's name checked alone
+            options = user.get("options")
+            recipe = load_recipe(user["recipe"], options if isinstance(options, dict) else None)
     except ConfigError as exc:
         if not mistakes:
             raise
         raise ConfigError("\n".join([*mistakes, str(exc)])) from None
-    if mistakes:
+    if settings is None:
         raise ConfigError(mistakes[0])
-    config = parse_config(RunConfig, merge(recipe.defaults, user))
+    config = with_defaults(settings, recipe.defaults)
     if config.engine != NAME:  # each verb asks gpulab.engine_registry for the engine; a direct call may not
         raise ConfigError(
             f"engine {config.engine!r} is not available on this command yet (train, launch, profile, bench, "
@@ -67,7 +72,7 @@ class TorchRun(RunSteps):
     """The torch engine's part of ``gpulab.core.run.run``."""
 
     @staticmethod
-    def resolve(user: dict[str, Any]) -> tuple[RunConfig, Any]:
+    def resolve(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]:
         config, recipe = resolve_config(user)
         # A device this machine lacks is the command's own mistake: told before what --out holds is.
         select_device(config.device)
@@ -94,7 +99,7 @@ class TorchRun(RunSteps):
         return environment()
 
 
-def run(user: dict[str, Any]) -> tuple[RunConfig, FitResult, Path | None]:
+def run(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, FitResult, Path | None]:
     """Train as ``user`` says (``gpulab.core.run.run``); the output directory on rank 0, else None."""
     return core_run.run(TorchRun(), user)
 

@@ -114,7 +114,8 @@ class Trainer(EngineStep):
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
                 "gpulab.engines.tensorflow.TfTrainer (or gpulab train --engine tensorflow)"
             )
-        check_engine(self.requested)
+        if settings is None:  # keywords from a script; a run's settings were checked by validate_run
+            check_engine(self.requested)
         self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
         self._extra_callbacks = list(callbacks)
