@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gpulab.errors import ConfigError, choices
 
@@ -74,27 +74,42 @@ class Engine(Protocol):
     extra: str  # the pip extra that installs it: pip install 'gpulab[<extra>]'
     lacks: Mapping[str, Lack]  # settings it does not have: config.check_engine refuses them in one line
 
-    def resolve(self, user: dict[str, Any]) -> tuple[Any, Any]:
-        """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names."""
+    def resolve(self, user: Any) -> tuple[Any, Any]:
+        """The merged, validated settings (a ``RunConfig``) and the recipe ``user`` names; ``user``: a
+        dict, or a ``RunConfig`` validated already (``gpulab train``'s), taken as it is."""
 
-    def run(self, user: dict[str, Any]) -> tuple[Any, Any, Path | None]:
+    def run(self, user: Any) -> tuple[Any, Any, Path | None]:
         """``gpulab train``: train, write the run directory (rank zero); return the settings, the
         ``FitResult`` and the directory's path there."""
 
 
-# The registry: name -> (the module holding ``ENGINE``, or a function returning it; what ``--engine NAME``
-# picks, for the CLI's help, which is shown without importing any engine).
-_REGISTRY: dict[str, tuple[str | Callable[[], Engine], str]] = {
-    "torch": ("gpulab.engines.torch", "PyTorch (launch: torchrun)"),
-    "tensorflow": ("gpulab.engines.tensorflow.engine", "TensorFlow/Keras (launch: TF_CONFIG workers)"),
+class _Line(NamedTuple):
+    """An engine's line in the registry: what is known of it without importing it."""
+
+    loader: str | Callable[[], Engine]  # the module holding ``ENGINE``, or a function returning it
+    help: str  # what ``--engine NAME`` picks, for the CLI's help
+    # its built-in recipes are recipe_data's (mlp, digits, chargpt): their options are checked before the
+    # framework is imported (core/early_checks.py); another engine's recipes are its own to check
+    recipe_data: bool = False
+
+
+# The registry: name -> its line (read by the CLI's help and the early checks, no engine imported).
+_REGISTRY: dict[str, _Line] = {
+    "torch": _Line("gpulab.engines.torch", "PyTorch (launch: torchrun)", recipe_data=True),
+    "tensorflow": _Line(
+        "gpulab.engines.tensorflow.engine", "TensorFlow/Keras (launch: TF_CONFIG workers)", recipe_data=True
+    ),
 }
 
 
-def register(name: str, loader: str | Callable[[], Engine], help: str = "") -> None:
+def register(
+    name: str, loader: str | Callable[[], Engine], help: str = "", *, recipe_data: bool = False
+) -> None:
     """Add an engine at run time (a plugin's, a test's): ``loader`` is the module holding ``ENGINE`` or a
-    function returning the engine object, ``help`` what ``--engine NAME`` picks. From then on config takes
-    ``engine: NAME`` and every verb reaches it through ``get``; the built-ins' lines are ``_REGISTRY``'s."""
-    _REGISTRY[name] = (loader, help or name)
+    function returning the engine object, ``help`` what ``--engine NAME`` picks, ``recipe_data`` whether
+    its built-in recipes are ``gpulab.recipe_data``'s. From then on config takes ``engine: NAME`` and every
+    verb reaches it through ``get``; the built-ins' lines are ``_REGISTRY``'s."""
+    _REGISTRY[name] = _Line(loader, help or name, recipe_data)
 
 
 def names() -> tuple[str, ...]:
@@ -104,7 +119,16 @@ def names() -> tuple[str, ...]:
 
 def option_help() -> str:
     """The help of an ``--engine`` option: each name and what it picks (nothing imported)."""
-    return "; ".join(f"{name}: {help}" for name, (_, help) in _REGISTRY.items()) + f" [default: {DEFAULT}]"
+    return "; ".join(f"{name}: {line.help}" for name, line in _REGISTRY.items()) + f" [default: {DEFAULT}]"
+
+
+def builds_recipe_data(name: str | None) -> bool:
+    """Whether the engine ``name`` (None: the default) trains the built-in recipes of
+    ``gpulab.recipe_data``, so that their options can be checked before it is imported (nothing
+    imported; an unknown name: False, config says what is wrong with it)."""
+    name = name or DEFAULT
+    line = _REGISTRY.get(name) if isinstance(name, str) else None
+    return line is not None and line.recipe_data
 
 
 def get(name: str | None) -> Engine:

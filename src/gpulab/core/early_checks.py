@@ -14,12 +14,10 @@ from typing import Any
 
 from gpulab.config.schema import RunConfig
 from gpulab.config.validate import parse_config, validate_run
-from gpulab.engine_registry import DEFAULT
+from gpulab.engine_registry import builds_recipe_data
 from gpulab.errors import ConfigError, choices
 from gpulab.recipe_data import OPTIONS
 
-# The engines whose built-in recipes are recipe_data's (another engine's recipes are its own to check)
-_RECIPE_DATA_ENGINES = ("torch", "tensorflow")
 # --resume values that name no path: the run's own latest checkpoint (core/run_dir.py decides)
 _NO_PATH = (None, "latest", "auto")
 
@@ -36,7 +34,7 @@ def check_before_framework(user: dict[str, Any]) -> RunConfig | None:
         config = validate_run(user)
     except ConfigError as exc:
         mistakes.append(str(exc))
-    if (user.get("engine") or DEFAULT) in _RECIPE_DATA_ENGINES:
+    if builds_recipe_data(user.get("engine")):  # the registry's word; no engine imported
         mistakes += _recipe_mistakes(str(user["recipe"]), user.get("options"))
     if mistakes:
         raise ConfigError("\n".join(mistakes))
