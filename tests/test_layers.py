@@ -200,7 +200,7 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # Modules outside engines/torch/ that may import torch at module level, each with why: none now (artifact/
 # data.py imports it in the functions that make tensors; the torch checkpoint state's checks and RNG state
-# live in engines/torch/checkpoint/). A new one fails the test below.
+# live in engines/torch/state/). A new one fails the test below.
 TORCH_AT_MODULE_LEVEL: set[str] = set()
 
 

@@ -12,7 +12,7 @@ import torch
 
 from gpulab.checkpoint import save as checkpoint_save
 from gpulab.cli import main
-from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 from gpulab.errors import CheckpointError
 
 

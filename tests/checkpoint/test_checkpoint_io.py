@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gpulab.engines.torch.checkpoint.api import (
+from gpulab.engines.torch.state.api import (
     apply_model_state,
     capture_rng,
     export_weights,

@@ -14,7 +14,7 @@ import torch
 
 from gpulab.checkpoint.io import write_manifest
 from gpulab.checkpoint.locate import locate_for_resume
-from gpulab.engines.torch.checkpoint.api import (
+from gpulab.engines.torch.state.api import (
     capture_rng,
     inspect_checkpoint,
     resolve_checkpoint,
@@ -93,7 +93,7 @@ def test_a_step_holding_another_step_is_refused(roots):
 
 def test_a_renamed_step_whose_meta_was_rewritten_is_refused_by_its_state(roots):
     """meta.json edited to match the name and the MANIFEST rewritten: state.pt still says step 10."""
-    from gpulab.engines.torch.train.checkpointing import Checkpointer
+    from gpulab.engines.torch.train.saving import Checkpointer
 
     root, _ = roots
     copy = root / "step-00000030"

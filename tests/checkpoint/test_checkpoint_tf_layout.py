@@ -13,7 +13,7 @@ import pytest
 from gpulab.checkpoint.io import LATEST, step_dir_name
 from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
 from gpulab.engines.tensorflow.checkpoint_layout import TF_LAYOUT
-from gpulab.engines.torch.checkpoint.api import export_weights, inspect_checkpoint, load_checkpoint
+from gpulab.engines.torch.state.api import export_weights, inspect_checkpoint, load_checkpoint
 from gpulab.errors import CheckpointError
 
 
@@ -92,5 +92,5 @@ def test_the_storage_package_imports_neither_tensorflow_nor_an_engine():
     assert out.returncode == 0, out.stderr
     count, bad = out.stdout.split(" ", 1)
     # 6 modules: the torch-format api, FSDP2's shards, a torch state's checks and RNG state moved to
-    # engines/torch/checkpoint/
+    # engines/torch/state/
     assert int(count) >= 6 and bad.strip() == "[]", out.stdout

@@ -22,7 +22,7 @@ import typer
 from tree_hash import tree_hash
 
 from gpulab.cli import _register, app
-from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 
 QUIET = ["--set", "tensorboard=false", "--set", "mfu=false", "--set", "progress=false"]
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from tree_hash import tree_hash
 
-from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 
 QUIET = ["--set", "tensorboard=false", "--set", "mfu=false", "--set", "progress=false"]
 NOBODY = 65534

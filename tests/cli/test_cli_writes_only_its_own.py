@@ -16,7 +16,7 @@ from tree_hash import tree_hash
 
 from gpulab.artifact.ownership import FOLDER_MARKER, OutputRefused, claim_output_folder
 from gpulab.artifact.predictions import is_predictions, write_predictions
-from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 
 
 def _save(root, step: int) -> dict:

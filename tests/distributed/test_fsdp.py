@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
 from gpulab.engines.torch.measure.flops import training_step_flops
+from gpulab.engines.torch.state.api import inspect_checkpoint
 from gpulab.engines.torch.train.trainer import Trainer
 
 fsdp = pytest.importorskip("torch.distributed.fsdp")

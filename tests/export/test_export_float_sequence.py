@@ -87,7 +87,7 @@ def test_infer_takes_another_length_and_matches_the_model(root, monkeypatch, cap
     np.savez(root / "x.npz", x=batch["x"].numpy(), lengths=batch["lengths"].numpy())
     assert main(["infer", str(artifact), "--input", str(root / "x.npz"), "--out", str(root / "p.npz")]) == 0
     from gpulab.core.recipes.base import load_recipe
-    from gpulab.engines.torch.checkpoint.api import apply_model_state, read_verified_checkpoint
+    from gpulab.engines.torch.state.api import apply_model_state, read_verified_checkpoint
 
     eager = load_recipe("float_lstm:build", {}).model
     apply_model_state(

@@ -77,7 +77,7 @@ def test_torchscript_serves_it_at_every_length_it_claims(run, monkeypatch):
     from gpulab.core.recipes.base import load_recipe
 
     eager = load_recipe("packed_lstm:build", {}).model
-    from gpulab.engines.torch.checkpoint.api import apply_model_state, read_verified_checkpoint
+    from gpulab.engines.torch.state.api import apply_model_state, read_verified_checkpoint
 
     apply_model_state(
         eager, read_verified_checkpoint(run / "run" / "checkpoints" / "step-00000003").model_state

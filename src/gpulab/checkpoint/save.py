@@ -59,7 +59,7 @@ def check_save_args(step: Any, state: Any, keep_last: Any, keep_best: Any) -> No
         raise CheckpointError(f"keep_best={keep_best!r}: expected (metric_name, {choices(MODES)})")
     if not isinstance(state, dict):
         raise CheckpointError(f"state: expected a dict, got {type(state).__name__}")
-    # what a torch state may hold is the torch engine's check (engines/torch/checkpoint/contents.py)
+    # what a torch state may hold is the torch engine's check (engines/torch/state/contents.py)
 
 
 def check_extra_files(files: Any) -> dict[str, bytes]:

@@ -76,7 +76,7 @@ def test_inspect_reads_the_files_and_says_invalid(trained, tmp_path, cli, capsys
 
 
 def test_a_manifest_that_omits_the_data_shard_is_refused(trained, tmp_path):
-    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
+    from gpulab.engines.torch.state.api import inspect_checkpoint
 
     step = tmp_path / "step-00000006"
     shutil.copytree(trained / "checkpoints" / "step-00000006", step)

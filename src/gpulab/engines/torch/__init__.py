@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.engine_registry import Lack
-from gpulab.engines.torch.checkpoint.layouts import LAYOUTS as CHECKPOINT_LAYOUTS
 from gpulab.engines.torch.diagnosis_advice import ADVICE
+from gpulab.engines.torch.state.layouts import LAYOUTS as CHECKPOINT_LAYOUTS
 from gpulab.engines.torch.train import NAME
 
 
@@ -48,14 +48,14 @@ class TorchCheckpoints:
 
 class TorchCheckpointInspect:
     def read(self, directory: Path, meta: dict[str, Any], report: dict[str, Any]) -> None:
-        from gpulab.engines.torch.checkpoint.api import read_torch_files
+        from gpulab.engines.torch.state.api import read_torch_files
 
         read_torch_files(directory, meta, report)
 
 
 class TorchCheckpointExport:
     def run(self, directory: Path, out: Path) -> Path:
-        from gpulab.engines.torch.checkpoint.api import copy_weights
+        from gpulab.engines.torch.state.api import copy_weights
 
         return copy_weights(directory, out)
 

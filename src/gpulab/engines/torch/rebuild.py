@@ -40,7 +40,7 @@ class Source:
 def verified_checkpoint(path: Path):
     """The checkpoint meant by ``path``, its MANIFEST verified; the newest one for a root."""
     from gpulab.checkpoint.read import verified
-    from gpulab.engines.torch.checkpoint.api import read_verified_checkpoint
+    from gpulab.engines.torch.state.api import read_verified_checkpoint
 
     directory = verified(path)  # the step `latest` names, refused if it fails: never an older one silently
     ckpt = read_verified_checkpoint(directory)
@@ -68,7 +68,7 @@ def rebuild(path: str | Path, trust: RecipeTrust = RecipeTrust()) -> Source:
     """Verify, then rebuild: recipe (with its validation data) and the checkpoint's weights. A recipe the
     files name is imported only as ``trust`` allows (``core/recipes/trust.py``)."""
     from gpulab.core.recipes.base import load_recipe
-    from gpulab.engines.torch.checkpoint.api import apply_model_state
+    from gpulab.engines.torch.state.api import apply_model_state
 
     path = Path(path)
     if not path.exists():

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
-from gpulab.engines.torch.checkpoint.api import resolve_checkpoint
+from gpulab.engines.torch.state.api import resolve_checkpoint
 from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError, DataError
 

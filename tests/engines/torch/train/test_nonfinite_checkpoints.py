@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from gpulab.core.callbacks import Callback
 from gpulab.core.nonfinite import NonFiniteLossError
-from gpulab.engines.torch.checkpoint.api import (
+from gpulab.engines.torch.state.api import (
     capture_rng,
     list_checkpoints,
     load_checkpoint,

@@ -15,7 +15,7 @@ import pytest
 import torch
 from forked import Child
 
-from gpulab.engines.torch.checkpoint.api import list_checkpoints, resolve_checkpoint
+from gpulab.engines.torch.state.api import list_checkpoints, resolve_checkpoint
 
 JOB = Path(__file__).with_name("resume_job.py")
 # The tensor fast path and the DataLoader path, each with tuple batches and with dict batches (a model

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpulab.engines.torch.checkpoint.api import list_checkpoints
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes
 from gpulab.engines.torch.runtime.oom import INJECT_ENV, MicroBatchOomError
+from gpulab.engines.torch.state.api import list_checkpoints
 from gpulab.engines.torch.train.oom_step import GuardedStep
 from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ConfigError

@@ -16,7 +16,7 @@ from torch.utils.data import TensorDataset
 
 from gpulab.cli import main
 from gpulab.core.callbacks import Callback
-from gpulab.engines.torch.checkpoint.api import list_checkpoints
+from gpulab.engines.torch.state.api import list_checkpoints
 from gpulab.engines.torch.train.trainer import Trainer
 from gpulab.errors import ValidationFailed
 

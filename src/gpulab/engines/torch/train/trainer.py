@@ -73,13 +73,13 @@ from gpulab.engines.torch.runtime.step_call import (
     step_loss,
 )
 from gpulab.engines.torch.train import NAME, THREADS_HINT
-from gpulab.engines.torch.train.checkpointing import Checkpointer, training_rng_untouched
 from gpulab.engines.torch.train.failure import describe_batch, is_out_of_memory
 from gpulab.engines.torch.train.graph_step import WholeStepGraph, make_graph_step
 from gpulab.engines.torch.train.items import item_counter, scale_gradients
 from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.engines.torch.train.oom_step import GuardedStep
+from gpulab.engines.torch.train.saving import Checkpointer, training_rng_untouched
 from gpulab.errors import ConfigError, GpulabWarning
 from gpulab.hardware.native_dtypes import native_dtypes
 

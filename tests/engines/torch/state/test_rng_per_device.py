@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.engines.torch.checkpoint.rng import capture_rng, restore_rng, validate_rng
+from gpulab.engines.torch.state.rng import capture_rng, restore_rng, validate_rng
 from gpulab.errors import CheckpointError
 
 

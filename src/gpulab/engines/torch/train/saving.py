@@ -1,4 +1,4 @@
-"""The Trainer's side of checkpoints: what a checkpoint holds, when it is written, and exact resume.
+"""When and how the Trainer saves and resumes: what a checkpoint holds, when it is written, exact resume.
 
 Storage (atomic write, manifest, safe formats) lives in the engine-neutral ``gpulab.checkpoint``
 package; this file decides *what* to save so that a resumed run continues at the exact next batch with
@@ -9,7 +9,7 @@ With several ranks, the strategy's ``checkpoint_layout`` picks the writer (a reg
 names here): ``full`` -- the model is the same on every rank, so rank 0 writes it while the others wait
 for it on the store and never write (``run_on_rank_zero``: if rank 0 fails, every rank raises);
 ``sharded`` -- every rank writes its shard through ``torch.distributed.checkpoint``
-(``checkpoint.sharded``).
+(``engines/torch/state/sharded.py``).
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from gpulab.checkpoint.locate import choose_resume, locate_for_resume
 from gpulab.checkpoint.refuse import TRAJECTORY_SETTINGS as SHARED_TRAJECTORY
 from gpulab.checkpoint.refuse import refuse_if_changed
 from gpulab.checkpoint.save import mark_best
-from gpulab.engines.torch.checkpoint.api import (
+from gpulab.engines.torch.devices import accelerator
+from gpulab.engines.torch.state.api import (
     LoadedCheckpoint,
     apply_model_state,
     read_verified_checkpoint,
     restore_rng,
     save_checkpoint,
 )
-from gpulab.engines.torch.checkpoint.rng import capture_rng, validate_rng
-from gpulab.engines.torch.devices import accelerator
+from gpulab.engines.torch.state.rng import capture_rng, validate_rng
 from gpulab.errors import CheckpointError, GpulabWarning
 from gpulab.redaction import redacted
 
@@ -252,7 +252,7 @@ class _ShardedLayout:
     @staticmethod
     def save(ckpt: Checkpointer, trainer: Trainer, payload: dict[str, Any], meta: dict[str, Any]) -> Path:
         # Imported here: torch.distributed.checkpoint costs ~1 s to import, and only FSDP2 runs use it.
-        from gpulab.engines.torch.checkpoint.sharded import save_sharded_checkpoint
+        from gpulab.engines.torch.state.sharded import save_sharded_checkpoint
 
         strategy = trainer.runtime.strategy
         return save_sharded_checkpoint(
@@ -268,7 +268,7 @@ class _ShardedLayout:
 
     @staticmethod
     def load(ckpt: LoadedCheckpoint, trainer: Trainer) -> None:
-        from gpulab.engines.torch.checkpoint.sharded import load_sharded_checkpoint
+        from gpulab.engines.torch.state.sharded import load_sharded_checkpoint
 
         load_sharded_checkpoint(ckpt.path, trainer.model, trainer.optimizer, trainer.runtime.strategy)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gpulab.engines.torch.checkpoint.rng import validate_rng
+from gpulab.engines.torch.state.rng import validate_rng
 from gpulab.errors import CheckpointError
 
 # Exact types: a subclass (a NumPy float, a namedtuple, a user's dict) pickles as its own class and would

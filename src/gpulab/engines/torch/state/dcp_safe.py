@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorS
 
 from gpulab.checkpoint.io import one_line
 from gpulab.checkpoint.read import unpickler_reason
-from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA
+from gpulab.engines.torch.state.layouts import DCP_METADATA
 from gpulab.errors import CheckpointError
 from gpulab.warning_filters import quiet
 

@@ -17,7 +17,7 @@ import torch
 
 from gpulab.checkpoint.save import is_disk_full
 from gpulab.cli import main
-from gpulab.engines.torch.checkpoint.api import capture_rng, inspect_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, inspect_checkpoint
 from gpulab.errors import CheckpointError
 
 PAGE = 4096  # tmpfs counts whole pages per file
@@ -98,7 +98,7 @@ class _OneProcess:
 
 
 def test_a_disk_filling_in_dcp_shard_writes_is_one_line_and_keeps_the_previous_checkpoint(tmpfs):
-    from gpulab.engines.torch.checkpoint.sharded import save_sharded_checkpoint
+    from gpulab.engines.torch.state.sharded import save_sharded_checkpoint
 
     disk = tmpfs(64 * PAGE)
     root = disk / "ck"

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 import gpulab
-from gpulab.engines.torch.checkpoint.api import (
+from gpulab.engines.torch.state.api import (
     capture_rng,
     list_checkpoints,
     load_checkpoint,
@@ -36,7 +36,7 @@ from gpulab.engines.torch.checkpoint.api import (
 
 CHILD = """
 import os, sys, torch
-from gpulab.engines.torch.checkpoint.api import capture_rng, save_checkpoint
+from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 
 root, point, signal_file = sys.argv[1:4]
 

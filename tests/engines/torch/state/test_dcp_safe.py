@@ -1,4 +1,5 @@
-"""torch.distributed.checkpoint files are read without running code from them (``checkpoint/dcp_safe.py``).
+"""torch.distributed.checkpoint files are read without running code from them
+(``engines/torch/state/dcp_safe.py``).
 
 One process, no process group: DCP then saves and loads locally, through the same reader and planner the
 sharded resume uses. The two-rank, through-the-CLI refusal is in tests/distributed/test_dcp_refuse.py.
@@ -15,7 +16,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gpulab.engines.torch.checkpoint.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from gpulab.engines.torch.state.dcp_safe import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 from gpulab.errors import CheckpointError
 
 
@@ -92,8 +93,8 @@ def test_a_byte_item_with_a_payload_is_refused_and_never_runs(tmp_path):
 def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(tmp_path):
     from gpulab.checkpoint.io import write_manifest
     from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
-    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
-    from gpulab.engines.torch.checkpoint.rng import capture_rng
+    from gpulab.engines.torch.state.api import inspect_checkpoint
+    from gpulab.engines.torch.state.rng import capture_rng
 
     tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
     dcp.save(_state(), checkpoint_id=tmp)
@@ -116,8 +117,8 @@ def test_inspect_reports_a_sharded_checkpoint_whose_metadata_carries_a_payload(t
 def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_as_resume_does(tmp_path):
     """The manifest verifies and .metadata is clean: only reading the byte item, as resume does, finds it."""
     from gpulab.checkpoint.save import commit_checkpoint, meta_bytes
-    from gpulab.engines.torch.checkpoint.api import inspect_checkpoint
-    from gpulab.engines.torch.checkpoint.rng import capture_rng
+    from gpulab.engines.torch.state.api import inspect_checkpoint
+    from gpulab.engines.torch.state.rng import capture_rng
 
     marker = tmp_path / "ran"
     tmp, state = tmp_path / ".tmp-step", {"rng": capture_rng()}
@@ -128,7 +129,7 @@ def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_
     read_metadata(step / ".metadata")  # the index itself is clean
     report = inspect_checkpoint(step)
     assert not report["valid"] and not marker.exists()
-    from gpulab.engines.torch.checkpoint.dcp_safe import refused  # resume's line for what its load raises
+    from gpulab.engines.torch.state.dcp_safe import refused  # resume's line for what its load raises
 
     with pytest.raises(CheckpointException) as resumed:  # what resume's load reads, and its line
         dcp.load({"extra": None}, storage_reader=SafeFileSystemReader(step), planner=SafeLoadPlanner())
@@ -138,7 +139,7 @@ def test_inspect_reports_a_sharded_checkpoint_whose_byte_item_carries_a_payload_
 
 
 def test_inspect_reads_every_item_of_a_clean_sharded_checkpoint_in_batches(tmp_path):
-    from gpulab.engines.torch.checkpoint.dcp_safe import check_items
+    from gpulab.engines.torch.state.dcp_safe import check_items
 
     dcp.save(_state(), checkpoint_id=tmp_path)
     metadata = check_items(tmp_path / ".metadata", batch_bytes=1)  # one item a batch: every batch loads

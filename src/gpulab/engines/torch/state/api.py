@@ -56,9 +56,9 @@ from gpulab.checkpoint.save import (
     payload_bytes,
     save_weights,
 )
-from gpulab.engines.torch.checkpoint.contents import check_state, weights_for_file
-from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA, LAYOUTS
-from gpulab.engines.torch.checkpoint.rng import capture_rng, restore_rng
+from gpulab.engines.torch.state.contents import check_state, weights_for_file
+from gpulab.engines.torch.state.layouts import DCP_METADATA, LAYOUTS
+from gpulab.engines.torch.state.rng import capture_rng, restore_rng
 from gpulab.errors import CheckpointError
 
 __all__ = [
@@ -211,7 +211,7 @@ def read_torch_files(directory: Path, meta: dict[str, Any], report: dict[str, An
     sharded checkpoint everything resume reads (the DCP items), as resume reads it."""
     checks = ((check_weights_header, WEIGHTS), (load_state, STATE))
     if manifest_layout(directory) != "full":
-        from gpulab.engines.torch.checkpoint.dcp_safe import check_items
+        from gpulab.engines.torch.state.dcp_safe import check_items
 
         checks = ((check_items, DCP_METADATA), checks[1])
     for check, name in checks:

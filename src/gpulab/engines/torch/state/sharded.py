@@ -37,14 +37,14 @@ from gpulab.checkpoint.save import (
     meta_bytes,
     payload_bytes,
 )
-from gpulab.engines.torch.checkpoint.contents import check_state
-from gpulab.engines.torch.checkpoint.dcp_safe import (
+from gpulab.engines.torch.state.contents import check_state
+from gpulab.engines.torch.state.dcp_safe import (
     SafeFileSystemReader,
     SafeLoadPlanner,
     read_metadata,
     refused,
 )
-from gpulab.engines.torch.checkpoint.layouts import DCP_METADATA
+from gpulab.engines.torch.state.layouts import DCP_METADATA
 
 
 def save_sharded_checkpoint(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpulab.engines.torch.checkpoint.api import load_checkpoint, save_checkpoint
-from gpulab.engines.torch.checkpoint.rng import capture_rng, restore_rng, validate_rng
+from gpulab.engines.torch.state.api import load_checkpoint, save_checkpoint
+from gpulab.engines.torch.state.rng import capture_rng, restore_rng, validate_rng
 from gpulab.errors import CheckpointError
 
 
