@@ -14,8 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from tree_hash import tree_hash
 
-from gpulab.artifact.ownership import FOLDER_MARKER, OutputRefused, claim_output_folder
-from gpulab.artifact.predictions import is_predictions, write_predictions
+from gpulab.artifact.ownership import claim_output_folder
 from gpulab.engines.torch.state.api import capture_rng, save_checkpoint
 
 
@@ -96,14 +95,6 @@ def test_infer_out_onto_what_gpulab_did_not_write_or_without_npz_is_refused(tmp_
     assert tree_hash(tmp_path) == before  # no .tmp-PID-preds.npz either
 
 
-def test_predictions_carry_a_mark_numpy_does_not_see(tmp_path):
-    ours, theirs = tmp_path / "p.npz", tmp_path / "q.npz"
-    write_predictions(ours, {"output": np.arange(3.0), "top1": np.arange(3)})
-    np.savez(theirs, output=np.arange(3.0))
-    assert is_predictions(ours) and not is_predictions(theirs) and not is_predictions(tmp_path / "none.npz")
-    assert sorted(np.load(ours).files) == ["output", "top1"]
-
-
 VERBS = {
     "bench": ["bench", "matmul", "--smoke", "--device", "cpu"],
     "tune": ["tune", "mlp", "--budget", "5"],
@@ -124,14 +115,3 @@ def test_report_folders_that_are_the_users_are_refused_before_any_work(tmp_path,
     code, err = cli(*VERBS[verb], "--out", tmp_path / target)
     assert code == 2 and f"--out {tmp_path / target}:" in _one_line(err)
     assert tree_hash(tmp_path) == before
-
-
-def test_a_report_folder_is_claimed_when_new_or_empty_and_taken_again_by_its_own_verb(tmp_path):
-    (tmp_path / "empty").mkdir()
-    for folder in (tmp_path / "new" / "deeper", tmp_path / "empty"):
-        claim_output_folder(folder, "profile")
-        (folder / "profile.json").write_text("{}")
-        assert claim_output_folder(folder, "profile") == folder  # its own, again
-        assert (folder / FOLDER_MARKER).is_file()
-        with pytest.raises(OutputRefused, match="gpulab did not write as gpulab bench's output"):
-            claim_output_folder(folder, "bench")
