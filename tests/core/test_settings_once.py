@@ -62,6 +62,11 @@ def test_one_train_run_validates_its_settings_once_and_checks_its_engine_once(
 
     for module in (gpulab.config.validate, gpulab.config.layering):
         monkeypatch.setattr(module, "check_engine", counting_check)
+    trainer = {
+        "torch": "gpulab.engines.torch.train.trainer",
+        "tensorflow": "gpulab.engines.tensorflow.trainer",
+    }
+    monkeypatch.setattr(f"{trainer[engine]}.check_engine", counting_check)  # the trainer checks nothing again
     out = tmp_path / "run"
     argv = ["train", "mlp", "--engine", engine, "--max-steps", "1", "--out", str(out), "--set", "seed=3"]
     assert main(argv) == 0, capfd.readouterr().err
@@ -86,6 +91,13 @@ def test_defaults_laid_under_keep_what_the_user_set_and_are_validated_alone():
         "'auto'"
     )
     assert second.startswith("unknown setting 'epoch'; valid settings: epochs|")
+
+
+def test_settings_a_script_built_itself_are_still_checked_against_the_trainers_engine():
+    from gpulab import Trainer
+
+    with pytest.raises(ConfigError, match="'data_cache' = True is not available on engine 'torch'"):
+        Trainer(settings=TrainerSettings(data_cache=True))  # not a run's: engine_checked vouches for none
 
 
 def test_settings_given_two_ways_are_refused():

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 from pydantic_core import core_schema
 
 from gpulab import engine_registry as engines
@@ -138,6 +138,9 @@ def _tracker_list(value: Any) -> Any:
 class TrainerSettings(Settings):
     """What ``Trainer(**settings)`` and ``gpulab train`` accept. Later issues add fields here."""
 
+    # Set by config.validate.check_engine once it passed: a run's settings, checked before the framework
+    # loads, reach the trainer as checked (RunConfig.trainer_settings carries it), and are not checked again
+    _engine_checked: bool = PrivateAttr(default=False)
     device: str = Field("auto", description="auto|cpu|cuda|cuda:N|mps|xpu")
     precision: Precision = Field("auto", description="numeric policy for forward/backward")
     epochs: int = Field(1, ge=1, description="passes over the training data (max_steps wins if set)")
@@ -344,4 +347,6 @@ class RunConfig(TrainerSettings):
             for k, f in fields.items()
         }
         given = (self.model_fields_set & fields.keys()) - unset
-        return TrainerSettings.model_construct(_fields_set=given, **values)
+        out = TrainerSettings.model_construct(_fields_set=given, **values)
+        out._engine_checked = self._engine_checked
+        return out

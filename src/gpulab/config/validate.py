@@ -36,8 +36,8 @@ def validated(user: dict[str, Any] | RunConfig) -> RunConfig:
 
 def trainer_settings_of(settings: TrainerSettings | None, given: dict[str, Any]) -> TrainerSettings:
     """A trainer's settings: ``settings`` as validated already (``RunConfig.trainer_settings`` of a run's
-    ``validate_run``, engine checked: gpulab's verbs), or the keyword settings a user's script gave,
-    validated here (the trainer then checks them against its engine, ``check_engine``)."""
+    ``validate_run``: gpulab's verbs), or the keyword settings a user's script gave, validated here (the
+    trainer then checks against its engine those ``engine_checked`` does not vouch for)."""
     if settings is None:
         return parse_config(TrainerSettings, given)
     if given:
@@ -83,6 +83,13 @@ def check_engine(settings: TrainerSettings, only: Collection[str] | None = None)
             f"setting {name!r} = {value!r} is not available on engine {engine.name!r} "
             f"({lack.valid(default)}); remove it{instead}"
         )
+    if only is None:
+        settings._engine_checked = True
+
+
+def engine_checked(settings: TrainerSettings) -> bool:
+    """Whether ``check_engine`` passed these settings whole (a run's, before its framework loaded)."""
+    return settings._engine_checked
 
 
 def _takes(engine: engines.Engine, name: str, value: Any, default: Any) -> bool:

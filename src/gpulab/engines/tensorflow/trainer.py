@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulab.config.schema import TrainerSettings
-from gpulab.config.validate import check_engine, trainer_settings_of
+from gpulab.config.validate import check_engine, engine_checked, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
@@ -97,7 +97,7 @@ class TfTrainer(EngineStep):
         self.requested = trainer_settings_of(settings, given)
         if self.requested.engine != "tensorflow":
             raise ConfigError("TfTrainer is the tensorflow engine; for engine 'torch' use gpulab.Trainer")
-        if settings is None:  # keywords from a script; a run's settings were checked by validate_run
+        if not engine_checked(self.requested):  # a run's settings were, by validate_run
             check_engine(self.requested)
         self.settings = self.requested
         self._extra_callbacks = list(callbacks)

@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from gpulab.config.schema import TrainerSettings
-from gpulab.config.validate import check_engine, trainer_settings_of
+from gpulab.config.validate import check_engine, engine_checked, trainer_settings_of
 from gpulab.core import loop
 from gpulab.core.callbacks import Callback, CallbackList, default_callbacks
 from gpulab.core.clock import Clock
@@ -114,7 +114,7 @@ class Trainer(EngineStep):
                 f"Trainer is the torch engine; for engine {self.requested.engine!r} use "
                 "gpulab.engines.tensorflow.TfTrainer (or gpulab train --engine tensorflow)"
             )
-        if settings is None:  # keywords from a script; a run's settings were checked by validate_run
+        if not engine_checked(self.requested):  # a run's settings were, by validate_run
             check_engine(self.requested)
         self.trajectory = dict(trajectory or {})
         self.settings = self.requested  # during a fit: with batch_size: auto resolved to a number
