@@ -36,6 +36,7 @@ from gpulab.core.plan import plan_fit
 from gpulab.core.state import FitResult, FitState
 from gpulab.distributed.debug_dumps import direct_dumps_to
 from gpulab.engines.torch.data import LoaderPolicy, is_stream, len_or_none, make_loader, stop_together
+from gpulab.engines.torch.data.worker_release import release_workers
 from gpulab.engines.torch.distributed.process_group import launched_world_size
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.batch_search import search_batch_size
@@ -158,6 +159,8 @@ class Trainer(EngineStep):
                     lambda: self._setup(model, train_data, val_data, loss_fn, optimizer, scheduler, resume),
                 )
         finally:
+            for source in (getattr(self, "train_source", None), getattr(self, "_val", None)):
+                release_workers(source)  # now, not 10 s later when the garbage collector gets to them
             if self._given_runtime is None:
                 self.runtime.teardown()
 
