@@ -150,35 +150,55 @@ def uninterrupted(tmp_path_factory, gpulab_server) -> dict:
     return final_weights(where / "ref")
 
 
+def until_training(cluster: Cluster, job: str, where: Path, ready, deadline: float) -> None:
+    """Until ``ready()`` (read from the run's files every 0.1 s); the job's state is asked once a second, as
+    each `scontrol` is a process on the 2 cores the job's nodes share. ``where``: the job's folder."""
+    asked = 0.0
+    while not ready():
+        now = time.monotonic()
+        assert now < deadline, f"job {job}: not there by the deadline: {output(where, job)[-3000:]}"
+        if now - asked >= 1:
+            asked = now
+            if cluster.state(job) in ENDED:
+                pytest.fail(f"job {job} ended before it got there: {output(where, job)[-3000:]}")
+        time.sleep(0.1)
+
+
 def wait_for_training(cluster: Cluster, job: str, out: Path, timeout: float = 120) -> None:
     """Until the job's run has logged a step (it is inside the training loop on both nodes)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().strip():
-            return
-        if cluster.state(job) in ENDED:
-            pytest.fail(f"job {job} ended before it trained: {output(out.parent, job)[-3000:]}")
-        time.sleep(0.1)
-    pytest.fail(f"job {job} never logged a step")
+    metrics = out / "metrics.jsonl"
+    until_training(cluster, job, out.parent, lambda: metrics.is_file() and bool(metrics.read_text().strip()),
+                   time.monotonic() + timeout)  # fmt: skip
 
 
-def test_the_rendered_sbatch_script_trains_mlp_over_two_nodes_like_one_process_at_twice_the_batch(
+def test_the_rendered_sbatch_script_as_an_array_of_two_trains_two_runs_each_like_one_process_at_twice_the_batch(
     cluster, tmp_path, cli
 ):
+    """Each element of ``--array 0-1`` trains mlp with DDP over the two nodes, its $SLURM_ARRAY_TASK_ID in
+    its --out: two runs, two logs (before: one shared --out, the second element printed `nothing to do`),
+    each ending on the weights of one process at twice the batch."""
     run = ["train", "mlp", "--max-steps", "20", "--set", "mfu=false", "--set", "tensorboard=false"]
-    job = cluster.sbatch(rendered("--", "gpulab", *run, "--out", "ddp", "--batch-size", "32"), tmp_path)
+    script = rendered("--array", "0-1", "--", "gpulab", *run, "--out", "ddp-$SLURM_ARRAY_TASK_ID",
+                      "--batch-size", "32")  # fmt: skip
+    job = cluster.sbatch(script, tmp_path)
     # the one process in this one (the cli fixture), while the job runs: only its weights are read
     code, err = cli(*run, "--out", "ref", "--batch-size", "64", cwd=tmp_path)
     assert code == 0, err[-3000:]
-    assert cluster.wait(job) == "COMPLETED", output(tmp_path, job)[-3000:]
-    log = output(tmp_path, job)
-    assert log.count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, log
-    summary = json.loads((tmp_path / "ddp" / "summary.json").read_text())
-    assert summary["steps"] == 20
-    got, want = final_weights(tmp_path / "ddp"), final_weights(tmp_path / "ref")
-    assert got.keys() == want.keys()
-    for name in want:
-        torch.testing.assert_close(got[name], want[name], rtol=0, atol=TOL, msg=name)
+    want = final_weights(tmp_path / "ref")
+    for index in (0, 1):
+        element = f"{job}_{index}"
+        log = (tmp_path / f"gpulab-{element}.out").read_text
+        assert cluster.wait(element, timeout=180) == "COMPLETED", log()[-3000:]
+        assert log().count("1 process(es) per node x 2 node(s), backend gloo, rendezvous n1:29400") == 2, (
+            log()
+        )
+        assert "nothing to do" not in log()
+        out = tmp_path / f"ddp-{index}"
+        assert json.loads((out / "summary.json").read_text())["steps"] == 20
+        got = final_weights(out)
+        assert got.keys() == want.keys()
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], rtol=0, atol=TOL, msg=f"{element} {name}")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
@@ -205,21 +225,32 @@ def steps_logged(out: Path) -> list[int]:
     return [json.loads(line)["step"] for line in text.splitlines() if line.endswith("}")]
 
 
-def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exactly(
+def test_sigusr1_requeues_the_job_attempt_after_attempt_even_as_it_starts_and_it_finishes_bit_exactly(
     cluster, tmp_path, uninterrupted
 ):
     """What ``#SBATCH --signal=USR1@90`` does before a time limit, sent at once (``scancel --signal=USR1``
     signals every process of the job's steps, as SLURM's timer does): each attempt checkpoints, requeues
-    its own job, and the next attempt resumes; the appended log keeps every attempt's lines."""
+    its own job, and the next attempt resumes; the appended log keeps every attempt's lines. The warning
+    may come at any moment of a short job (up to 60 s early): the first attempt gets it as soon as its step
+    exists (its launchers still starting, before their workers exist or import torch), the second mid-run."""
     job = cluster.sbatch(rendered("--", "gpulab", *RUN), tmp_path)
     out, stopped_at = tmp_path / "run", 0
     for attempt in (1, 2):
         deadline = time.monotonic() + 120
-        while max(steps_logged(out), default=0) <= stopped_at:  # training in this attempt
-            assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[
-                -3000:
-            ]
-            time.sleep(0.1)
+        if attempt == 1:  # the job's step exists
+            while f"{job}.0 " not in cluster.login("squeue", "-h", "-s", "-j", job, "-o", "%i ").stdout:
+                assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[
+                    -3000:
+                ]
+                time.sleep(0.05)
+        else:  # training in this attempt
+            until_training(
+                cluster,
+                job,
+                tmp_path,
+                lambda after=stopped_at: max(steps_logged(out), default=0) > after,
+                deadline,
+            )
         r = cluster.login("scancel", "--signal=USR1", job)
         assert r.returncode == 0, r.stderr
         deadline = time.monotonic() + 120
@@ -229,64 +260,29 @@ def test_sigusr1_requeues_the_job_and_attempt_after_attempt_it_finishes_bit_exac
         ):
             assert time.monotonic() < deadline, output(tmp_path, job)[-3000:]
             time.sleep(0.2)
-        stopped_at = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
+        # the last step this attempt logged (none where the script requeued it before gpulab trained)
+        stopped_at = max(steps_logged(out), default=0)
         # SLURM holds a requeued job for about two minutes; the test, SLURM's admin here, lets it start now.
         cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
     assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
 
-    lines = output(tmp_path, job).splitlines()
+    log = output(tmp_path, job)
+    lines = log.splitlines()
     assert [line for line in lines if line.startswith(f"gpulab: job {job}, attempt ")] == [
         f"gpulab: job {job}, attempt {n}, on n1" for n in (1, 2, 3)
     ]
+    # requeued twice: by gpulab after its checkpoint, or at the start (a task still in bash or the
+    # interpreter's start) by the script, srun saying the task died of it
     stops = [line for line in lines if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
-    assert len(stops) == 2 and all(f"requeueing SLURM job {job}: its next attempt" in s for s in stops), lines
+    early = [line for line in lines if line.startswith("gpulab: SIGUSR1 came while the job was")]
+    assert stops, log[-3000:]  # the mid-run one, at least
+    assert len(stops + early) == 2, log[-3000:]
+    assert all(f"requeueing SLURM job {job}" in line for line in stops + early), log[-3000:]
+    assert all(f"requeueing SLURM job {job}: its next attempt" in s for s in stops), lines
+    assert "killed by SIGUSR1" not in log, log[-3000:]  # no worker of gpulab's died of it
     assert json.loads((out / "summary.json").read_text())["steps"] == 200
     got, want = final_weights(out), uninterrupted
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in got)
-
-
-def test_a_warning_while_the_job_starts_requeues_it_and_it_finishes_bit_exactly(
-    cluster, tmp_path, uninterrupted
-):
-    """SLURM's warning may come at any moment of a short job (up to 60 s early): here at once, as soon as the
-    job's step exists (its launchers still starting, before their workers exist or import torch). The
-    attempt checkpoints at its first step and requeues itself; the next finishes as one never stopped."""
-    job = cluster.sbatch(rendered("--", "gpulab", *RUN), tmp_path)
-    deadline = time.monotonic() + 120
-    while f"{job}.0 " not in cluster.login("squeue", "-h", "-s", "-j", job, "-o", "%i ").stdout:
-        assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[-3000:]
-        time.sleep(0.05)
-    assert cluster.login("scancel", "--signal=USR1", job).returncode == 0
-    deadline = time.monotonic() + 120
-    while "JobState=PENDING" not in cluster.login("scontrol", "show", "job", "-o", job).stdout:
-        assert time.monotonic() < deadline, output(tmp_path, job)[-3000:]
-        time.sleep(0.2)
-    cluster.login("scontrol", "update", f"JobId={job}", "StartTime=now")
-    assert cluster.wait(job, timeout=240) == "COMPLETED", output(tmp_path, job)[-3000:]
-    log = output(tmp_path, job)
-    # requeued once: by gpulab after its checkpoint, or (a task still in bash or the interpreter's start)
-    # by the script, srun saying the task died of it
-    stops = [line for line in log.splitlines() if line.startswith("gpulab: stopped: SIGUSR1 at step ")]
-    early = [line for line in log.splitlines() if line.startswith("gpulab: SIGUSR1 came while the job was")]
-    assert len(stops + early) == 1 and f"requeueing SLURM job {job}" in (stops + early)[0], log[-3000:]
-    assert "killed by SIGUSR1" not in log, log[-3000:]  # no worker of gpulab's died of it
-    got = final_weights(tmp_path / "run")
-    assert got.keys() == uninterrupted.keys() and all(got[k].equal(uninterrupted[k]) for k in got)
-
-
-def test_an_array_of_two_trains_two_runs(cluster, tmp_path):
-    """Each element's $SLURM_ARRAY_TASK_ID reaches its --out: two runs, two logs (before: one shared --out,
-    the second element printed `nothing to do`)."""
-    run = ["train", "mlp", "--max-steps", "10", "--set", "mfu=false", "--set", "tensorboard=false"]
-    script = rendered("--array", "0-1", "--", "gpulab", *run, "--out", "runs/a-$SLURM_ARRAY_TASK_ID")
-    job = cluster.sbatch(script, tmp_path)
-    for index in (0, 1):
-        element = f"{job}_{index}"
-        assert cluster.wait(element, timeout=180) == "COMPLETED", (
-            tmp_path / f"gpulab-{element}.out"
-        ).read_text()
-        assert json.loads((tmp_path / "runs" / f"a-{index}" / "summary.json").read_text())["steps"] == 10
-        assert "nothing to do" not in (tmp_path / f"gpulab-{element}.out").read_text()
 
 
 def test_scancel_then_sigkill_resume_bit_exactly_and_every_tracker_equals_metrics_jsonl(
@@ -321,10 +317,10 @@ def test_scancel_then_sigkill_resume_bit_exactly_and_every_tracker_equals_metric
     assert (out / "checkpoints" / "latest").read_text().strip() == f"step-{step:08d}"
 
     job = cluster.sbatch(script, tmp_path)  # resumes (--resume auto under gpulab launch)
-    deadline = time.monotonic() + 120
-    while max(steps_logged(out), default=0) <= step + 20:  # past a checkpoint of its own
-        assert time.monotonic() < deadline and cluster.state(job) not in ENDED, output(tmp_path, job)[-3000:]
-        time.sleep(0.1)
+    past = step + 20  # past a checkpoint of its own
+    until_training(
+        cluster, job, tmp_path, lambda: max(steps_logged(out), default=0) > past, time.monotonic() + 120
+    )
     assert (
         cluster.login("scancel", "--signal=KILL", job).returncode == 0
     )  # kill -9, every process of the step
