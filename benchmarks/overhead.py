@@ -30,8 +30,9 @@ methods are wrapped in ``torch._disable_dynamo``): 1-3 s on the 2-core VM, the s
 longer than the whole job, so each process imports it with torch, before the timer.
 **Per step**: the loop alone (for the Trainer: ``on_fit_start`` to ``on_fit_end``) over the steps.
 
-Python bytecode is cached (under a temporary directory) and one round runs first uncounted, as an
-installed package has its bytecode compiled. Rounds are interleaved (a, b, b0, c, cm, a, ...) so drift
+Python bytecode is written and read where an installed package keeps it (``__pycache__``; torch's,
+compiled at its install, is read, not rebuilt) and one round runs first uncounted, as an installed
+package has its bytecode compiled. Rounds are interleaved (a, b, b0, c, cm, a, ...) so drift
 in machine load hits all variants alike; each ratio is the median over rounds of that round's ratio.
 Usage: OMP_NUM_THREADS=1 python benchmarks/overhead.py [--device cuda] [--repeats 5] [--variants a,cm]
 """
@@ -195,10 +196,13 @@ def one(variant: str, device_name: str, out_dir: str) -> None:
 
 
 def run_one(variant: str, device: str, out_dir: str) -> dict[str, float]:
-    # Bytecode cached (outside the tree) as an installed package has it, even where the environment
-    # says not to write it: otherwise every process recompiles what fit imports late.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPYCACHEPREFIX": os.path.join(out_dir, "pycache")}
+    # Bytecode cached as an installed package has it, even where the environment says not to write it:
+    # otherwise every process recompiles what fit imports late. In each source's own __pycache__, not a
+    # PYTHONPYCACHEPREFIX: a prefix hides the bytecode torch was installed with, and the first process
+    # compiled all of torch again (13.6 s -> 6.2 s of CPU for a smoke run's one process, 2-core VM).
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
     cmd = [sys.executable, __file__, "--one", variant, "--device", device, "--out", out_dir]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
