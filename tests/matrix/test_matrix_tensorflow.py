@@ -64,8 +64,7 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def resume(cell, where: Path, verdict: Verdict) -> None:
     """A run killed (kill -9) after its first checkpoint, resumed to its end, against an uninterrupted run
-    in a process of its own (a run in the scenario's process, after other cells, ends on other weights:
-    see docs/MATRIX.md)."""
+    in a process of its own, as the killed one is."""
     every = ("--set", "checkpoint_every=1")  # the tiny model's 12 steps take well under a second
     straight = gpulab(where, train_argv(cell, "straight", *every))
     assert verdict.step("train (own process)", *ends_after_summary(straight, where / "straight", cell.id))

@@ -75,6 +75,13 @@ def resolve_tf_config(user: dict[str, Any] | RunConfig) -> tuple[RunConfig, Any]
     # Settings first, so a refused setting or a bad value is told before TensorFlow's import (seconds).
     settings = validated(user)
     require_tensorflow()
+    # Seeded before the recipe builds its data: a tf.data shuffle takes TensorFlow's global seed as it is
+    # made (unset in a fresh process, the last fit's seed after a fit), so a second fit in one process
+    # shuffled otherwise and ended on other weights than the same fit in a fresh one. NumPy and Python
+    # alike, as torch's ``resolve_config`` does; the fit seeds again before its model.
+    import keras
+
+    keras.utils.set_random_seed(settings.seed)
     recipe = load_tf_recipe(settings.recipe, settings.options)
     config = with_defaults(settings, recipe.defaults)
     if "mfu" not in config.model_fields_set:  # this engine measures no MFU: summary.json says what ran,
