@@ -14,7 +14,7 @@ import warnings
 import typer
 from typer._click import exceptions as click_errors
 
-from gpulab.cli import started
+from gpulab.cli import ending, started
 from gpulab.errors import GpulabError, GpulabWarning, choices
 from gpulab.redaction import CREDENTIALS_ENV, restore_credentials
 
@@ -65,13 +65,14 @@ def _one_line_warnings() -> None:
 
 def entry() -> None:
     """The console script: ``main`` and exit; a rank of a multi-process job leaves without the interpreter's
-    teardown (``process_group.exit_without_teardown`` says why)."""
+    teardown (``process_group.exit_without_teardown`` says why), and so does a command that asked
+    (``ending.py``: tune, whose budget is the process's life)."""
     code = main()
     # not imported: no group (and no torch)
     groups = sys.modules.get("gpulab.engines.torch.distributed.process_group")
     if groups is not None and groups.created_a_group():
         groups.exit_without_teardown(code)
-    sys.exit(code)
+    ending.exit_process(code)
 
 
 def _missing_framework(module: str | None) -> str | None:
@@ -92,6 +93,7 @@ def _missing_framework(module: str | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (a usage error: one line, exit 2)."""
     started.mark(process=argv is None)  # the console command: from its process's start
+    ending.reset()
     _register()
     _one_line_warnings()
     if argv is None and CREDENTIALS_ENV in os.environ:  # a rank of `gpulab launch`: its argv is masked

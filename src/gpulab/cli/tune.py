@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from gpulab import engine_registry as engines
+from gpulab.cli import ending
 from gpulab.cli.console import make_console
 from gpulab.cli.started import command_started
 from gpulab.config.layering import layer_settings
@@ -73,6 +74,7 @@ def tune(
     tuned, json_path, png = write_outputs(out_dir, user, result)
     result.elapsed_s = time.monotonic() - started  # the whole command, its files written
     print_report(console, result, tuned, json_path, png)
+    ending.without_teardown()  # the record above is the command's whole time: nothing runs after it
 
 
 def _import_the_plotting() -> None:
