@@ -46,6 +46,7 @@ from gpulab.engines.tensorflow.compile import CompiledStep
 from gpulab.engines.tensorflow.devices import configure_memory, device_facts, device_name
 from gpulab.engines.tensorflow.diagnosis_advice import THREADS_HINT
 from gpulab.engines.tensorflow.failure import describe_batch, describe_error, is_out_of_memory
+from gpulab.engines.tensorflow.feed import as_built
 from gpulab.engines.tensorflow.importing import require_tensorflow
 from gpulab.engines.tensorflow.losses import combined_loss
 from gpulab.engines.tensorflow.precision import resolve_precision
@@ -175,6 +176,8 @@ class TfTrainer(EngineStep):
         self.state = self.plan.fresh_state()
         with dist.strategy.scope():
             self.model = recipe.model()
+            # fed in the structure it was built on (feed.py: else Keras warns at its first call)
+            self.train_arrays = (as_built(self.model, self.train_arrays[0]), *self.train_arrays[1:])
             self.loss_fn = self._loss(recipe)
             self.optimizer = self.precision.wrap_optimizer(keras, recipe.optimizer(self.state.total_steps))
             if s.clip_grad_norm is not None and dist.replicas == 1:
@@ -190,8 +193,9 @@ class TfTrainer(EngineStep):
         }
         self.val_data = None
         if recipe.val_data is not None:
+            x, *rest = tfdata.as_arrays(recipe.val_data)
             val = tfdata.make_dataset(
-                tf, tfdata.as_arrays(recipe.val_data), self.global_batch, shuffle=False, seed=0,
+                tf, (as_built(self.model, x), *rest), self.global_batch, shuffle=False, seed=0,
                 cache=s.data_cache, prefetch=s.prefetch_factor,
             )  # fmt: skip
             self.val_data = self._distribute(val)
