@@ -45,6 +45,12 @@ def test_a_subclassed_model_exports_and_infers(checks, fmt):
     assert got["parity"]["passed"] is True and got["parity"]["samples"] == 32
     assert got["infer"] == [0, ""] and got["predicted"] == ["output", "top1"]
     assert got["infer_error"]["output"] < 1e-5
+    # The one input is named in export.json as the exported signature names it (it had no name), and an
+    # .npz holding it under that name infers.
+    assert got["input_names"] == got["signature_inputs"] == ["input"]
+    code, err, error = got["infer_by_name"]
+    assert code == 0, err
+    assert error < 1e-5
 
 
 def test_a_run_that_failed_before_a_checkpoint_is_one_line_for_every_format(checks):

@@ -78,10 +78,14 @@ def export(run: str, recipe: str, eager) -> dict:
         with np.load(ROOT / "p.npz") as npz:
             predicted = {k: npz[k] for k in npz.files}
         want = eager if isinstance(eager, dict) else {"output": eager}
+        named = [entry.get("name") for entry in side["inputs"]]
         got[fmt] = {
             "code": code,
             "parity": parity,
             "outputs": side.get("outputs"),
+            "input_names": named,
+            "signature_inputs": signature_inputs(fmt, artifact),
+            "infer_by_name": infer_by_name(artifact, recipe, named, want),
             "infer": [infer, infer_err[-800:] if infer else ""],
             "predicted": sorted(predicted),
             "infer_error": {
@@ -89,6 +93,32 @@ def export(run: str, recipe: str, eager) -> dict:
             },
         }
     return got
+
+
+def signature_inputs(fmt: str, artifact: Path) -> list[str]:
+    """The artifact's input names as TensorFlow's own loaders read its serving signature."""
+    import tensorflow as tf
+
+    if fmt == "savedmodel":
+        return sorted(
+            tf.saved_model.load(str(artifact)).signatures["serving_default"].structured_input_signature[1]
+        )
+    return sorted(tf.lite.Interpreter(model_path=str(artifact)).get_signature_runner().get_input_details())
+
+
+def infer_by_name(artifact: Path, recipe: str, names: list, want: dict) -> list:
+    """``gpulab infer --input FILE.npz`` of the recipe's validation inputs saved under the names export.json
+    gives them: [exit code, stderr's end, largest difference from the eager model's outputs]."""
+    from keras_models_recipe import arrays
+
+    if not all(isinstance(n, str) for n in names) or len(names) != 1:
+        return [None, f"export.json names {names}", None]
+    np.savez(ROOT / "by-name.npz", **{names[0]: arrays(32, 1)[0]})
+    code, err = gpulab("infer", str(artifact), "--input", str(ROOT / "by-name.npz"), "--out", "q.npz")
+    if code:
+        return [code, err[-800:], None]
+    with np.load(ROOT / "q.npz") as npz:
+        return [code, "", max(float(np.abs(npz[k] - v).max()) for k, v in want.items())]
 
 
 def subclassed() -> dict:

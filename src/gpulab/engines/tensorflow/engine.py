@@ -181,7 +181,8 @@ class TensorFlowInfer:
                 "give --input FILE.npz"
             )
         several = len(data) == 2 and isinstance(data[1], Mapping)  # a target per output
-        if names is None:  # one input
+        # One array, whatever its artifact calls it ("input": the name export.json gives a lone array)
+        if names is None or (len(names) == 1 and not isinstance(data[0], (Mapping, tuple, list))):
             return arrays.one_input(data[:1] if several else data[:-1], f"recipe {name!r}"), data[-1]
         return arrays.by_names(data, names, name)  # (inputs, target), by the names
 

@@ -153,7 +153,9 @@ def export_tf(
 
 
 def _names(served: Serving) -> list[dict[str, str]]:
-    return [{}] if served.form == "one" else [{"name": name} for name in served.names]
+    """Every input by the name its exported signature gives it (the one input of a model fed one array,
+    a subclassed model's say: ``input``), so an .npz can name its arrays as the artifact does."""
+    return [{"name": name} for name in served.names]
 
 
 def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: float) -> dict[str, Any]:
@@ -170,7 +172,6 @@ def describe(module, source: KerasSource, fixed: int | None, inputs, seconds: fl
         "batch_dim": "dynamic" if fixed is None else fixed,
         "inputs": [
             {**named, "dtype": str(x.dtype), "shape": ["batch", *x.shape[1:]]}
-            # one input stays unnamed (infer feeds an .npz's arrays in file order); several by name
             for named, x in zip(_names(source.model), inputs, strict=True)
         ],
         **({"outputs": source.model.outputs} if source.model.outputs else {}),
