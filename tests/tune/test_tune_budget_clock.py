@@ -78,3 +78,18 @@ def test_a_trial_cut_by_its_cap_says_so_and_is_not_the_budget_running_out():
     assert trial.status == "stopped" and trial.reason == "stopped at the trial cap (25% of the budget, 25 s)"
     assert clock.now < search.deadline  # the budget itself had time left
     assert trial.reason != BUDGET_RAN_OUT
+
+
+def test_a_start_up_that_spent_the_budget_is_said_with_its_share():
+    # the command began 60 s of the test's clock before the search: its start-up spent the 40 s budget
+    clock = Ticks()
+    user = {"recipe": "mlp", "options": {"samples": 400}}
+    search = Search(
+        user, budget_s=40.0, steps=8, min_interval_s=0, log=lambda _: None, clock=clock, started=-60.0
+    )
+    result = search.run()
+    assert [t.label for t in result.trials] == ["default"] and result.startup_s >= 60
+    lines = summary_lines(result)
+    (over,) = [line for line in lines if line.startswith("over budget before the search began")]
+    assert f"the start-up took {result.startup_s:.0f} s" in over and over.endswith("give a larger --budget")
+    assert any(line.startswith("budget: 40 s left no time for ") for line in lines)  # what was not measured

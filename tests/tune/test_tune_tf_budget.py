@@ -22,6 +22,7 @@ BUDGET = 45
 # Between the record and the exit only the table's printing and the streams' flush: well under a second
 # even on a loaded machine; the record itself is rounded to whole seconds.
 AFTER_THE_RECORD_S = 1.5
+AFTER_THE_YARDSTICK_S = 3.0  # the skips, the files and the report, after a yardstick that overran
 
 
 @pytest.mark.slow
@@ -37,11 +38,17 @@ def test_a_tensorflow_tune_ends_within_its_budget_its_record_the_whole_process(t
     recorded = re.search(r"\((\d+) s of a (\d+) s budget\)", done.stdout)
     assert recorded, done.stdout[-2000:]
     took, budget = int(recorded[1]), int(recorded[2])
-    assert budget == BUDGET and took <= BUDGET, done.stdout[-3000:]  # its own clock, start-up included
     assert wall <= took + AFTER_THE_RECORD_S, (wall, took)  # nothing ran after the record
 
     doc = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert doc["engine"] == "tensorflow" and doc["elapsed_s"] <= BUDGET
+    assert doc["engine"] == "tensorflow" and budget == BUDGET
+    # Its own clock, start-up included, within the budget; but for the warm-up and the default trial, which
+    # always run whole: on a machine so loaded that TensorFlow's import and they outlast the budget, the
+    # report says so (then only the files and the report follow them).
+    spent = doc["startup_s"] + doc["yardstick_s"]
+    assert took <= max(BUDGET, spent + AFTER_THE_YARDSTICK_S), done.stdout[-3000:]
+    if spent > BUDGET:
+        assert "over budget before the search began: the start-up took" in done.stdout, done.stdout[-3000:]
     for trial in doc["trials"]:
         if trial["status"] == "stopped":  # by the budget's end, or by its cap, and says which
             assert trial["reason"] == BUDGET_RAN_OUT or trial["reason"].startswith("stopped at the trial cap")

@@ -51,6 +51,8 @@ def write_outputs(out_dir: Path, user: dict[str, Any], result: TuneResult) -> tu
         "device": result.device,
         "budget_s": result.budget_s,
         "elapsed_s": round(result.elapsed_s, 1),
+        "startup_s": round(result.startup_s, 1),
+        "yardstick_s": round(result.yardstick_s, 1),
         "out_of_budget": result.out_of_budget,
         "tolerance": result.tolerance,
         "samples_per_trial": result.samples_per_trial,
@@ -114,6 +116,13 @@ def summary_lines(result: TuneResult) -> list[str]:
         )
     lines = [verdict]
     lines += [dec.sentence for dec in result.decisions]
+    spent = result.startup_s + result.yardstick_s
+    if spent > result.budget_s:  # the budget could not hold: say where it went
+        lines.append(
+            f"over budget before the search began: the start-up took {result.startup_s:.0f} s and the "
+            f"warm-up and the default trial, which always run whole, {result.yardstick_s:.0f} s, past the "
+            f"{result.budget_s:.0f} s budget; give a larger --budget"
+        )
     if result.out_of_budget:
         lines.append(
             f"budget: {result.budget_s:.0f} s left no time for {_cut(result)}; the best found was kept"

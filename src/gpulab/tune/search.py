@@ -86,6 +86,8 @@ class TuneResult:
     # the pick the final re-measure undid, and its ratio (None: no time was left to re-measure it)
     reverted: tuple[Trial, float | None] | None = None
     engine: str = DEFAULT
+    startup_s: float = 0.0  # from the command's start to the warm-up (the framework's import, the recipe)
+    yardstick_s: float = 0.0  # the warm-up and the default trial, which always run whole
 
 
 def ratio(a: Figure, b: Figure) -> tuple[float, float, float]:
@@ -208,6 +210,7 @@ class Search:
             knobs["batch_size"] = self.largest["batch_size"] if self.largest else 32
         # The process's first fit pays one-time start-up (thread pools, lazy kernels, caches) in its timed
         # steps too; measured first, the default would look slower than it is. A short untimed fit first.
+        began = self.clock()  # the command's start-up (the framework's import, the recipe) before it
         self.log("warm-up: a short fit of the default config, not measured ...")
         warm = run_trial(self.user, knobs, samples=0, deadline=math.inf, label="warm-up", clock=self.clock)
         batch, share = int(knobs["batch_size"]), self.budget_s / TRIAL_SHARE
@@ -219,6 +222,7 @@ class Search:
                 f"the default config does not train, so there is nothing to compare: {default.reason}"
             )
         self.default = self.best = default
+        startup_s, yardstick_s = began - self.start, self.clock() - began
         for group in self.engine.groups(self, config, recipe, device, knobs):
             self._walk(group)
         result = TuneResult(
@@ -234,6 +238,8 @@ class Search:
             decisions=self.decisions,
             largest=self.largest,
             engine=self.engine.name,
+            startup_s=startup_s,
+            yardstick_s=yardstick_s,
         )
         self._confirm(result)
         result.elapsed_s = self.clock() - self.start
