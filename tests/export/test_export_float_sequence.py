@@ -108,4 +108,18 @@ def test_a_float_input_of_fixed_length_stays_fixed_and_is_refused_in_one_line(ro
     capsys.readouterr()
     assert main(["infer", str(artifact), "--input", str(root / "y.npz")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "input x float32 [batch, 16, 6] expected, float32 [6, 9, 6] given" in line
+    assert "input 'x': float32 [batch, 16, 6] expected, float32 [6, 9, 6] given" in line
+
+
+def test_an_array_named_as_no_input_of_a_model_that_names_them_is_refused_with_the_names(root, capsys):
+    # the model names its inputs (forward(x, lengths) fed by keyword): arrays a, b were fed in file order
+    artifact, info = _artifact(root, "flat")
+    assert info["call"] == "keywords"
+    np.savez(root / "ab.npz", a=np.zeros((6, 16, 6), "float32"), b=np.full(6, 16))
+    capsys.readouterr()
+    assert main(["infer", str(artifact), "--input", str(root / "ab.npz")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        "ab.npz: arrays ['a', 'b']; the model's inputs are ['x', 'lengths']: name one array after each "
+        "(np.savez(FILE, **{name: array}))"
+    ), line

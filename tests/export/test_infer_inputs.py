@@ -57,7 +57,41 @@ def test_a_wrong_shape_is_one_line_naming_expected_and_given(artifacts, tmp_path
     np.save(tmp_path / "x.npy", np.zeros((5, 8, 8), dtype=np.float32))
     code, said = _infer(capsys, artifacts[fmt], "--input", tmp_path / "x.npy")
     assert code == 2 and len(said) == 1
-    assert "float32 [batch, 1, 8, 8] expected, float32 [5, 8, 8] given" in said[0]
+    # the input's name quoted: a model whose input is called "input" read "input input float32 [...]"
+    assert "x.npy: input 'input': float32 [batch, 1, 8, 8] expected, float32 [5, 8, 8] given" in said[0]
+
+
+def test_an_array_named_otherwise_goes_in_order_and_is_said_and_unnamed_ones_silently(
+    artifacts, tmp_path, capsys
+):
+    # the digits export's input is named by position ("input"): an array named otherwise was taken silently
+    np.savez(tmp_path / "named.npz", pixels=_images(4))
+    code, said = _infer(
+        capsys, artifacts["exported"], "--input", tmp_path / "named.npz", "--out", tmp_path / "a.npz"
+    )
+    assert code == 0 and said == [
+        f"gpulab: warning: {tmp_path / 'named.npz'}: fed array 'pixels' as input 'input' (the artifact's "
+        "inputs are named by position)"
+    ]
+    np.savez(tmp_path / "unnamed.npz", _images(4))  # np.savez(FILE, array): arr_0, in order, as asked
+    out = tmp_path / "b.npz"
+    assert _infer(capsys, artifacts["exported"], "--input", tmp_path / "unnamed.npz", "--out", out) == (0, [])
+    assert np.array_equal(np.load(out)["output"], np.load(tmp_path / "a.npz")["output"])
+
+
+def test_an_export_says_which_input_a_wrongly_named_array_became(digits_run, tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", pixels=_images(4))
+    out = tmp_path / "d.pt2"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = main(["export", str(digits_run), "--format", "exported", "--input", str(tmp_path / "in.npz"),
+                     "--out", str(out)])  # fmt: skip
+    said = [str(w.message) for w in caught if issubclass(w.category, GpulabWarning)]
+    assert code == 0 and "Traceback" not in capsys.readouterr().err
+    assert [s for s in said if "fed array" in s] == [
+        f"{tmp_path / 'in.npz'}: fed array 'pixels' as input 'input' (Sequential.forward(input) takes no "
+        "argument of that name; passed by position)"
+    ], said
 
 
 @pytest.mark.parametrize("fmt", ["exported", "onnx"])

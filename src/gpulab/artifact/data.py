@@ -11,6 +11,7 @@ make them, not as this module loads."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpulab.artifact import arrays
-from gpulab.errors import DataError
+from gpulab.errors import DataError, GpulabWarning
 
 if TYPE_CHECKING:
     import torch
@@ -128,10 +129,14 @@ def named_from_recipe(val_data: Any, recipe: str, signature: Any) -> Named:
     )
 
 
-def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | None = None) -> Named:
-    """An .npz's arrays as named inputs. ``names`` (an artifact's inputs): the arrays of those names, or
-    the arrays in file order when none is named alike. Otherwise (an export) the arrays ``forward`` takes
-    by name are passed by keyword; arrays it does not name are passed by position."""
+def named_from_npz(
+    path: str | Path, signature: Any = None, names: list[str] | None = None, by_name: bool = False
+) -> Named:
+    """An .npz's arrays as named inputs. ``names`` (an artifact's inputs): the arrays of those names; where
+    the model named them (``by_name``: a dict batch's keys, which ONNX Runtime takes by name only) an array
+    named otherwise is refused with the names expected; where gpulab named them by position (``input``,
+    ``input0..``) the arrays go in file order, and a renamed one is said. Otherwise (an export) the arrays
+    ``forward`` takes by name are passed by keyword, the others by position, and a renamed one is said."""
     import torch
 
     arrays = _read_npz(path)
@@ -143,16 +148,38 @@ def named_from_npz(path: str | Path, signature: Any = None, names: list[str] | N
     if names is not None:
         if all(n in tensors for n in names):
             return Named(list(names), tuple(tensors[n] for n in names), target, keyword=True)
-        if any(n in tensors for n in names) or len(tensors) != len(names):
+        named = not unnamed(path, list(tensors))
+        if (by_name and named) or any(n in tensors for n in names) or len(tensors) != len(names):
             raise DataError(
                 f"{path}: arrays {list(tensors)}; the model's inputs are {list(names)}: name one array "
                 "after each (np.savez(FILE, **{name: array}))"
+                + ("" if by_name else ", or save them unnamed in that order (np.savez(FILE, *arrays))")
             )
+        _say_renamed(path, list(tensors), list(names), "the artifact's inputs are named by position", named)
         return Named(list(names), tuple(tensors.values()), target, keyword=False)
     keyword = signature is not None and signature.keywords(tensors).keys() == tensors.keys()
     n = len(tensors)
     listed = list(tensors) if keyword else ["input"] if n == 1 else [f"input{i}" for i in range(n)]
+    why = f"{signature.text if signature else 'forward'} takes no argument of that name; passed by position"
+    _say_renamed(path, list(tensors), listed, why, not unnamed(path, list(tensors)))
     return Named(listed, tuple(tensors.values()), target, keyword)
+
+
+def _say_renamed(path: str | Path, given: list[str], taken: list[str], why: str, named: bool) -> None:
+    """One line for arrays the user named that feed an input of another name (silent before: issue 40)."""
+    renamed = [(a, b) for a, b in zip(given, taken, strict=True) if a != b]
+    if renamed and named:
+        said = ", ".join(f"array {a!r} as input {b!r}" for a, b in renamed)
+        warnings.warn(f"{path}: fed {said} ({why})", GpulabWarning, stacklevel=3)
+
+
+def unnamed(path: str | Path, found: list[str]) -> bool:
+    """Arrays the user gave no name: ``np.savez(FILE, *arrays)``'s ``arr_0, arr_1, ...``, or one ``.npy``
+    file (its name is the file's, not an input's)."""
+    path = Path(path)
+    if path.suffix == ".npy" and not path.is_dir():
+        return True
+    return found == [f"arr_{i}" for i in range(len(found))]
 
 
 _read_npz = arrays.read_npz

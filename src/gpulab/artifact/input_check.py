@@ -38,15 +38,15 @@ def check_inputs(inputs: tuple[Any, ...], names: list[str], declared: Any, where
             f"{where}: {len(inputs)} input arrays given; the artifact takes {len(specs)}: {expected}"
         )
     out, wrong, cast = [], [], []
-    for x, (name, dtype, shape), given_name in zip(inputs, specs, names, strict=True):
-        label = name or given_name
+    for i, (x, (name, dtype, shape), given_name) in enumerate(zip(inputs, specs, names, strict=True)):
+        label = repr(name or given_name) if name or given_name else str(i)
         have = str(x.dtype).removeprefix("torch.")
         shape_ok = len(shape) == len(x.shape) and all(
             d in DYNAMIC or d == n for d, n in zip(shape, x.shape, strict=True)
         )
         dtype_ok = dtype is None or have == dtype or (have, dtype) in SAFE_CASTS
         if not (shape_ok and dtype_ok):
-            wrong.append(f"{_describe(label, dtype, shape)} expected, {have} {list(x.shape)} given")
+            wrong.append(f"{label}: {_describe(None, dtype, shape)} expected, {have} {list(x.shape)} given")
             continue
         if dtype is not None and have != dtype:
             cast.append(f"{label} {have} -> {dtype}")
@@ -88,4 +88,5 @@ def _cast(x: Any, dtype: str) -> Any:
 
 
 def _describe(name: str | None, dtype: str | None, shape: list) -> str:
-    return f"{name + ' ' if name else ''}{dtype or 'any dtype'} [{', '.join(map(str, shape))}]"
+    # the name quoted: an input called "input" read "input input float32" in the refusal
+    return f"{repr(name) + ' ' if name else ''}{dtype or 'any dtype'} [{', '.join(map(str, shape))}]"

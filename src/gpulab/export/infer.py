@@ -140,7 +140,10 @@ def _inputs(artifact: Path, sidecar: dict[str, Any], input_file: str | Path | No
     if input_file is not None:
         if not names or None in names:  # an artifact without names (TensorFlow's): arrays in file order
             return export_data.from_npz(input_file)
-        data = export_data.named_from_npz(input_file, names=names)
+        by_name = (
+            sidecar.get("call") == "keywords"
+        )  # named by the model (its dict batch's keys), not by gpulab
+        data = export_data.named_from_npz(input_file, names=names, by_name=by_name)
         return data.inputs, data.target
     return _recipe_data(artifact, sidecar, trust, names)
 
