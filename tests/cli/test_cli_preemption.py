@@ -100,6 +100,20 @@ def test_a_signal_saves_a_checkpoint_and_the_resumed_run_is_bit_exact(
     }
 
 
+def test_the_progress_of_a_stopped_run_says_it_stopped_and_how_it_resumes(tmp_path, gpulab_server):
+    # its last progress line said "done in 17.1 s", as a finished run's does (issue 40)
+    proc = fork(gpulab_server, *RUN, "--out", "run", cwd=tmp_path)
+    wait_for_training(proc, tmp_path / "run")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    step = int(stderr.strip().splitlines()[-1].split(" at step ")[1].split(":")[0])
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith(f"step {step}/200  ") and "done in" not in stdout, stdout
+    assert f"  stopped by SIGINT at step {step} after " in last
+    assert last.endswith(" s: resume it with --resume latest"), last
+
+
 def wait_for_line(proc: Child, part: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while part not in (text := proc.stderr_path.read_text()):

@@ -61,7 +61,7 @@ class LogLines(Callback):
         # A stopped fit (a signal) logs nothing at its end: its line shows the loss last read, with its step
         loss = self._loss(state) if result.final_loss is None else f"loss {result.final_loss:.4f}"
         speed = f"{result.samples_per_s:,.0f} samples/s" if result.samples_per_s else ""
-        _emit([*self._position(state), loss, speed, f"done in {result.train_seconds:.1f} s"])
+        _emit([*self._position(state), loss, speed, _ending(result)])
 
     def _fields(self, state) -> list[str]:
         return [*self._position(state), self._loss(state), speed_text(self._metrics)]
@@ -91,6 +91,20 @@ class LogLines(Callback):
         kept = [(t, n) for t, n in self._gaps if not _one_off(t, n, seconds - t, steps - n)]
         per_step = sum(t for t, _ in kept) / sum(n for _, n in kept)
         return [f"ETA {_duration((state.total_steps - state.global_step) * per_step)}"]
+
+
+def _ending(result) -> str:
+    """``done in 17.1 s``; a fit stopped by a signal says so (it was "done in" too), and how it goes on."""
+    stopped = result.extras.get("preempted")
+    if not stopped:
+        return f"done in {result.train_seconds:.1f} s"
+    how = (
+        "resume it with --resume latest"
+        if stopped.get("checkpoint")
+        else "no checkpoint saved (checkpoints are off)"
+    )
+    seconds = f"{result.train_seconds:.1f} s"
+    return f"stopped by {stopped['signal']} at step {stopped['step']} after {seconds}: {how}"
 
 
 def _one_off(seconds: float, steps: int, other_seconds: float, other_steps: int) -> bool:
