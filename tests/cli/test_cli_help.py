@@ -74,3 +74,15 @@ def test_no_bool_metavar_and_docstring_paragraphs_reflowed(verb):
 @pytest.mark.parametrize("verb", ["train", "profile", "inspect"])
 def test_set_shows_what_it_takes(verb):
     assert "--set KEY=VALUE" in _help(verb)
+
+
+def test_bench_help_names_the_suites_as_its_arguments_take_them():
+    # the summary said "accumulation, data parallel, inference runtimes" for accumulate, parallel, inference
+    from gpulab.measure.suite_run import SUITE_NAMES
+
+    text = " ".join(_help("bench").split())
+    summary = text.split("Suites: ")[1].split(". Writes")[0]
+    argument = text.split("(default: all): ")[1].split(". Or")[0]
+    named = lambda listed: [part.split(" (")[0].strip() for part in listed.split("), ")]  # noqa: E731
+    assert [n for part in named(summary) for n in part.split(", ")] == list(SUITE_NAMES), summary
+    assert argument.split(", ") == list(SUITE_NAMES), argument

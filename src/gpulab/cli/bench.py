@@ -18,8 +18,8 @@ _VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within nois
 def bench(
     suites: list[str] = typer.Argument(
         None,
-        help="Suites to run, in order (default: all): matmul precision memory accumulate compile parallel "
-        "transfer inference transformer. Or `compare A.json B.json` to compare two runs.",
+        help="Suites to run, in order (default: all): matmul, precision, memory, accumulate, compile, "
+        "parallel, transfer, inference, transformer. Or `compare A.json B.json` to compare two runs.",
     ),
     quick: bool = typer.Option(
         False,
@@ -61,8 +61,9 @@ def bench(
 ) -> None:
     """Benchmark this machine, one suite after another.
 
-    Suites: matmul, precision, memory, accumulation, compile, data parallel, transfer, inference runtimes,
-    transformer (GPT-2-small step: tokens/s and MFU per variant).
+    Suites: matmul, precision, memory, accumulate (gradient accumulation), compile, parallel (data
+    parallel), transfer, inference (one model in each runtime), transformer (GPT-2-small step: tokens/s and
+    MFU per variant).
 
     Writes OUT/results.json (every figure with its repeats and spread, and the environment), a PNG per
     suite and OUT/report.html (self-contained). `gpulab bench compare A.json B.json` exits 1 when B has
