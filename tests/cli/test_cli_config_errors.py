@@ -85,3 +85,15 @@ def test_every_mistake_in_a_file_is_told_at_once(tmp_path):
         "'options.lr'",
     ):
         assert part in told, told
+
+
+def test_thousands_of_unknown_keys_are_told_as_unknown_keys_not_as_an_alias_bomb(tmp_path):
+    # 5,000 keys written out passed the YAML expansion bound and got its "through aliases" message
+    (tmp_path / "run.yaml").write_text("".join(f"k{i}: {i}\n" for i in range(5000)))
+    (line,) = _lines(gpulab("--config", "run.yaml", cwd=tmp_path), 1)
+    assert line.startswith(
+        "gpulab: error: config file 'run.yaml': 5,000 unknown settings ('k0', 'k1', 'k2' and 4,997 more): "
+        "is this a gpulab config? valid settings: device|precision|"
+    ), line
+    assert "alias" not in line and "expands" not in line
+    assert not (tmp_path / "run").exists()

@@ -189,6 +189,16 @@ MAX_UNKNOWN = 200  # more unknown keys than gpulab has settings: the wrong file,
 MAX_LINES = 20  # mistakes told one line each, then how many more
 
 
+def many_unknown(model: type[BaseModel], unknown: list[str], prefix: str = "") -> str:
+    """``5,000 unknown settings ('k0', 'k1', 'k2' and 4,997 more): is this a gpulab config? ...``"""
+    more = f" and {len(unknown) - 3:,} more" if len(unknown) > 3 else ""
+    return (
+        f"{len(unknown):,} unknown settings{' under ' + prefix.rstrip('.') if prefix else ''} "
+        f"({', '.join(map(repr, unknown[:3]))}{more}): is this a gpulab config? valid settings: "
+        f"{choices(list(model.model_fields))}"
+    )
+
+
 def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") -> S:
     """Validate ``data`` against ``model``; each problem becomes one line of a ``ConfigError``.
 
@@ -197,11 +207,7 @@ def parse_config(model: type[S], data: dict[str, Any] | None, prefix: str = "") 
     data = dict(data or {})
     unknown = [str(k)[:40] for k in data if k not in model.model_fields]
     if len(unknown) > MAX_UNKNOWN:  # not a gpulab config at all: one line, before pydantic walks it
-        raise ConfigError(
-            f"{len(unknown):,} unknown settings{' under ' + prefix.rstrip('.') if prefix else ''} "
-            f"({', '.join(map(repr, unknown[:3]))}, ...): is this a gpulab config? valid settings: "
-            f"{choices(list(model.model_fields))}"
-        )
+        raise ConfigError(many_unknown(model, unknown, prefix))
     try:
         return model.model_validate(data)
     except ValidationError as exc:

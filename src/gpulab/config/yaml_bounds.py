@@ -8,6 +8,10 @@ RecursionError inside PyYAML's own composer; a self-referencing list is a TypeEr
 it. The check walks the parser's events (no tree, no recursion) with libyaml where it is installed, counts
 each alias as the size of what it names, and stops at the first limit passed: its time and memory are
 bounded by the limits, not by the file.
+
+A file that passes the limit with no alias (5,000 keys written out) is not a bomb: its size is bounded by
+the config's byte limit, so the walk goes on through it, noting only its top-level keys, and says so with
+``TooManyValues``, which carries them (the caller names the unknown ones; the alias message misled there).
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ MAX_DEPTH = 64  # nested mappings and lists; the deepest real setting is three l
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _OPEN = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSE = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+class TooManyValues(ConfigError):
+    """A file of more than ``MAX_VALUES`` values written out (no alias): ``keys`` are its top-level keys."""
+
+    def __init__(self, message: str, keys: list[str]) -> None:
+        super().__init__(message)
+        self.keys = keys
 
 
 def check_bounds(text: str, where: str) -> None:
@@ -41,20 +53,25 @@ def check_bounds(text: str, where: str) -> None:
 
 def _walk(loader: yaml.SafeLoader, where: str) -> None:
     sizes: dict[str, int] = {}  # anchor -> expanded size of the value it names
-    stack: list[list] = []  # each open mapping or list: [anchor, expanded size so far]
-    total = 0
+    stack: list[list] = []  # each open mapping or list: [anchor, expanded size so far, children, is a map]
+    total, aliased, passed_at = 0, False, None
+    keys: list[str] = []  # the top-level mapping's keys
     while loader.check_event():
         event = loader.get_event()
+        if len(stack) == 1 and stack[0][3] and stack[0][2] % 2 == 0 and isinstance(event, yaml.ScalarEvent):
+            keys.append(event.value[:40])
+        if stack and not isinstance(event, _CLOSE):
+            stack[-1][2] += 1
         if isinstance(event, _OPEN):
             if len(stack) >= MAX_DEPTH:
                 raise ConfigError(
                     f"{where} nests deeper than {MAX_DEPTH} levels (line {event.start_mark.line + 1}); "
                     "no gpulab setting is more than a few levels deep"
                 )
-            stack.append([event.anchor, 1])
+            stack.append([event.anchor, 1, 0, isinstance(event, yaml.MappingStartEvent)])
             total += 1
         elif isinstance(event, _CLOSE):
-            anchor, size = stack.pop()
+            anchor, size, _, _ = stack.pop()
             if anchor is not None:
                 sizes[anchor] = size
             if stack:
@@ -62,21 +79,28 @@ def _walk(loader: yaml.SafeLoader, where: str) -> None:
             continue
         elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
             size = _alias_size(event, sizes, stack, where) if isinstance(event, yaml.AliasEvent) else 1
+            aliased = aliased or isinstance(event, yaml.AliasEvent)
             if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
                 sizes[event.anchor] = 1
             if stack:
                 stack[-1][1] += size
             total += size
-        if total > MAX_VALUES:
+        if total > MAX_VALUES and aliased:
             raise ConfigError(
-                f"{where} expands to more than {MAX_VALUES:,} values (line {event.start_mark.line + 1}"
-                f"{', through YAML aliases (*name)' if sizes else ''}); a gpulab config holds tens: "
-                "write the settings out"
+                f"{where} expands to more than {MAX_VALUES:,} values (line {event.start_mark.line + 1}, "
+                "through YAML aliases (*name)); a gpulab config holds tens: write the settings out"
             )
+        if total > MAX_VALUES and passed_at is None:
+            passed_at = event.start_mark.line + 1
+    if passed_at is not None:  # written out, no alias: as long as its bytes, which the caller bounds
+        raise TooManyValues(
+            f"{where} holds more than {MAX_VALUES:,} values (line {passed_at}); a gpulab config holds tens",
+            keys,
+        )
 
 
 def _alias_size(event: yaml.AliasEvent, sizes: dict[str, int], stack: list[list], where: str) -> int:
-    if any(anchor == event.anchor for anchor, _ in stack):
+    if any(anchor == event.anchor for anchor, *_ in stack):
         raise ConfigError(
             f"{where}: alias *{event.anchor} at line {event.start_mark.line + 1} is inside the value "
             f"&{event.anchor} names (a cycle); write the value out"

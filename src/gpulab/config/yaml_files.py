@@ -1,6 +1,7 @@
 """A YAML config file read as UTF-8 into a mapping, with one line for each way it can be wrong: missing, a
 folder, too big, not UTF-8, not YAML, a key given twice, empty, not a mapping. ``yaml_bounds`` refuses
-first what would expand, nest or loop past any real config.
+first what would expand, nest or loop past any real config; thousands of keys written out are told as
+unknown settings.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from typing import Any
 
 import yaml
 
-from gpulab.config.yaml_bounds import check_bounds
+from gpulab.config.schema import RunConfig
+from gpulab.config.validate import MAX_UNKNOWN, many_unknown
+from gpulab.config.yaml_bounds import TooManyValues, check_bounds
 from gpulab.errors import ConfigError
 
 
@@ -75,6 +78,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         ) from None
     try:
         data, duplicates = safe_load(text, f"config file {str(p)!r}")
+    except TooManyValues as exc:  # thousands of keys written out: told as unknown keys, not as a bomb
+        unknown = [k for k in exc.keys if k not in RunConfig.model_fields]
+        if len(unknown) > MAX_UNKNOWN:
+            raise ConfigError(f"config file {str(p)!r}: {many_unknown(RunConfig, unknown)}") from None
+        raise
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
