@@ -15,6 +15,7 @@ import typer
 from typer._click import exceptions as click_errors
 
 from gpulab.cli import ending, started
+from gpulab.distributed import rank_errors
 from gpulab.errors import GpulabError, GpulabWarning, choices
 from gpulab.redaction import CREDENTIALS_ENV, restore_credentials
 
@@ -125,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if getattr(exc, "show_cause", False) and exc.__cause__ is not None:  # the user's own bug
             traceback.print_exception(exc.__cause__, file=sys.stderr)
+        elif (
+            getattr(exc, "label", "error") == "error" and exc.exit_code == 2 and rank_errors.record(str(exc))
+        ):  # a rank: `gpulab launch` says it once
+            return exc.exit_code
         for line in str(exc).splitlines():  # several mistakes (a config file's): one line each
             print(f"gpulab: {getattr(exc, 'label', 'error')}: {line}", file=sys.stderr)
         return exc.exit_code

@@ -47,6 +47,7 @@ from typing import Any
 from gpulab import early_signals
 from gpulab.core.fork_inherited import close_in_children, keep_in_children
 from gpulab.core.requeue import REQUEUE_SIGNAL, requeue, requeued_by_slurm
+from gpulab.distributed import rank_errors
 from gpulab.errors import Preempted
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, REQUEUE_SIGNAL)
@@ -132,6 +133,10 @@ class SignalWatch:
 
     def _handle(self, signum: int) -> None:
         name = signal.Signals(signum).name
+        if self.signum is None and rank_errors.peer_made_a_mistake():
+            os._exit(
+                128 + signum
+            )  # the launcher stopping the group after a peer's one-line mistake: it says it
         if self.signum is None:
             self.signum, self._first_at = signum, time.monotonic()
             again = f"again after {self.window_s:g} s" if self.window_s else "again"

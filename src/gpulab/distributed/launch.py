@@ -21,7 +21,8 @@ What gpulab adds around it:
 - inside a SLURM step (``srun``, one task per node) and told nothing of nodes, ranks or endpoint, it reads
   them from SLURM's variables (``with_slurm``; ``slurm.py`` says which).
 - when workers fail and no restart is left, torchrun's ``ChildFailedError`` becomes one line naming
-  each failed rank and its exit code (exit 1: the command line was fine, the job was not).
+  each failed rank and its exit code (exit 1: the command line was fine, the job was not); a mistake the
+  ranks met (each exited 2 with gpulab's one line) is that line, said once, exit 2 (``rank_errors.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from gpulab import early_signals
+from gpulab.distributed import rank_errors
 from gpulab.distributed.debug_dumps import flight_recorder_env, trace_buffer_env
 from gpulab.distributed.loopback import LOOPBACK, is_loopback, loopback_interface_env, loopback_store
 from gpulab.distributed.preflight import check_port_free, is_local_address, wait_for_endpoint
@@ -501,9 +503,19 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     own_log_dir = None if spec.log_dir else tempfile.mkdtemp(prefix="gpulab-launch-")
     argv = torchrun_argv(plan, replace(spec, log_dir=spec.log_dir or own_log_dir))
     config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(argv))
+    mistakes = tempfile.mkdtemp(prefix="gpulab-rank-errors-")  # a rank's one-line mistake, said once here
+    quieted = rank_errors.quiet_elastic_loggers(mistakes)
     try:
-        elastic_launch(config=config, entrypoint=entrypoint)(*args)
+        with _environ({rank_errors.ENV: mistakes}):
+            elastic_launch(config=config, entrypoint=entrypoint)(*args)
     except ChildFailedError as exc:
+        said = rank_errors.mistake(mistakes, exc.failures)
+        if said is not None:
+            raise LaunchError(said) from None
+        rank_errors.release(quieted, log_held=True)
+        for rank, text in sorted(rank_errors.recorded(mistakes).items()):  # beside a crash: said, not lost
+            for line in text.splitlines():
+                print(f"gpulab: error: rank {rank}: {line}", file=sys.stderr)
         raise WorkersFailedError(describe_failures(exc.failures, spec.max_restarts)) from None
     except SignalException as exc:
         name = getattr(exc.sigval, "name", str(exc.sigval))
@@ -518,5 +530,7 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
             f"node uses the same --rdzv-endpoint and --rdzv-id and that --nnodes {spec.nnodes} nodes started"
         ) from None
     finally:
+        rank_errors.release(quieted, log_held=False)
+        shutil.rmtree(mistakes, ignore_errors=True)
         if own_log_dir:
             shutil.rmtree(own_log_dir, ignore_errors=True)
