@@ -1,8 +1,8 @@
 """The CLI fuzz lane (issue 40): every verb's every parameter, read from the typer app itself (a new option is
 covered the day it is added), given what a user gets wrong: a wrong type, a missing path, a file where a
 folder goes and a folder where a file goes, an unwritable place, an empty, a huge (sparse) or an odd file, a
-folder of the user's. Each case must end in one line, exit 2, no traceback, and every byte of the user's
-tree as it was (hashed before and after).
+folder of the user's, an input .npz of strings. Each case must end in one line, exit 2, no traceback, and
+every byte of the user's tree as it was (hashed before and after).
 
 The cases run in this process through the ``cli`` fixture: a refusal costs microseconds, a framework is
 imported once. A parameter whose every value is valid (a job name, a template's image) is listed in
@@ -122,7 +122,8 @@ def kinds(param) -> list[str]:
     if param.name in WRITES:
         return ["file-above", "read-only", "users-folder"]
     if param.name in PATHS or annotation is Path:
-        return ["missing", "empty-file", "huge-file", "odd-file", "empty-folder"]
+        arrays = ["strings-file"] if param.name == "input_file" else []  # an .npz of text: no model takes it
+        return ["missing", "empty-file", "huge-file", "odd-file", "empty-folder", *arrays]
     if annotation in (int, float):
         return ["wrong-type"]
     return ["odd-text"]
@@ -151,6 +152,8 @@ def world(tmp_path_factory):
     (top / "empty-file").write_bytes(b"")
     (top / "odd-file").write_bytes(bytes(range(256)) * 4)
     (top / "empty-folder").mkdir()
+    with open(top / "strings-file", "wb") as handle:  # np.savez to a name would add .npz
+        np.savez(handle, input=np.array(["a", "bc"]), target=np.array([b"x", b"y"]))
     with open(top / "huge-file", "wb") as handle:  # 16 GiB that take no disk: a sparse file
         handle.truncate(16 << 30)
     ro = tmp_path_factory.mktemp("fuzz-ro")
