@@ -1,5 +1,7 @@
 """A command pays only for what it uses: `--help`, a config error and `doctor` import none of torch's
-distributed checkpointing, dynamo or TensorBoard (together 2-3 s of start-up on a small machine)."""
+distributed checkpointing, dynamo or TensorBoard (together 2-3 s of start-up on a small machine); a 1-step
+`gpulab train mlp` imports, beyond what torch and torch._dynamo import (every torch.optim optimizer imports
+the latter), only the few packages the CLI and a run need."""
 
 from __future__ import annotations
 
@@ -55,3 +57,79 @@ def test_help_config_error_and_doctor_import_no_heavy_module(tmp_path):
     assert report["profile mlp --precision fp64"]["exit"] == 2
     assert {cmd: r["loaded"] for cmd, r in report.items() if r["loaded"]} == {}
     assert not (tmp_path / "run").exists()  # the error came before anything was written
+
+
+# What a run writes or could log to, imported only by the verbs or settings that use them: TensorBoard's
+# own writer (tfevents.py writes its files), the trackers, export, the other engine, plotting.
+NEVER_ON_A_PLAIN_RUN = (
+    "tensorboard",
+    "google.protobuf",
+    "torch.utils.tensorboard",
+    "torch.distributed.checkpoint",
+    "absl",
+    "fsspec",
+    "mlflow",
+    "wandb",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "tensorflow",
+    "keras",
+    "pandas",
+    "matplotlib",
+)
+# The packages beyond torch's and torch._dynamo's that a run needs: gpulab, its settings (pydantic, yaml),
+# the CLI (typer, rich), the machine's load (psutil), checkpoints (safetensors). A new one here is a new
+# import on every run's path: make it lazy, or add it with the reason.
+A_RUN_NEEDS = {
+    "gpulab",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "yaml",
+    "typer",
+    "annotated_doc",
+    "shellingham",
+    "rich",
+    "psutil",
+    "safetensors",
+}
+
+_RUN = """
+import contextlib, io, json, sys
+base = set(sys.modules)
+from gpulab.cli import main
+argv, never = json.loads(sys.argv[1])
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(argv)
+loaded = sorted(set(sys.modules) - base)
+print(json.dumps({"exit": code, "loaded": loaded, "never": sorted(m for m in never if m in sys.modules)}))
+"""
+
+
+def _top_level_packages(modules) -> set[str]:
+    names = {m.split(".")[0] for m in modules}
+    return {n for n in names if n not in sys.stdlib_module_names and not n.startswith("_")}
+
+
+def test_a_one_step_train_imports_nothing_beyond_torch_dynamo_and_what_a_run_needs(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "mlp", "--out", str(out), "--max-steps", "1", "--set", "progress=false"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN, json.dumps([argv, NEVER_ON_A_PLAIN_RUN])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["exit"] == 0 and (out / "summary.json").is_file()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TensorBoard's file, all the same
+    assert report["never"] == []
+    framework = subprocess.run(
+        [sys.executable, "-c", "import sys, torch, torch._dynamo; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert _top_level_packages(report["loaded"]) - _top_level_packages(framework) <= A_RUN_NEEDS
