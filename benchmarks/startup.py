@@ -6,12 +6,16 @@ Times, interleaved so drift in machine load hits every command alike:
   import torch      `python -c "import torch"`: the reference of every ratio
   torch + dynamo    `python -c "import torch, torch._dynamo"`: what any run with a torch.optim optimizer
                     imports (its constructor and its step import torch._dynamo, compile or not)
+  torch 1 step      a hand-written step: a Linear, torch.optim.Adam, one backward and step (the floor of
+                    any torch training script; gpulab's own cost is the 1-step run's time beyond it)
   --help            `gpulab --help`
   typo'd setting    `gpulab train mlp --set lrr=1` (a config error: exit 2, one line, no torch)
   missing resume    `gpulab train mlp --out OUT --resume runs/nope/checkpoints/step-1` (exit 2, no torch)
   doctor            `gpulab doctor --json`
   train 1 step      `gpulab train mlp --out OUT --max-steps 1 --overwrite` (a whole run: checkpoint, summary)
 Targets (issue 40): a mistake under 1 s on a quiet 2-core machine; a 1-step run at most import torch + 1.5 s.
+One untimed round comes first, and the commands run without PYTHONDONTWRITEBYTECODE: gpulab's modules load
+from their cached bytecode, as an installed package's do (compiling them costs ~0.1 s a run).
 Usage: python benchmarks/startup.py [--repeats 7]
 """
 
@@ -27,6 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+_TORCH_STEP = (
+    "import torch; m = torch.nn.Linear(20, 1); o = torch.optim.Adam(m.parameters()); "
+    "m(torch.randn(64, 20)).sum().backward(); o.step()"
+)
+
 
 def commands(out: Path) -> dict[str, list[str]]:
     gpulab = ["-m", "gpulab"]
@@ -34,6 +43,7 @@ def commands(out: Path) -> dict[str, list[str]]:
         "python": ["-c", "pass"],
         "import torch": ["-c", "import torch"],
         "torch + dynamo": ["-c", "import torch, torch._dynamo"],
+        "torch 1 step": ["-c", _TORCH_STEP],
         "--help": [*gpulab, "--help"],
         "typo'd setting": [*gpulab, "train", "mlp", "--set", "lrr=1"],
         "missing resume": [
@@ -50,9 +60,9 @@ def commands(out: Path) -> dict[str, list[str]]:
     }
 
 
-def time_once(args: list[str], cwd: Path) -> float:
+def time_once(args: list[str], cwd: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, *args], capture_output=True, check=False, cwd=cwd)
+    subprocess.run([sys.executable, *args], capture_output=True, check=False, cwd=cwd, env=env)
     return time.perf_counter() - start
 
 
@@ -64,10 +74,13 @@ def main() -> None:
         cwd = Path(tmp)
         todo = commands(cwd / "run")
         times: dict[str, list[float]] = {name: [] for name in todo}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for args in todo.values():  # warm-up: bytecode written, files in the page cache
+            time_once(args, cwd, env)
         loads = [os.getloadavg()[0]]
         for _ in range(repeats):
             for name, args in todo.items():
-                times[name].append(time_once(args, cwd))
+                times[name].append(time_once(args, cwd, env))
             loads.append(os.getloadavg()[0])
     torch_s = statistics.median(times["import torch"])
     print(
