@@ -16,7 +16,9 @@ Times, interleaved so drift in machine load hits every command alike:
 Targets (issue 40): a mistake under 1 s on a quiet 2-core machine; a 1-step run at most import torch + 1.5 s.
 One untimed round comes first, and the commands run without PYTHONDONTWRITEBYTECODE: gpulab's modules load
 from their cached bytecode, as an installed package's do (compiling them costs ~0.1 s a run).
-Usage: python benchmarks/startup.py [--repeats 7]
+--baseline SRC adds the 1-step run of the gpulab source tree SRC (say, `git archive main src` unpacked),
+interleaved with the others: a before/after that shares the machine's load.
+Usage: python benchmarks/startup.py [--repeats 7] [--baseline SRC]
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ def commands(out: Path) -> dict[str, list[str]]:
     }
 
 
-def time_once(args: list[str], cwd: Path, env: dict[str, str]) -> float:
+def time_once(args: list[str], cwd: Path, env: dict[str, str], src: str | None) -> float:
+    if src is not None:  # the baseline's gpulab first on the path
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))}
     start = time.perf_counter()
     subprocess.run([sys.executable, *args], capture_output=True, check=False, cwd=cwd, env=env)
     return time.perf_counter() - start
@@ -69,18 +73,22 @@ def time_once(args: list[str], cwd: Path, env: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--baseline", help="a gpulab source tree (its src/) whose 1-step run is timed too")
+    given = parser.parse_args()
+    repeats = given.repeats
     with tempfile.TemporaryDirectory(prefix="gpulab-startup-") as tmp:
         cwd = Path(tmp)
-        todo = commands(cwd / "run")
+        todo = {name: (args, None) for name, args in commands(cwd / "run").items()}
+        if given.baseline:
+            todo["train (baseline)"] = (todo["train 1 step"][0], str(Path(given.baseline).resolve()))
         times: dict[str, list[float]] = {name: [] for name in todo}
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        for args in todo.values():  # warm-up: bytecode written, files in the page cache
-            time_once(args, cwd, env)
+        for args, src in todo.values():  # warm-up: bytecode written, files in the page cache
+            time_once(args, cwd, env, src)
         loads = [os.getloadavg()[0]]
         for _ in range(repeats):
-            for name, args in todo.items():
-                times[name].append(time_once(args, cwd, env))
+            for name, (args, src) in todo.items():
+                times[name].append(time_once(args, cwd, env, src))
             loads.append(os.getloadavg()[0])
     torch_s = statistics.median(times["import torch"])
     print(
