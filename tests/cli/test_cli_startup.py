@@ -1,7 +1,7 @@
 """A command pays only for what it uses: `--help`, a config error and `doctor` import none of torch's
 distributed checkpointing, dynamo or TensorBoard (together 2-3 s of start-up on a small machine); a 1-step
-`gpulab train mlp` imports, beyond what torch and torch._dynamo import (every torch.optim optimizer imports
-the latter), only the few packages the CLI and a run need."""
+`gpulab train mlp` imports, beyond what a hand-written torch step imports (torch.optim brings
+torch._dynamo), only the few packages the CLI and a run need."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ NEVER_ON_A_PLAIN_RUN = (
     "pandas",
     "matplotlib",
 )
-# The packages beyond torch's and torch._dynamo's that a run needs: gpulab, its settings (pydantic, yaml),
+# The packages beyond a hand-written torch step's that a run needs: gpulab, its settings (pydantic, yaml),
 # the CLI (typer, rich), the machine's load (psutil), checkpoints (safetensors). A new one here is a new
 # import on every run's path: make it lazy, or add it with the reason.
 A_RUN_NEEDS = {
@@ -113,7 +113,7 @@ def _top_level_packages(modules) -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and not n.startswith("_")}
 
 
-def test_a_one_step_train_imports_nothing_beyond_torch_dynamo_and_what_a_run_needs(tmp_path):
+def test_a_one_step_train_imports_nothing_beyond_a_torch_step_and_what_a_run_needs(tmp_path):
     out = tmp_path / "run"
     argv = ["train", "mlp", "--out", str(out), "--max-steps", "1", "--set", "progress=false"]
     proc = subprocess.run(
@@ -127,9 +127,30 @@ def test_a_one_step_train_imports_nothing_beyond_torch_dynamo_and_what_a_run_nee
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TensorBoard's file, all the same
     assert report["never"] == []
     framework = subprocess.run(
-        [sys.executable, "-c", "import sys, torch, torch._dynamo; print(' '.join(sys.modules))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    assert _top_level_packages(report["loaded"]) - _top_level_packages(framework) <= A_RUN_NEEDS
+        [sys.executable, "-c", _HAND_WRITTEN_STEP], capture_output=True, text=True, check=True
+    )
+    assert (
+        _top_level_packages(report["loaded"]) - _top_level_packages(framework.stdout.split()) <= A_RUN_NEEDS
+    )
+
+
+# One step of a hand-written loop: what any torch training script imports.
+_HAND_WRITTEN_STEP = """
+import sys, torch
+model = torch.nn.Linear(20, 1)
+optimizer = torch.optim.Adam(model.parameters())
+model(torch.randn(64, 20)).sum().backward()
+optimizer.step()
+print(" ".join(sys.modules))
+"""
+
+
+def test_torch_optim_still_imports_dynamo_without_a_compile():
+    # Why a 1-step run cannot be within `import torch` + 1.5 s (docs/PERF.md, start-up): torch 2.13's
+    # Optimizer imports torch._dynamo when built (add_param_group under torch._disable_dynamo) and at each
+    # step (_use_grad_for_differentiable), 1.5 s on the 2-core VM. Failing here means torch stopped: the
+    # target is then within reach; re-measure with benchmarks/startup.py.
+    step = subprocess.run(
+        [sys.executable, "-c", _HAND_WRITTEN_STEP], capture_output=True, text=True, check=True
+    )
+    assert "torch._dynamo" in step.stdout.split()
