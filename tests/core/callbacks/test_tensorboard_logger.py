@@ -1,9 +1,5 @@
-"""TensorBoardLogger hands records to the event file in batches: one event per step, every scalar in it; a
-resume writes each step once."""
+"""TensorBoardLogger hands records to the writer in batches: one event per step, every scalar in it."""
 
-import json
-import sys
-import types
 from types import SimpleNamespace
 
 import pytest
@@ -12,20 +8,16 @@ from gpulab.core.callbacks import TensorBoardLogger
 from gpulab.core.state import FitResult
 
 FRESH = SimpleNamespace(context=SimpleNamespace(resumed_from=None))  # a trainer's fit that is no resume
-RESUMED = SimpleNamespace(context=SimpleNamespace(resumed_from="checkpoints/step-10"))
 DONE = FitResult(device="cpu", precision="fp32", steps=100, epochs=1, final_loss=1.0, samples_per_s=2493.0,
                  peak_memory_bytes=0, train_seconds=2.0)  # fmt: skip
 
 
-class FakeEventFile:
+class FakeFileWriter:
     def __init__(self):
-        self.events, self.flushes = [], 0
+        self.events = []
 
-    def add_scalars(self, step, values):
-        self.events.append((step, dict(values)))
-
-    def flush(self):
-        self.flushes += 1
+    def add_summary(self, summary, step):
+        self.events.append((step, {v.tag: v.simple_value for v in summary.value}))
 
     def close(self):
         pass
@@ -34,7 +26,8 @@ class FakeEventFile:
 def start(tmp_path, hand_over_s):
     logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=hand_over_s)
     logger.on_fit_start(trainer=FRESH, state=SimpleNamespace(global_step=0))
-    fake = FakeEventFile()
+    fake = FakeFileWriter()
+    assert logger._ready()  # the writer opens in a thread started at fit start
     logger._writer.close()
     logger._writer = fake
     return logger, fake
@@ -45,7 +38,7 @@ def test_records_wait_for_the_hand_over_then_arrive_whole(tmp_path):
     for step in (50, 100):
         logger.on_log(None, SimpleNamespace(global_step=step), {"loss": step / 100, "lr": 1e-3, "flag": True})
     logger.on_validation_end(None, SimpleNamespace(global_step=100), {"val_loss": 0.25})
-    assert fake.events == [] and fake.flushes == 0  # nothing written during the fit
+    assert fake.events == []  # nothing woke the writer thread during the fit
     logger.on_fit_end(None, SimpleNamespace(global_step=100), result=DONE)
     assert fake.events[:3] == [
         (50, {"loss": 0.5, "lr": pytest.approx(1e-3)}),  # booleans are not scalars to plot
@@ -60,43 +53,32 @@ def test_records_wait_for_the_hand_over_then_arrive_whole(tmp_path):
 def test_a_zero_interval_hands_over_at_once(tmp_path):
     logger, fake = start(tmp_path, hand_over_s=0.0)
     logger.on_log(None, SimpleNamespace(global_step=7), {"loss": 0.5})
-    assert fake.events == [(7, {"loss": 0.5})] and fake.flushes == 1
+    assert fake.events == [(7, {"loss": 0.5})]
     logger.on_fit_end(None, SimpleNamespace(global_step=7), result=DONE)
 
 
-def scalars(log_dir, tag):
-    """(step, value) of ``tag`` in every event file of ``log_dir``, read by TensorBoard's loader."""
-    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+def test_the_writer_opens_off_the_training_thread_and_the_first_hand_over_waits_for_it(tmp_path, monkeypatch):
+    import threading
 
-    return sorted(
-        (e.step, v.simple_value)
-        for path in sorted(log_dir.glob("events.out.tfevents.*"))
-        for e in LegacyEventFileLoader(str(path)).Load()
-        for v in e.summary.value
-        if v.tag == tag
-    )
+    from gpulab.core.callbacks import tensorboard
 
+    opened_in, release = [], threading.Event()
+    real = tensorboard._EventWriter
 
-def test_a_hand_over_is_on_disk_before_the_fit_ends(tmp_path):
-    logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=0.0)
+    def slow_writer(log_dir):
+        opened_in.append(threading.current_thread().name)
+        release.wait()  # the import and the file take their time: the fit goes on meanwhile
+        return real(log_dir)
+
+    monkeypatch.setattr(tensorboard, "_EventWriter", slow_writer)
+    logger = TensorBoardLogger(tmp_path / "tb", hand_over_s=3600)
     logger.on_fit_start(trainer=FRESH, state=SimpleNamespace(global_step=0))
-    logger.on_log(None, SimpleNamespace(global_step=5), {"loss": 0.5})
-    assert scalars(tmp_path / "tb", "loss") == [(5, 0.5)]  # TensorBoard shows it now, not at the end
-    logger.on_fit_end(None, SimpleNamespace(global_step=5), result=DONE)
-    assert scalars(tmp_path / "tb", "run/train_seconds") == [(5, 2.0)]
+    logger.on_log(None, SimpleNamespace(global_step=5), {"loss": 0.5})  # returns: nothing waits yet
+    release.set()
+    logger.on_fit_end(None, SimpleNamespace(global_step=5), result=DONE)  # waits, then writes
+    assert opened_in == ["gpulab-tensorboard-open"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-
-def test_a_resume_writes_what_the_event_files_lack_and_nothing_twice(tmp_path):
-    first = TensorBoardLogger(tmp_path / "tb", hand_over_s=0.0, out_dir=tmp_path)
-    first.on_fit_start(trainer=FRESH, state=SimpleNamespace(global_step=0))
-    first.on_log(None, SimpleNamespace(global_step=5), {"loss": 0.5})  # then killed: step 10 never handed
-    first._writer.close()
-    lines = [{"step": 5, "epoch": 0, "loss": 0.5}, {"step": 10, "epoch": 0, "loss": 0.25}]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-    resumed = TensorBoardLogger(tmp_path / "tb", hand_over_s=3600, out_dir=tmp_path)
-    resumed.on_fit_start(trainer=RESUMED, state=SimpleNamespace(global_step=10))
-    resumed.on_log(None, SimpleNamespace(global_step=15), {"loss": 0.125})
-    resumed.on_fit_end(None, SimpleNamespace(global_step=15), result=DONE)
-    assert scalars(tmp_path / "tb", "loss") == [(5, 0.5), (10, 0.25), (15, 0.125)]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(5, 0.5)]

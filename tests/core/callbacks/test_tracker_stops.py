@@ -130,7 +130,7 @@ def test_after_sigkill_and_resume_every_tracker_history_equals_metrics_jsonl(tmp
     latest = int((out / "checkpoints" / "latest").read_text().strip().split("-")[1])
     before = histories(out, uri)
     kept = [s for s, _ in jsonl(out) if s <= latest]
-    # The hole a kill leaves: each tracker holds what was handed to it, every few seconds.
+    # The hole a kill leaves: TensorBoard flushes every two minutes, the others every few seconds.
     assert any(set(kept) - {s for s, _ in h} for h in before.values()), before
 
     code, resumed_err = finished(gpulab_server, [*args, "--resume", "latest"], tmp_path, uri)

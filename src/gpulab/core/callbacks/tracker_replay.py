@@ -1,11 +1,11 @@
 """What a resumed run sends a tracker before its first step: what ``metrics.jsonl`` holds, the tracker lacks.
 
 ``metrics.jsonl`` is written a line at a time, so after any stop (SIGKILL included) it holds every logged
-step; a tracker holds only what it acknowledged (its batches are handed over every few seconds). On resume
-each tracker says which steps it holds (``Acked``); the records up to the checkpoint's step that it lacks are
-sent once, and the resumed run's own records that it holds already (logged by the stopped run after its
-checkpoint: the same values for an exact resume) are not sent again. So every tracker's history equals
-``metrics.jsonl``: no hole, no duplicate.
+step; a tracker holds only what it acknowledged (its batches are handed over every few seconds, TensorBoard
+flushes every two minutes). On resume each tracker says which steps it holds (``Acked``); the records up to
+the checkpoint's step that it lacks are sent once, and the resumed run's own records that it holds already
+(logged by the stopped run after its checkpoint: the same values for an exact resume) are not sent again.
+So every tracker's history equals ``metrics.jsonl``: no hole, no duplicate.
 """
 
 from __future__ import annotations
