@@ -129,14 +129,13 @@ _FRAMEWORKS = ("torch", "tensorflow", "gpulab.engines.torch", "gpulab.engines.te
 def _list_modules(cwd: Path, commands: list[list[str]]) -> list[list[str]]:
     """Each gpulab command in turn in one fresh interpreter; after each, which framework modules the
     interpreter has loaded so far (so a module first seen after command N was loaded by command N)."""
+    # main(), not the console entry: a command may end its process without teardown (cli/ending.py: tune)
     code = (
-        "import runpy, sys\n"
+        "import sys\n"
+        "from gpulab.cli import main\n"
         f"for argv in {commands!r}:\n"
-        "    sys.argv = argv\n"
-        "    try:\n"
-        "        runpy.run_module('gpulab', run_name='__main__')\n"
-        "    except SystemExit as exit:\n"
-        "        assert not exit.code, (argv, exit.code)\n"
+        "    code = main(argv[1:])\n"
+        "    assert not code, (argv, code)\n"
         f"    print('LOADED', *(n for n in {_FRAMEWORKS!r} if n in sys.modules), flush=True)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=400, cwd=cwd)
