@@ -345,7 +345,7 @@ class GraphStepper:
             runtime=stepper.rt,
             model=stepper.model,
             forward=stepper.forward,
-            loss=stepper.loss,
+            torch_step=stepper.torch_step,
             scheduler=None,
             settings=SimpleNamespace(clip_grad_norm=None, progress=False),
             state=SimpleNamespace(global_step=0),

@@ -31,7 +31,6 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     prepare_optimizer,
 )
 from gpulab.engines.torch.runtime.precision import _Autocast
-from gpulab.engines.torch.runtime.step_call import step_loss
 
 
 class Trainer(Protocol):
@@ -45,7 +44,7 @@ class Trainer(Protocol):
     optimizer: torch.optim.Optimizer
     scheduler: Any
     forward: Callable[..., Any]
-    loss: Callable[..., Any]
+    torch_step: Any  # train/step.py's TorchStep: its ``loss_of(batch)`` is the step's forward and loss
 
 
 WARMUP_STEPS = 3  # torch's docs warm up 3 iterations before capturing
@@ -160,7 +159,7 @@ class WholeStepGraph:
         t, rt = self.t, self.t.runtime
         t.optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay where the graph wrote them
         with self._autocast(), probe or contextlib.nullcontext():
-            loss = step_loss(t.forward, t.loss, batch)
+            loss = t.torch_step.loss_of(batch)
         rt.precision.backward(loss)
         if t.settings.clip_grad_norm is not None:
             rt.clip_grad_norm(t.model, t.optimizer, t.settings.clip_grad_norm)
