@@ -4,7 +4,8 @@ checked on. A torch upgrade reads this file first: tests/engines/torch/test_torc
 module elsewhere in src/ uses a private name of torch.
 
 Private submodules are imported inside their functions, so importing this module loads nothing of torch's
-that gpulab did not load before (dynamo, inductor, fake tensors stay unloaded until asked for).
+that gpulab did not load before (dynamo, inductor, fake tensors stay unloaded until asked for); what the
+optimizer step reads every step (``torch.optim.optimizer``'s, loaded with torch) is imported once, here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks, _to_scalar
 from torch.utils import _pytree
 
 # The torch version every function below was checked on (its behaviour read in that version's source and
@@ -183,8 +185,6 @@ def compiled_inner(model: Any) -> Any:
 def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
     """Whether a step hook, the optimizer's own or global, would run around ``optimizer.step()`` (a hook may
     change anything, so the direct fused step leaves it to ``step()``; torch 2.13.0)."""
-    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
-
     return bool(
         optimizer._optimizer_step_pre_hooks
         or optimizer._optimizer_step_post_hooks
@@ -214,8 +214,6 @@ def multiply_each(tensors: Sequence[torch.Tensor], factor: torch.Tensor) -> None
 def optimizer_scalar(value: Any) -> Any:
     """A beta as the fused kernel takes it: a one-element tensor as a 0-d one, anything else as it is
     (``torch.optim.optimizer._to_scalar``, what ``_fused_adam`` passes; torch 2.13.0)."""
-    from torch.optim.optimizer import _to_scalar
-
     return _to_scalar(value)
 
 
