@@ -51,6 +51,7 @@ def _torch_private_names() -> set[str]:
         torch.zeros(1),
         torch.zeros(1).untyped_storage(),
     ]
+    objects.append(data.dataloader._MultiProcessingDataLoaderIter)  # a worker's iterator (its class)
     names: set[str] = set()
     for obj in objects:
         names |= {n for n in dir(obj) if _private(n)} | {n for n in vars(obj) if _private(n)}

@@ -261,6 +261,17 @@ def loader_has_live_iterator(loader: torch.utils.data.DataLoader) -> bool:
     return loader._iterator is not None
 
 
+def shut_down_persistent_workers(loader: Any) -> None:
+    """End a DataLoader's persistent workers now (``_iterator._shutdown_workers``; the next iteration starts
+    new ones): freed by the cyclic garbage collector instead, torch's iterator waits 5 s per worker
+    (pytorch/pytorch#81794; torch 2.13.0). Anything without such workers is left alone."""
+    iterator = getattr(loader, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        loader._iterator = None
+        shutdown()
+
+
 def default_store() -> Any:
     """The c10d key-value store behind the default process group (TCPStore under torchrun), which ranks
     share to agree outside collectives (``distributed_c10d._get_default_store``; torch 2.13.0)."""
