@@ -18,7 +18,6 @@ is named with the shapes it received and what it expects (``Linear``: ``in_featu
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import LiveBytes, fake_step_inputs, unwrap_module
 from gpulab.engines.torch.runtime.signature import Signature
@@ -117,14 +117,8 @@ def inspect_model(
         return _trace(copy.deepcopy(plain), batch, loss, autocast, run_dtype, rows, fake=False)
 
 
-def _fake_limits() -> tuple[type[BaseException], ...]:
-    from torch._subclasses import fake_tensor as ft
-
-    names = ("UnsupportedOperatorException", "DynamicOutputShapeException", "DataDependentOutputException")
-    return tuple(getattr(ft, n) for n in names if hasattr(ft, n))
-
-
-_FAKE_LIMITS = _fake_limits()
+_FAKE_LIMITS = torch_private.fake_tensor_limits()
+_CONV, _NORM = torch_private.conv_and_norm_bases()
 
 
 def _trace(model, batch, loss, autocast, run_dtype, rows: int, *, fake: bool) -> Inspection:
@@ -178,7 +172,7 @@ def _trace(model, batch, loss, autocast, run_dtype, rows: int, *, fake: bool) ->
 @contextmanager
 def _quiet_fake_tensor_log():
     """FakeTensorMode logs a traceback when an op fails on its inputs; that failure is the report's line."""
-    log = logging.getLogger("torch._subclasses.fake_tensor")
+    log = torch_private.fake_tensor_log()
     saved = log.disabled
     log.disabled = True
     try:
@@ -191,9 +185,9 @@ def expects(module: nn.Module) -> str | None:
     """What ``module`` expects of its input, from its own attributes (None when nothing simple says)."""
     if isinstance(module, nn.Linear):
         return f"in_features={module.in_features} as the last dimension"
-    if isinstance(module, nn.modules.conv._ConvNd):
+    if isinstance(module, _CONV):
         return f"in_channels={module.in_channels} as dimension 1 (N, C, ...)"
-    if isinstance(module, nn.modules.batchnorm._NormBase):
+    if isinstance(module, _NORM):
         return f"num_features={module.num_features} as dimension 1"
     if isinstance(module, nn.LayerNorm):
         return f"normalized_shape={list(module.normalized_shape)} as the last dimension(s)"

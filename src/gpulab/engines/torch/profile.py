@@ -1,7 +1,8 @@
 """``gpulab profile``: where one training step's time goes, measured three ways on one instrumented loop.
 
-The loop is the Trainer's step written out on ``Runtime`` (set up -> data -> forward -> backward ->
-communication -> optimizer), so every phase can be timed on its own:
+The step is the Trainer's own (``train/step.py``'s ``TorchStep``: the same loss, backward, clipping and
+optimizer step), fed batches in turn, with its phase hook marking data -> forward -> backward ->
+communication -> optimizer, so every phase can be timed on its own:
 
 1. warm-up steps, not timed (allocator, autotuning, compilation, the data pipeline filling);
 2. timed steps: ``PhaseTimer`` marks each phase (CUDA events on a GPU, synchronised ``perf_counter``
@@ -39,8 +40,9 @@ from gpulab.engines.torch.measure.flops import device_peaks, training_step_flops
 from gpulab.engines.torch.measure.timers import PHASES, PhaseTimer, phase_timer
 from gpulab.engines.torch.runtime.memory import memory_snapshot, memory_stats, reset_peak_memory, synchronize
 from gpulab.engines.torch.runtime.memory_format import channels_last_batch
-from gpulab.engines.torch.runtime.oom import sync_gradients
-from gpulab.engines.torch.runtime.step_call import LossCall, check_batch, step_loss
+from gpulab.engines.torch.runtime.signature import Signature
+from gpulab.engines.torch.runtime.step_call import LossCall, check_batch
+from gpulab.engines.torch.train.step import TorchStep, no_mark
 from gpulab.errors import DataError
 from gpulab.hardware.load import machine_load
 from gpulab.hardware.native_dtypes import native_dtypes
@@ -86,6 +88,7 @@ def profile_recipe(user: dict[str, Any], out_dir: str | Path, options: ProfileOp
             compile_mode=config.compile_mode,
             compile_backend=config.compile_backend,
             channels_last=channels_last,
+            clip_grad_norm=config.clip_grad_norm,
             extra=extra,
         )
     finally:
@@ -108,18 +111,23 @@ def profile_loop(
     compile_mode: str | None = None,
     compile_backend: str = "inductor",
     channels_last: bool = False,
+    clip_grad_norm: float | None = None,
     extra: dict[str, Any] | None = None,
 ) -> ProfileResult:
     """Warm up, time, then profile training steps of ``model`` on ``data``; write the results."""
     o = options or ProfileOptions()
     rt, out = runtime, Path(out_dir)
     claim_output_folder(out, "profile")  # a file, or a folder of the user's: refused, untouched
+    user_model = model
     model, opt = rt.setup(model, optimizer)
+    loss = LossCall(loss_fn, Signature(user_model, None, None))  # the Trainer's rule (runtime/step_call.py)
     forward = model
     if compile:
         from gpulab.engines.torch.runtime.compile import compile_model
 
         forward = compile_model(model, compile_mode, compile_backend)
+        if model is user_model:  # forward and loss as one compiled region, as the Trainer compiles them
+            forward.fuse_loss(loss)
     source = make_loader(
         data, batch_size=batch_size, device=rt.device, shuffle=True, seed=seed, rank=rt.rank,
         world_size=rt.world_size,
@@ -127,7 +135,12 @@ def profile_loop(
     batches = _cycle(source)
     if channels_last:  # the model was converted by the caller; its 4-D inputs follow, as in the Trainer
         batches = map(channels_last_batch, batches)
-    step = _Step(rt, model, forward, opt, loss_fn, batches)
+    # Gradients reduced after backward (and timed) where the strategy keeps whole gradients per rank.
+    separate_comm = rt.world_size > 1 and rt.strategy.checkpoint_layout == "full"
+    torch_step = TorchStep(
+        rt, model, forward, opt, loss, clip_grad_norm=clip_grad_norm, separate_comm=separate_comm
+    )
+    step = _Step(torch_step, batches)
 
     first = next(batches)
     flops = training_step_flops(model, loss_fn, first, autocast=rt.autocast)
@@ -155,39 +168,23 @@ def profile_loop(
 
 
 class _Step:
-    """One training step on the Runtime, each phase marked on the timer (None: untimed)."""
+    """The Trainer's step (``TorchStep``) on the next batch of the data, its phases marked on the timer."""
 
-    def __init__(self, rt, model, forward, optimizer, loss_fn, batches: Iterator[Any]) -> None:
-        self.rt, self.model, self.forward, self.optimizer = rt, model, forward, optimizer
-        self.loss, self.batches = LossCall(loss_fn), batches  # the Trainer's rule (runtime/step_call.py)
-        # Reduce gradients ourselves (and time it) where the strategy keeps whole gradients per rank.
-        self.separate_comm = rt.world_size > 1 and rt.strategy.checkpoint_layout == "full"
+    def __init__(self, torch_step: TorchStep, batches: Iterator[Any]) -> None:
+        self.torch_step, self.batches = torch_step, batches
 
     def run(self, timer: PhaseTimer | None, batch: Any = None) -> None:
-        """One step; on ``batch`` if given, else on the next batch of the data."""
-        mark = timer.mark if timer is not None else _no_mark
-        rt = self.rt
-        if timer is not None:
-            timer.start_step()
-        mark("data")
-        batch = check_batch(next(self.batches) if batch is None else batch)
-        mark("forward")
-        with rt.no_sync(self.model, enabled=self.separate_comm):
-            with rt.autocast():
-                loss = step_loss(self.forward, self.loss, batch)
-            mark("backward")
-            rt.backward(loss)
-        if self.separate_comm:
-            mark("communication")
-            sync_gradients(self.model.parameters(), rt.all_reduce)
-        mark("optimizer")
-        rt.step(self.optimizer)
-        if timer is not None:
-            timer.end_phase()
-
-
-def _no_mark(phase: str) -> None:
-    """Untimed steps mark nothing."""
+        """One step; on ``batch`` if given, else on the next batch of the data (``timer`` None: untimed)."""
+        step = self.torch_step
+        if timer is None:
+            step.mark = no_mark
+            step.whole_step(check_batch(next(self.batches) if batch is None else batch))
+            return
+        step.mark = timer.mark
+        timer.start_step()
+        timer.mark("data")
+        step.whole_step(check_batch(next(self.batches) if batch is None else batch))
+        timer.end_phase()
 
 
 def _fixed_cost(step: _Step, batch: Any, device: torch.device, repeats: int = 5) -> float:

@@ -4,9 +4,10 @@ Each suite module has ``run(ctx: BenchContext) -> SuiteResult`` and a ``PROFILES
 for the "full", "quick" and "smoke" profiles (``gpulab.measure.bench_profiles``); ``run.SUITES`` maps
 names to them, and ``run.run_torch_suites`` runs them for ``gpulab bench``.
 
-A ``Stepper`` is one training step of a built-in recipe's model through a ``Runtime`` (so precision
-policies and strategies are the project's own), over batches already on the device: the suites time
-the step, not the data loading (the transfer suite times that on its own).
+A ``Stepper`` is one training step of a built-in recipe's model -- the Trainer's own step
+(``train/step.py``) on a ``Runtime``, so precision policies and strategies are the project's own -- over
+batches already on the device: the suites time the step, not the data loading (the transfer suite times
+that on its own).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from gpulab.core.recipes.base import load_recipe
 from gpulab.engines.torch.runtime import Runtime
 from gpulab.engines.torch.runtime.compile import CompileFallback
 from gpulab.engines.torch.runtime.signature import Signature
-from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
+from gpulab.engines.torch.runtime.step_call import LossCall
+from gpulab.engines.torch.train.step import TorchStep
 from gpulab.errors import GpulabWarning
 from gpulab.measure.bench_models import MODELS
 
@@ -96,6 +98,7 @@ class Stepper:
         self.loss = LossCall(work.loss_fn, Signature(self.model, None, None))
         if isinstance(self.forward, CompileFallback):
             self.forward.fuse_loss(self.loss)
+        self.torch_step = TorchStep(runtime, self.model, self.forward, self.optimizer, self.loss)
         self.batch_size, self.accumulate = work.batch_size, accumulate
         n = (len(work.inputs) // work.batch_size) * work.batch_size
         if n == 0:
@@ -112,12 +115,10 @@ class Stepper:
         self.cursor += 1
         x = self.inputs[start : start + self.batch_size]
         y = self.targets[start : start + self.batch_size]
-        loss = None
+        step, loss = self.torch_step, None
         for xs, ys in zip(x.chunk(self.accumulate), y.chunk(self.accumulate), strict=True):
-            with self.rt.autocast():
-                loss = step_loss(self.forward, self.loss, (xs, ys))
-            self.rt.backward(loss / self.accumulate)
-        self.rt.step(self.optimizer)
+            loss = step.micro((xs, ys), self.accumulate)
+        step.optimizer_step()
         return loss
 
     @torch.no_grad()

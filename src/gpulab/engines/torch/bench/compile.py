@@ -64,13 +64,13 @@ def run(ctx: BenchContext) -> SuiteResult:
         "so a second run compiles faster."
     )
     result.plots.append(_plot(result.rows))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return result
 
 
 def _one(ctx: BenchContext, model: str, variant: str, cfg: dict, notes: list[str]) -> Row:
     backend = cfg["backend"]
-    torch._dynamo.reset()  # each variant compiles from scratch
+    torch.compiler.reset()  # each variant compiles from scratch
     spec = VARIANTS[variant]
     work = load_workload(model, seed=0, batch_size=cfg.get("batch_size"))
     forward = None if spec is None else (lambda m: compile_model(m, spec[0], backend))

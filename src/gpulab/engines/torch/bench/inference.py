@@ -61,7 +61,7 @@ def run(ctx: BenchContext) -> SuiteResult:
             result.rows += _model_rows(ctx, model, cfg, work_dir, result.notes)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-        torch._dynamo.reset()
+        torch.compiler.reset()
     result.notes.append(
         "Latency: one call per sample (p50 = median, p99 = 99th percentile of the repeats); throughput = "
         "batch / p50. Setup (export, code generation) is in each row's info, not in the timings."

@@ -30,6 +30,8 @@ from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.distributed.process_group import exit_without_teardown
 from gpulab.engines.torch.recipes import mlp
 from gpulab.engines.torch.runtime import Runtime
+from gpulab.engines.torch.runtime.step_call import LossCall
+from gpulab.engines.torch.train.step import TorchStep
 from gpulab.hardware.load import usable_cores
 from gpulab.measure.harness import BenchContext, Timing, measure
 from gpulab.measure.plots import Panel, Plot, series_from_rows
@@ -175,22 +177,25 @@ def _setup(
 
 
 def _stepper(model, optimizer, x, y, batch: int, shard: slice, runtime: Runtime | None = None):
-    """One step of plain PyTorch, or through ``runtime`` (backward and step marked as its strategy wants)."""
+    """One step of plain PyTorch, or the Trainer's own step (``train/step.py``) on ``runtime``."""
     loss_fn = nn.BCEWithLogitsLoss()
     cursor = [0]
 
-    def step() -> None:
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
         i = cursor[0]
         cursor[0] += 1
-        xb, yb = x[i * batch : (i + 1) * batch][shard], y[i * batch : (i + 1) * batch][shard]
+        return x[i * batch : (i + 1) * batch][shard], y[i * batch : (i + 1) * batch][shard]
+
+    if runtime is not None:
+        torch_step = TorchStep(runtime, model, model, optimizer, LossCall(loss_fn))
+        return lambda: torch_step.whole_step(next_batch())
+
+    def step() -> None:
+        xb, yb = next_batch()
         loss = loss_fn(model(xb), yb)
-        if runtime is None:
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        else:
-            runtime.backward(loss)
-            runtime.step(optimizer)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     return step
 

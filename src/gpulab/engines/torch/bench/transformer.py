@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from gpulab import precisions
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.bench import Stepper, Workload, single_runtime
 from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.measure.flops import Peaks, device_peaks, training_step_flops
@@ -124,7 +125,7 @@ def run(ctx: BenchContext) -> SuiteResult:
     result.notes += _notes(ctx, shape_name, precision, flops, peaks, timed, cfg["backend"])
     if timed:
         result.plots.append(_plot(timed))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return result
 
 
@@ -234,7 +235,7 @@ def _one(
     peaks: Peaks,
     notes: list[str],
 ) -> Row:
-    torch._dynamo.reset()  # each variant compiles from scratch
+    torch.compiler.reset()  # each variant compiles from scratch
     work = workload(shape, chunked_loss=variant == CHUNKED)
     if variant == "float8":
         _to_float8(work.model)
@@ -289,7 +290,7 @@ def _hand_row(ctx, shape_name, shape, variant, precision, cfg, flops, peaks) -> 
     """The hand-written loop (``hand_gpt2.py``) at the same shape, precision and batches, timed alike."""
     from gpulab.engines.torch.bench.hand_gpt2 import GPT, make_step
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     work = workload(shape)  # only its batches: the peer builds its own model, as a user's script does
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -344,7 +345,7 @@ class GraphStepper:
             runtime=stepper.rt,
             model=stepper.model,
             forward=stepper.forward,
-            loss=stepper.loss,
+            torch_step=stepper.torch_step,
             scheduler=None,
             settings=SimpleNamespace(clip_grad_norm=None, progress=False),
             state=SimpleNamespace(global_step=0),
@@ -403,7 +404,7 @@ class _NoRecordFunctionNotice(logging.Filter):
         return not record.getMessage().startswith("Profiler record function")
 
 
-_DYNAMO_CTX_LOG = logging.getLogger("torch._dynamo.variables.ctx_manager")
+_DYNAMO_CTX_LOG = torch_private.dynamo_context_manager_log()
 
 
 def compile_optimizer_step(optimizer: torch.optim.Optimizer, backend: str) -> Callable[[], None]:

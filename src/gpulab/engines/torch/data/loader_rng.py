@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from gpulab.engines.torch import torch_private
 from gpulab.errors import CheckpointError, GpulabWarning
 
 
@@ -89,7 +90,7 @@ def capture(loader: DataLoader) -> dict[str, Any]:
         "torch": torch.get_rng_state(),
         "python": [int(version), torch.tensor(words, dtype=torch.int64), [] if gauss is None else [gauss]],
         "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)],
-        "fresh": not (persistent(loader) and loader._iterator is not None),  # torch keeps it there
+        "fresh": not (persistent(loader) and torch_private.loader_has_live_iterator(loader)),
     }
 
 
@@ -123,7 +124,7 @@ def replay(loader: DataLoader, start: int, saved: dict[str, Any] | None, epoch: 
         return iter(loader)
     for generator, state in zip(loader_generators(loader), saved["generators"], strict=True):
         generator.set_state(state)
-    fresh_now = not (persistent(loader) and loader._iterator is not None)
+    fresh_now = not (persistent(loader) and torch_private.loader_has_live_iterator(loader))
     if fresh_now and not saved["fresh"]:
         warnings.warn(
             f"resuming epoch {epoch} of a DataLoader with persistent_workers=True: the sample order is "

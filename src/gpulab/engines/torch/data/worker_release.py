@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulab.engines.torch import torch_private
+
 
 def release_workers(source: Any) -> None:
     """Shut down the persistent workers of ``source``'s DataLoader (a ``DatasetBatches`` or
     ``LoaderBatches``; anything else is left alone). Iterated again, the loader starts new ones."""
-    loader = getattr(source, "loader", None)
-    iterator = getattr(loader, "_iterator", None)  # torch keeps a persistent loader's iterator there
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        loader._iterator = None
-        shutdown()
+    torch_private.shut_down_persistent_workers(getattr(source, "loader", None))

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import torch
 
 from gpulab import precisions
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices.base import Accelerator, MemoryStats
 
 
@@ -89,13 +90,13 @@ class CudaAccelerator(Accelerator):
         self.cuda.set_per_process_memory_fraction(fraction, self.device)
 
     def start_memory_history(self, max_entries: int) -> None:
-        self.cuda.memory._record_memory_history(max_entries=max_entries)
+        torch_private.start_cuda_memory_history(self.cuda, max_entries)
 
     def memory_history(self) -> Any:
-        return self.cuda.memory._snapshot()
+        return torch_private.cuda_memory_snapshot(self.cuda)
 
     def stop_memory_history(self) -> None:
-        self.cuda.memory._record_memory_history(enabled=None)
+        torch_private.stop_cuda_memory_history(self.cuda)
 
     def compute_capability(self) -> tuple[int, int]:
         return tuple(self.cuda.get_device_capability(self.device))

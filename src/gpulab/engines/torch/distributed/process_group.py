@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from gpulab.distributed.debug_dumps import make_dump_dir, trace_buffer_env
 from gpulab.distributed.loopback import is_loopback, loopback_interface_env, loopback_store
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator, kinds
 from gpulab.errors import ConfigError, DeviceError, choices
 
@@ -231,7 +232,7 @@ def destroy_process_group(info: GroupInfo) -> None:
 
 def default_store() -> dist.Store:
     """The c10d key-value store behind the default group (TCPStore under torchrun), shared by all ranks."""
-    return dist.distributed_c10d._get_default_store()
+    return torch_private.default_store()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.formats.base import (
     Runner,
     export_program,
@@ -40,10 +41,10 @@ def available() -> None:
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
     program, sequence = export_program(model, example, dynamic, NAME)
     with torch_internal_warnings_quiet():  # torch's LeafSpec deprecation, from its copy of the program
-        torch._inductor.aoti_compile_and_package(program, package_path=str(output_path(out)))
+        torch_private.aoti_compile_and_package(program, str(output_path(out)))
     return {"compiler": compiler(), "sequence_dim": sequence}
 
 
 def load(path: Path) -> Runner:
-    compiled = torch._inductor.aoti_load_package(str(path))
+    compiled = torch_private.aoti_load_package(str(path))
     return lambda *inputs: compiled(*inputs)

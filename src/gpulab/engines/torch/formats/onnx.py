@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.formats.base import Runner, need, output_path, with_sequence
 from gpulab.errors import ConfigError
 from gpulab.warning_filters import quiet
@@ -25,7 +26,7 @@ def available() -> None:
 def write(model: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic: bool, out: Path) -> dict:
     onnx = need("onnx", NAME)
     # its "torchvision is not installed" line
-    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    registration = torch_private.onnx_registration_log()
     level = registration.level
     registration.setLevel(logging.ERROR)
     with warnings.catch_warnings():

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpulab import precisions
@@ -29,6 +28,7 @@ from gpulab.engines.torch.data.transfer import iter_tensors
 from gpulab.engines.torch.runtime.memory_estimate import fake_step_inputs, holds_shards, unwrap_module
 from gpulab.engines.torch.runtime.signature import Signature
 from gpulab.engines.torch.runtime.step_call import LossCall, step_loss
+from gpulab.engines.torch.torch_private import tree_flatten
 
 
 @dataclass(frozen=True)

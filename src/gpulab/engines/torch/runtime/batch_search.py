@@ -14,7 +14,6 @@ from typing import Any
 import psutil
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten, tree_map
 
 from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.memory import memory_limit_bytes, release_cached_memory
@@ -29,6 +28,7 @@ from gpulab.engines.torch.runtime.memory_estimate import (
     num_rows,
     tensor_bytes,
 )
+from gpulab.engines.torch.torch_private import tree_flatten, tree_map
 from gpulab.errors import ConfigError, GpulabError
 
 

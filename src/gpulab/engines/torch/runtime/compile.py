@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
@@ -109,21 +110,6 @@ class CompileFallback(nn.Module):
         return self.model(*args, **kwargs)
 
 
-def _compile_error_types() -> tuple[type[BaseException], ...]:
-    from torch._dynamo.exc import TorchDynamoException  # BackendCompilerFailed, InductorError, Unsupported
-    from torch._inductor import exc as inductor
-
-    # Inductor's own errors that do not derive from TorchDynamoException (lowering, C++/CUDA compilers).
-    return (
-        TorchDynamoException,
-        inductor.OperatorIssue,
-        inductor.SubgraphLoweringException,
-        inductor.InvalidCxxCompiler,
-        inductor.CppWrapperCodegenError,
-        inductor.CppCompileError,
-    )
-
-
 def is_oom(exc: BaseException) -> bool:
     """A device (``torch.OutOfMemoryError``) or host ("out of memory" RuntimeError) allocation failure."""
     return isinstance(exc, torch.OutOfMemoryError) or (
@@ -143,7 +129,7 @@ def is_compile_error(exc: BaseException) -> bool:
             return False
         seen.add(id(chain))
         chain = chain.__cause__ or chain.__context__
-    return isinstance(exc, _compile_error_types())
+    return isinstance(exc, torch_private.compile_error_types())
 
 
 def compile_model(
@@ -178,14 +164,13 @@ def inductor_options(mode: str | None, on_cpu: bool, check: bool = False) -> dic
     ``check``: random numbers are drawn by eager's kernels (``fallback_random``), so that dropout masks
     match the eager step the first-batch check compares with.
     """
-    from torch._inductor import config, list_mode_options
-
     extra = {}
-    if on_cpu and hasattr(config, "reorder_for_peak_memory"):  # a torch without the pass needs nothing
+    # a torch without the pass needs nothing
+    if on_cpu and torch_private.inductor_has_option("reorder_for_peak_memory"):
         extra["reorder_for_peak_memory"] = False
     if check:
         extra["fallback_random"] = True
-    return {**list_mode_options(mode or "default"), **extra} if extra else None
+    return {**torch_private.inductor_mode_options(mode or "default"), **extra} if extra else None
 
 
 def _on_cpu(model: nn.Module) -> bool:

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 
 # Set on an optimizer once ``prepare_optimizer`` ran: its state tensors are a graph's static buffers.
@@ -92,7 +92,7 @@ def optimizer_blocker(optimizer: torch.optim.Optimizer, fp16: bool) -> str | Non
         return f"optimizer {name}: the whole-step graph takes torch's Adam, AdamW or SGD"
     if type(optimizer) is torch.optim.SGD and not fused:
         return "optimizer SGD without fused kernels reads its learning rate on the host each step"
-    if fp16 and not getattr(optimizer, "_step_supports_amp_scaling", False):
+    if fp16 and not torch_private.takes_scaler_handoff(optimizer):
         return (
             f"fp16-mixed with an unfused {name}: the loss scaler reads its inf flag on the host each step "
             "(leave fused/foreach unset, or fuse_optimizer: true)"
@@ -142,7 +142,7 @@ def load_optimizer_in_place(optimizer: torch.optim.Optimizer, saved: dict[str, A
 # Operators that read a device tensor on the host (a sync, which a capture refuses): .item(), float(),
 # int(), bool() and `if tensor:` (_local_scalar_dense), and those whose output size depends on the data.
 _HOST_READS = {
-    torch.ops.aten._local_scalar_dense.default: ".item(), float(), int() or bool() of a tensor",
+    torch_private.host_read_op(): ".item(), float(), int() or bool() of a tensor",
     torch.ops.aten.nonzero.default: "nonzero() (or a boolean-mask index)",
     torch.ops.aten.masked_select.default: "masked_select() (or a boolean-mask index)",
 }
@@ -154,7 +154,7 @@ _OWN_ROOTS = (
 )
 
 
-class HostReadProbe(TorchDispatchMode):
+class HostReadProbe(torch_private.dispatch_mode_base()):
     """Active around one eager forward and loss: notes the first operator that reads a tensor on the host
     and where the user's code called it, so the cause is named before any capture is tried (on any
     device: the CPU tests see the same thing a GPU capture would refuse)."""

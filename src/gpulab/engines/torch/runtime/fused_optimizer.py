@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 
 FUSED_CLASSES: tuple[type[torch.optim.Optimizer], ...] = (
@@ -39,7 +40,7 @@ def use_fused_kernels(optimizer: torch.optim.Optimizer) -> str:
         group["fused"] = True
     optimizer.defaults["fused"] = True
     # What the constructor does for fused=True: GradScaler then hands the kernel its scale and inf flag.
-    optimizer._step_supports_amp_scaling = True
+    torch_private.set_scaler_handoff(optimizer, True)
     return f"{name} with fused kernels (one call updates every parameter; fuse_optimizer: false keeps it)"
 
 
@@ -49,7 +50,7 @@ def match_loaded_groups(optimizer: torch.optim.Optimizer) -> None:
     optimizer would otherwise have fp16's scaler hand scale and inf flag to the for-loop kernel, which
     refuses them."""
     if type(optimizer) in FUSED_CLASSES:
-        optimizer._step_supports_amp_scaling = all(g.get("fused") for g in optimizer.param_groups)
+        torch_private.set_scaler_handoff(optimizer, all(g.get("fused") for g in optimizer.param_groups))
 
 
 def _why_not(optimizer: torch.optim.Optimizer) -> str | None:

@@ -22,8 +22,8 @@ attribute reads), and ``step()`` runs instead otherwise:
 from __future__ import annotations
 
 import torch
-from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks, _to_scalar
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a DTensor or another tensor subclass
@@ -35,10 +35,7 @@ def direct_step(optimizer: torch.optim.Optimizer) -> bool:
     """Apply ``optimizer``'s fused update directly; False (nothing done) where ``step()`` must run."""
     if (
         type(optimizer) not in DIRECT_CLASSES
-        or optimizer._optimizer_step_pre_hooks
-        or optimizer._optimizer_step_post_hooks
-        or _global_optimizer_pre_hooks
-        or _global_optimizer_post_hooks
+        or torch_private.has_step_hooks(optimizer)
         or getattr(optimizer, "grad_scale", None) is not None
         or getattr(optimizer, "found_inf", None) is not None
     ):
@@ -79,8 +76,8 @@ def direct_step(optimizer: torch.optim.Optimizer) -> bool:
                 and not accelerator(lr.device).is_host
             ):
                 lr = lr.to(params[0].device)  # as torch's _fused_adam moves a device lr
-            kernel = torch._fused_adamw_ if decoupled else torch._fused_adam_
-            torch._foreach_add_(steps, 1)
+            kernel = torch_private.fused_adam_kernel(decoupled)
+            torch_private.add_to_each(steps, 1)
             kernel(
                 params,
                 grads,
@@ -90,15 +87,15 @@ def direct_step(optimizer: torch.optim.Optimizer) -> bool:
                 steps,
                 amsgrad=group["amsgrad"],
                 lr=lr,
-                beta1=_to_scalar(beta1),
-                beta2=_to_scalar(beta2),
+                beta1=torch_private.optimizer_scalar(beta1),
+                beta2=torch_private.optimizer_scalar(beta2),
                 weight_decay=group["weight_decay"],
                 eps=group["eps"],
                 maximize=group["maximize"],
                 grad_scale=None,
                 found_inf=None,
             )
-    optimizer._optimizer_step_code()  # the profiler hook step() calls
+    torch_private.record_optimizer_step(optimizer)  # the profiler hook step() calls
     return True
 
 

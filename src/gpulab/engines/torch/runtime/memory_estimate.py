@@ -41,10 +41,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_flatten
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.data.transfer import iter_tensors, map_tensors
 from gpulab.engines.torch.devices import accelerator
+from gpulab.engines.torch.torch_private import tree_flatten
 from gpulab.errors import ConfigError
 
 AllReduce = Callable[[torch.Tensor, str], torch.Tensor]
@@ -56,7 +57,7 @@ StepFn = Callable[[Callable[..., Any], Any], torch.Tensor]  # (forward, batch) -
 # Counting live bytes
 
 
-class LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
+class LiveBytes(torch_private.dispatch_mode_base()):
     """Counts the bytes of every storage an operator creates while the mode is active, until it is freed.
 
     ``live`` is the current total, ``peak`` its maximum: what a step *adds*. An operator's output that
@@ -85,7 +86,7 @@ class LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
 
     def _track(self, t: torch.Tensor, inputs: set[int]) -> None:
         storage = t.untyped_storage()
-        key = storage._cdata
+        key = torch_private.storage_key(storage)
         if key in self._known or key in self._counted or key in inputs:
             return
         nbytes = storage.nbytes()
@@ -105,7 +106,7 @@ class LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    return torch_private.storage_key(t.untyped_storage())
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -320,9 +321,7 @@ def _trace_fake(model: nn.Module, step: StepFn, example: Any, rows: int, autocas
 def fake_step_inputs(model: nn.Module, batch: Any) -> tuple[Any, dict[str, torch.Tensor], list, Any]:
     """A ``FakeTensorMode`` with fake copies of ``model``'s parameters and buffers (by name, for
     ``torch.func.functional_call``), the trainable ones among them, and ``batch`` made fake."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode()
+    mode = torch_private.fake_tensor_mode()
     tensors = {}
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         fake = mode.from_tensor(t)
@@ -462,7 +461,7 @@ def holds_shards(model: nn.Module) -> bool:
 def unwrap_module(model: nn.Module) -> nn.Module:
     """The user's module inside DDP/DataParallel and ``torch.compile`` wrappers."""
     while True:
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        inner = torch_private.compiled_inner(model) or getattr(model, "module", None)
         if not isinstance(inner, nn.Module):
             return model
         model = inner

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from gpulab import precisions
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 from gpulab.errors import ConfigError, choices
 
@@ -163,11 +164,11 @@ class FP16Mixed(_Autocast):
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.step(optimizer)
-        # update() rewrites the scale in place, so keep a copy. _get_scale_async is GradScaler's own
-        # sync-free accessor; the public get_scale() would call .item() every step.
-        before = self.scaler._get_scale_async().clone()
+        # update() rewrites the scale in place, so keep a copy, read without a host sync (the
+        # public get_scale() would call .item() every step).
+        before = torch_private.scale_without_sync(self.scaler).clone()
         self.scaler.update()
-        shrunk = self.scaler._get_scale_async() < before
+        shrunk = torch_private.scale_without_sync(self.scaler) < before
         if self._skipped is None:
             self._skipped = torch.zeros((), dtype=torch.long, device=shrunk.device)
         self._skipped.add_(shrunk)  # in place: a CUDA graph (cuda_graph) replays this very tensor

@@ -15,12 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-
-def frames_compiled() -> int:
-    """Frames dynamo has compiled in this process so far."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["frames"]["ok"])
+from gpulab.engines.torch.torch_private import frames_compiled
 
 
 class RecompileWatch:

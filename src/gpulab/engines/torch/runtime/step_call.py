@@ -28,6 +28,7 @@ A batch that does not fit the model's ``forward`` is a DataError naming its keys
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -218,19 +219,31 @@ def _own_loss(output: Any) -> torch.Tensor:
     )
 
 
-def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
-    """One forward and the loss on ``batch`` (under the caller's autocast). A compiled model whose loss is
-    fused (``CompileFallback.fuse_loss``) computes both in one compiled region."""
+def loss_route(forward: Callable, loss: LossCall) -> Callable[[Any], torch.Tensor]:
+    """``batch -> loss``: one forward and the loss (under the caller's autocast), the route chosen once. A
+    compiled model whose loss is fused (``CompileFallback.fuse_loss``) computes both in one compiled
+    region; any other forward is called, then ``loss`` takes its output."""
     if getattr(forward, "fuses_loss", False):
-        args, kwargs = (loss.signature or signature_of(forward)).arguments(batch)
-        try:
-            return forward.model_and_loss(args, kwargs, batch, loss)
-        except (TypeError, AttributeError):
-            # The eager path names a batch that does not fit forward (a DataError) where the compiled one
-            # would show the compiler's traceback; a model's own error is raised again as it was.
-            _plain_step_loss(forward.model, loss, batch)
-            raise
-    return _plain_step_loss(forward, loss, batch)
+        return functools.partial(_fused_step_loss, forward, loss)
+    return functools.partial(_plain_step_loss, forward, loss)
+
+
+def step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:
+    """``loss_route(forward, loss)(batch)``, for what takes one loss outside a step (inspect, FLOPs)."""
+    return loss_route(forward, loss)(batch)
+
+
+def _fused_step_loss(forward: Any, loss: LossCall, batch: Any) -> torch.Tensor:
+    if not forward.fuses_loss:  # fell back to eager since (a compile error): the plain call names bad batches
+        return _plain_step_loss(forward, loss, batch)
+    args, kwargs = (loss.signature or signature_of(forward)).arguments(batch)
+    try:
+        return forward.model_and_loss(args, kwargs, batch, loss)
+    except (TypeError, AttributeError):
+        # The eager path names a batch that does not fit forward (a DataError) where the compiled one
+        # would show the compiler's traceback; a model's own error is raised again as it was.
+        _plain_step_loss(forward.model, loss, batch)
+        raise
 
 
 def _plain_step_loss(forward: Callable, loss: LossCall, batch: Any) -> torch.Tensor:

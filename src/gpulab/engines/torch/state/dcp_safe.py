@@ -22,12 +22,12 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
-from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
 from gpulab.checkpoint.io import one_line
 from gpulab.checkpoint.read import unpickler_reason
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.state.layouts import DCP_METADATA
 from gpulab.errors import CheckpointError
 from gpulab.warning_filters import quiet
@@ -153,6 +153,6 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         obj = torch.load(value, weights_only=True)
         fqn = read_item.dest_index.fqn
         if self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[fqn], obj)
+            torch_private.set_element(self.original_state_dict, self.mappings[fqn], obj)
         else:
             self.state_dict[fqn] = obj

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
-from torch.utils import _pytree as pytree
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.devices import accelerator
 from gpulab.engines.torch.runtime.cuda_graph import (
     CudaGraphs,
@@ -31,7 +31,6 @@ from gpulab.engines.torch.runtime.cuda_graph import (
     prepare_optimizer,
 )
 from gpulab.engines.torch.runtime.precision import _Autocast
-from gpulab.engines.torch.runtime.step_call import step_loss
 
 
 class Trainer(Protocol):
@@ -45,7 +44,7 @@ class Trainer(Protocol):
     optimizer: torch.optim.Optimizer
     scheduler: Any
     forward: Callable[..., Any]
-    loss: Callable[..., Any]
+    torch_step: Any  # train/step.py's TorchStep: its ``loss_of(batch)`` is the step's forward and loss
 
 
 WARMUP_STEPS = 3  # torch's docs warm up 3 iterations before capturing
@@ -160,7 +159,7 @@ class WholeStepGraph:
         t, rt = self.t, self.t.runtime
         t.optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay where the graph wrote them
         with self._autocast(), probe or contextlib.nullcontext():
-            loss = step_loss(t.forward, t.loss, batch)
+            loss = t.torch_step.loss_of(batch)
         rt.precision.backward(loss)
         if t.settings.clip_grad_norm is not None:
             rt.clip_grad_norm(t.model, t.optimizer, t.settings.clip_grad_norm)
@@ -200,10 +199,10 @@ class WholeStepGraph:
         """Record the step once, against static copies of this batch; the next batch replays it."""
         # Again: a scheduler may have assigned floats during the warm-up; the graph must read tensors.
         prepare_optimizer(self.t.optimizer, self.device, capturable=accelerator(self.device).cuda_graphs)
-        leaves, self._spec = pytree.tree_flatten(batch)
+        leaves, self._spec = torch_private.tree_flatten(batch)
         self._static = [x.clone() if isinstance(x, torch.Tensor) else x for x in leaves]
         self._loss = torch.empty_like(loss)
-        static_batch = pytree.tree_unflatten(self._static, self._spec)
+        static_batch = torch_private.tree_unflatten(self._static, self._spec)
         try:
             self.graph = self.backend.capture(lambda: self._run(static_batch, out=self._loss), self.device)
         except Exception as exc:  # a host sync (.item()), data-dependent control flow, an unsupported op
@@ -225,11 +224,7 @@ class WholeStepGraph:
                 delattr(self.t.optimizer, name)
         scaler = getattr(self.t.runtime.precision, "scaler", None)
         if scaler is not None:  # the scaler's per-step bookkeeping stopped half way: start it afresh
-            from collections import defaultdict
-
-            from torch.amp.grad_scaler import _refresh_per_optimizer_state
-
-            scaler._per_optimizer_states = defaultdict(_refresh_per_optimizer_state)
+            torch_private.restart_scaler_step(scaler)
         self.graph = None
 
     def _replay(self, batch: Any) -> torch.Tensor:
@@ -240,7 +235,7 @@ class WholeStepGraph:
                 f"the optimizer's {changed} changed after the capture (a graph keeps the value it captured)"
             )
             return self._run(batch)
-        leaves = pytree.tree_leaves(batch)
+        leaves = torch_private.tree_leaves(batch)
         for static, leaf in zip(self._static, leaves, strict=True):
             if isinstance(static, torch.Tensor):
                 static.copy_(leaf, non_blocking=True)
@@ -279,7 +274,7 @@ class WholeStepGraph:
 
     # -- shapes and fallbacks -----------------------------------------------------------------------------
     def _fits(self, batch: Any) -> bool:
-        leaves, spec = pytree.tree_flatten(batch)
+        leaves, spec = torch_private.tree_flatten(batch)
         if spec != self._spec:
             return False
         for static, leaf in zip(self._static, leaves, strict=True):
@@ -306,7 +301,7 @@ class WholeStepGraph:
 
     def _shapes(self, batch: Any) -> str:
         return ", ".join(
-            str(tuple(x.shape)) for x in pytree.tree_leaves(batch) if isinstance(x, torch.Tensor)
+            str(tuple(x.shape)) for x in torch_private.tree_leaves(batch) if isinstance(x, torch.Tensor)
         )
 
     def _static_shapes(self) -> str:

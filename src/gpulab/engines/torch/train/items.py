@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from gpulab.engines.torch import torch_private
 from gpulab.engines.torch.runtime.step_call import IGNORE_INDEX, target_of
 
 Counter = Callable[[Any], torch.Tensor]
@@ -74,4 +75,4 @@ def scale_gradients(params: Any, factor: torch.Tensor) -> None:
     """Every gradient times ``factor`` (a device scalar: no host read)."""
     grads = [p.grad for p in params if p.grad is not None]
     if grads:
-        torch._foreach_mul_(grads, factor.to(grads[0].dtype))
+        torch_private.multiply_each(grads, factor.to(grads[0].dtype))

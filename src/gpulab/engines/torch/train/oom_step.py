@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from gpulab.engines.torch.runtime.oom import OomEvent, OomGuard, split_batch, sync_gradients
-from gpulab.engines.torch.runtime.step_call import step_loss
 from gpulab.errors import ConfigError
 
 # The torch Trainer, not imported even for its type: it imports this module (tests/test_layers.py).
@@ -65,7 +64,7 @@ class GuardedStep:
         for micro, weight in split_batch(batch, parts):
             with rt.no_sync(t.model):
                 with rt.autocast():
-                    loss = step_loss(t.forward, t.loss, micro)
+                    loss = t.torch_step.loss_of(micro)
                 rt.backward(loss * weight)
             part = loss.detach().float() * weight
             total = part if total is None else total + part

@@ -15,6 +15,7 @@ utilisation (callbacks), and from those the diagnosis of what bounds the run and
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,11 +77,12 @@ from gpulab.engines.torch.runtime.step_call import (
 from gpulab.engines.torch.train import NAME, THREADS_HINT
 from gpulab.engines.torch.train.failure import describe_batch, is_out_of_memory
 from gpulab.engines.torch.train.graph_step import WholeStepGraph, make_graph_step
-from gpulab.engines.torch.train.items import item_counter, scale_gradients
+from gpulab.engines.torch.train.items import item_counter
 from gpulab.engines.torch.train.mfu import MfuCallback
 from gpulab.engines.torch.train.nonfinite_watch import NonFiniteWatch, check_parameters
 from gpulab.engines.torch.train.oom_step import GuardedStep
 from gpulab.engines.torch.train.saving import Checkpointer, training_rng_untouched
+from gpulab.engines.torch.train.step import TorchStep
 from gpulab.errors import ConfigError, GpulabWarning
 from gpulab.hardware.native_dtypes import native_dtypes
 
@@ -189,8 +191,6 @@ class Trainer(EngineStep):
         # A mean over items (tokens): micro-batches and ranks weighed by their items (items.py).
         several = s.accumulate > 1 or rt.world_size > 1
         self._count_items = item_counter(model, loss_fn, self._shift_labels) if several else None
-        self._window_items: torch.Tensor | None = None
-        self._micro_items: torch.Tensor | None = None  # the last micro-batch's items: its loss's weight
         s = self.settings = self._resolve_batch_size(train_data)
         # micro_batch: auto -- each loader batch is a whole step, which the OOM guard splits (oom_step.py).
         self.guarded = GuardedStep(self) if s.micro_batch == "auto" else None
@@ -223,6 +223,17 @@ class Trainer(EngineStep):
         self._nonfinite = NonFiniteWatch(enabled=not self.runtime.skips_nonfinite_steps)
         self.state = self.plan.fresh_state()
         self.scheduler = _build_scheduler(scheduler, self.optimizer, self.state.total_steps)
+        # The step itself (train/step.py), its routes picked now from the settings.
+        self.torch_step = TorchStep(
+            rt,
+            self.model,
+            self.forward,
+            self.optimizer,
+            self.loss,
+            scheduler=self.scheduler,
+            clip_grad_norm=s.clip_grad_norm,
+            count_items=self._count_items,
+        )
         self.checkpointer = self._make_checkpointer()
         if resume:
             if self.checkpointer is None:
@@ -233,7 +244,32 @@ class Trainer(EngineStep):
             self.extras["resumed_from"] = str(self.resumed_from)
         callbacks = CallbackList(self._default_callbacks() + self._extra_callbacks)
         self._graph = self._setup_graph(callbacks.callbacks)
+        self._prepare = _batch_preparation(self._channels_last)
+        self._route = self._pick_route()
         return callbacks  # the loop's
+
+    def _pick_route(self) -> Callable[[Any, int, bool], int]:
+        """How each micro-batch runs in this fit, chosen once: the whole-step CUDA graph, the OOM-guarded
+        whole step (``micro_batch: auto``), or a window's micro-batch; the first goes through
+        ``compile_check`` where it is on, which then hands over to the route."""
+        if self._graph is not None:
+            route = self._graph_step
+        elif self.guarded is not None:
+            route = self._guarded_step
+        else:
+            route = functools.partial(self._window_step, micro=self.torch_step.micro)
+        if not self._compile_check.pending:
+            return route
+        step, check = self.torch_step, self._compile_check
+
+        def checked_micro(batch: Any, window: int) -> torch.Tensor:
+            return check.run(self.model, self.forward, lambda forward: step.through(forward)(batch, window))
+
+        def checked_first(batch: Any, window: int, closes: bool) -> int:
+            self._route = route  # every later micro-batch
+            return self._window_step(batch, window, closes, micro=checked_micro)
+
+        return checked_first
 
     def _setup_graph(self, callbacks: list[Callback]) -> WholeStepGraph | None:
         """``cuda_graph``: the whole step as one graph where this fit allows it (and ``callbacks``: none
@@ -273,65 +309,45 @@ class Trainer(EngineStep):
         return self.train_source
 
     def micro_step(self, batch: Any, window: int, closes: bool) -> int:
-        state = self.state
-        batch = check_batch(batch)
-        if self._channels_last:
-            batch = channels_last_batch(batch)
-        if self._graph is not None and not self._compile_check.pending:  # one batch is one step here
-            n = self.plan.batches_per_epoch
-            last = None if n is None else state.batch_in_epoch == n - 1
-            with self._recompiles.watch():
-                loss = self._graph.step(batch, last_in_epoch=last)
-            self._train_loss.add(loss, state.global_step + 1)
-            return samples_in(batch)
+        return self._route(batch, window, closes)
+
+    def _graph_step(self, batch: Any, window: int, closes: bool) -> int:
+        """The whole step as one CUDA graph (graph_step.py): one batch is one step here."""
+        batch = self._prepare(batch)
+        n = self.plan.batches_per_epoch
+        last = None if n is None else self.state.batch_in_epoch == n - 1
         with self._recompiles.watch():
-            if self.guarded is not None:  # the OOM-guarded whole step
-                loss, _ = self.guarded(batch, self.plan.batches_per_epoch)
-            else:
-                loss = self._accumulate(batch, window, closes)
-        # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
-        self._train_loss.add(loss, state.global_step + 1, self._micro_items)
-        if closes:
-            self._optimizer_step()
+            loss = self._graph.step(batch, last_in_epoch=last)
+        self._train_loss.add(loss, self.state.global_step + 1)
         return samples_in(batch)
 
-    def _accumulate(self, batch: Any, window: int, closes: bool) -> torch.Tensor:
-        """Forward and backward of one micro-batch of a window of ``window``."""
-        rt = self.runtime
+    def _guarded_step(self, batch: Any, window: int, closes: bool) -> int:
+        """The OOM-guarded whole step (oom_step.py), then the optimizer step."""
+        batch = self._prepare(batch)
+        with self._recompiles.watch():
+            loss, _ = self.guarded(batch, self.plan.batches_per_epoch)
+        self._train_loss.add(loss, self.state.global_step + 1, self.torch_step.micro_items)
+        if closes:
+            self.torch_step.optimizer_step()
+        return samples_in(batch)
 
-        def step(forward) -> torch.Tensor:
-            with rt.autocast():
-                loss = step_loss(forward, self.loss, batch)
-            if self._count_items is None:
-                rt.backward(loss / window if window > 1 else loss)  # the window's mean, as one big batch
-                return loss
-            items = self._count_items(batch)  # the sum now; divided by the window's items at the step
-            self._micro_items = items
-            self._window_items = items if self._window_items is None else self._window_items + items
-            rt.backward(loss * items)
-            return loss
-
-        with rt.no_sync(self.model, enabled=not closes):
-            if self._compile_check.pending:  # the fit's first micro-batch, compiled and eager compared
-                return self._compile_check.run(self.model, self.forward, step)
-            return step(self.forward)
-
-    def _optimizer_step(self) -> None:
-        s, rt = self.settings, self.runtime
-        if self._window_items is not None:  # the large batch's mean: one all-reduce of one number
-            items = (
-                rt.all_reduce(self._window_items.float(), "sum") if rt.world_size > 1 else self._window_items
-            )
-            scale_gradients(self.model.parameters(), rt.world_size / items.clamp(min=1))
-            self._window_items = None
-        if s.clip_grad_norm is not None:
-            rt.clip_grad_norm(self.model, self.optimizer, s.clip_grad_norm)
-        rt.step(self.optimizer, self.scheduler)
+    def _window_step(self, batch: Any, window: int, closes: bool, *, micro: Callable) -> int:
+        """``micro``: forward and backward of one micro-batch of a window of ``window`` (the step's, or
+        for the fit's first under ``compile_check``, compiled and eager compared); then the optimizer step
+        when the window closes."""
+        step = self.torch_step
+        batch = self._prepare(batch)
+        with self._recompiles.watch(), self.runtime.no_sync(self.model, enabled=not closes):
+            loss = micro(batch, window)
+        # keeps the tensor: no kernel, no sync; a mean over items is weighted by them in the log
+        self._train_loss.add(loss, self.state.global_step + 1, step.micro_items)
+        if closes:
+            step.optimizer_step()
+        return samples_in(batch)
 
     def drop_window(self) -> None:
         """Its micro-batches ran under no_sync, so dropping them needs no collective."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self._window_items = None
+        self.torch_step.drop_window()
 
     def first_step(self) -> float | None:
         self._recompiles.armed = True  # later compilations are left out of the clock, and counted
@@ -574,6 +590,14 @@ def _memory_limit(device: torch.device, limit: int | float | None) -> Iterator[N
         yield
     finally:
         set_memory_limit(device, before)
+
+
+def _batch_preparation(channels_last: bool) -> Callable[[Any], Any]:
+    """What each training batch goes through before the step: the check of its form, and its 4-D inputs
+    made channels_last where the model was."""
+    if not channels_last:
+        return check_batch
+    return lambda batch: channels_last_batch(check_batch(batch))
 
 
 def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
