@@ -55,3 +55,15 @@ def test_outside_a_launch_nothing_is_recorded(monkeypatch):
     monkeypatch.delenv(rank_errors.ENV, raising=False)
     monkeypatch.setenv("RANK", "0")
     assert not rank_errors.record(LINE) and not rank_errors.peer_made_a_mistake()
+
+
+def test_a_restarted_group_is_not_taken_for_a_peers_mistake(folder, monkeypatch):
+    # attempt 0: rank 1's collective failed in one line after rank 0 crashed; torchrun restarts the group
+    monkeypatch.setenv(rank_errors.ATTEMPT_ENV, "0")
+    left(monkeypatch, 1)
+    monkeypatch.setenv(rank_errors.ATTEMPT_ENV, "1")
+    assert not rank_errors.peer_made_a_mistake()  # a SIGTERM now is a preemption: checkpoint, not exit
+    assert rank_errors.recorded(folder) == {1: LINE}  # what the launcher says if the job ends here
+    left(monkeypatch, 0, "the second attempt's line")
+    assert rank_errors.peer_made_a_mistake()
+    assert rank_errors.recorded(folder) == {0: "the second attempt's line"}

@@ -505,6 +505,7 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
     config, entrypoint, args = torchrun.config_from_args(torchrun.parse_args(argv))
     mistakes = tempfile.mkdtemp(prefix="gpulab-rank-errors-")  # a rank's one-line mistake, said once here
     quieted = rank_errors.quiet_elastic_loggers(mistakes)
+    said = None
     try:
         with _environ({rank_errors.ENV: mistakes}):
             elastic_launch(config=config, entrypoint=entrypoint)(*args)
@@ -530,7 +531,9 @@ def _run_torchrun(plan: LaunchPlan, spec: LaunchSpec) -> None:
             f"node uses the same --rdzv-endpoint and --rdzv-id and that --nnodes {spec.nnodes} nodes started"
         ) from None
     finally:
-        rank_errors.release(quieted, log_held=False)
+        # torchrun's lines are dropped only where the mistake's line replaced them (a restarted job that
+        # then finished, or a signal, still shows what failed)
+        rank_errors.release(quieted, log_held=said is None)
         shutil.rmtree(mistakes, ignore_errors=True)
         if own_log_dir:
             shutil.rmtree(own_log_dir, ignore_errors=True)

@@ -8,7 +8,10 @@ launcher now hands its ranks a folder (``ENV``); a rank whose command ends in a 
 traceback: a mistake, not a crash) writes its lines there instead of printing them. When the job fails
 and every rank that failed on its own exited 2 and left its lines, the launcher prints the first rank's,
 once, and exits 2; torchrun's lines about stopping the group are left out while a rank's lines are there.
-A crash (any other exit code, a signal) is reported as before, torchrun's lines and all.
+A crash (any other exit code, a signal) is reported as before, torchrun's lines and all. Each attempt of
+an elastic job (``--max-restarts``) leaves its lines in a folder of its own: a restarted group is not
+taken for one whose peer made a mistake, and a job that failed, restarted and finished still shows
+torchrun's lines about the failure.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 ENV = "GPULAB_RANK_ERRORS"  # the folder the launcher gave its ranks
+ATTEMPT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's count of the group's restarts, in each rank
 MISTAKE_EXIT = 2  # gpulab's exit code for a mistake said in one line (errors.GpulabError)
 # torchrun's loggers that say it stopped the group and which rank failed with which code
 ELASTIC_LOGGERS = (
@@ -29,15 +33,21 @@ ELASTIC_LOGGERS = (
 )
 
 
+def _this_attempt(folder: str | Path) -> Path:
+    """This rank's attempt's folder under the launcher's."""
+    return Path(folder) / f"attempt-{int(os.environ.get(ATTEMPT_ENV) or 0)}"
+
+
 def record(text: str) -> bool:
     """In a rank of ``gpulab launch``: write ``text`` (the error's lines) for the launcher and return True;
     elsewhere False (the caller prints them)."""
     folder, rank = os.environ.get(ENV), os.environ.get("RANK")
     if not folder or rank is None or not Path(folder).is_dir():
         return False
-    path = Path(folder) / f"rank{int(rank)}.txt"
+    path = _this_attempt(folder) / f"rank{int(rank)}.txt"
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
+        path.parent.mkdir(exist_ok=True)
         tmp.write_text(text)
         tmp.replace(path)  # whole or absent: the launcher may read it as this rank exits
     except OSError:
@@ -45,10 +55,16 @@ def record(text: str) -> bool:
     return True
 
 
+def _last_attempt(folder: str | Path) -> Path | None:
+    attempts = [p for p in Path(folder).glob("attempt-*") if p.name.removeprefix("attempt-").isdigit()]
+    return max(attempts, key=lambda p: int(p.name.removeprefix("attempt-")), default=None)
+
+
 def recorded(folder: str | Path) -> dict[int, str]:
-    """Each rank's recorded lines, by global rank."""
+    """Each rank's recorded lines in the last attempt that left any, by global rank."""
     found = {}
-    for path in Path(folder).glob("rank*.txt"):
+    last = _last_attempt(folder)
+    for path in last.glob("rank*.txt") if last is not None else ():
         try:
             found[int(path.stem.removeprefix("rank"))] = path.read_text()
         except (OSError, ValueError):
@@ -79,7 +95,7 @@ def peer_made_a_mistake() -> bool:
     """In a rank of ``gpulab launch``: whether a rank already left its mistake (the SIGTERM that follows
     is the launcher stopping the group; with a peer gone no checkpoint can be agreed)."""
     folder = os.environ.get(ENV)
-    return bool(folder) and any(Path(folder).glob("rank*.txt"))
+    return bool(folder) and any(_this_attempt(folder).glob("rank*.txt"))
 
 
 class QuietOnMistake(logging.Filter):
@@ -93,7 +109,7 @@ class QuietOnMistake(logging.Filter):
         self.held: list[logging.LogRecord] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if any(self.folder.glob("rank*.txt")):
+        if any(self.folder.glob("attempt-*/rank*.txt")):
             self.held.append(record)
             return False
         return True
