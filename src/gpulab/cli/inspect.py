@@ -75,6 +75,21 @@ def render(report, depth: int, console: Console) -> None:
         markup=False,
         emoji=False,  # a recipe named like my_model:wrong must print as written
     )
+    table = _layer_table(report, depth)
+    if not console.is_terminal:  # Rich would squeeze the table into 80 columns, cutting shapes: widen
+        console.width = max(
+            console.width, Measurement.get(console, console.options.update(width=400), table).maximum
+        )
+    console.print(table)
+    if i.failure is not None:
+        return
+    _render_totals(report, console)
+    _render_memory(report, console)
+
+
+def _layer_table(report, depth: int) -> Table:
+    """One row per layer down to ``depth`` (a failed layer at any depth)."""
+    i = report.inspection
     table = Table()
     for col, justify in (
         ("layer", "left"),
@@ -115,13 +130,12 @@ def render(report, depth: int, console: Console) -> None:
             _mib(row.activation_bytes) if row.status == "ok" else "",
             style=style,
         )
-    if not console.is_terminal:  # Rich would squeeze the table into 80 columns, cutting shapes: widen
-        console.width = max(
-            console.width, Measurement.get(console, console.options.update(width=400), table).maximum
-        )
-    console.print(table)
-    if i.failure is not None:
-        return
+    return table
+
+
+def _render_totals(report, console: Console) -> None:
+    """Parameters, FLOPs per sample, and which layers ran in another dtype."""
+    i = report.inspection
     frozen = f", {report.params_frozen:,} frozen" if report.params_frozen else ""
     console.print(
         f"parameters: {report.params_trainable:,} trainable{frozen} ({_mib(report.params_bytes)})",
@@ -141,6 +155,10 @@ def render(report, depth: int, console: Console) -> None:
             f"{i.run_dtype}: {', '.join(casts)}",
             highlight=False,
         )
+
+
+def _render_memory(report, console: Console) -> None:
+    """The predicted peak of a training step and whether it fits."""
     m = report.memory
     if m is None:
         console.print(f"predicted peak memory: n/a ({report.memory_note})", highlight=False)
