@@ -34,9 +34,11 @@ reloaded by its own runtime and matching eager at batch sizes 1 and 3, then `gpu
 instead; a cell that meets a defect another change fixes is a "known defect" naming it. The cells
 cover every pair of values of any two axes (pairwise, computed by the generator), not the full
 product. TensorFlow cells train, inspect and serve their verb inside one process (TensorFlow's import
-costs 5-10 s); a TensorFlow resume cell's runs are processes of their own, since a TensorFlow fit in a
-process that ran other fits ends on other weights than the same fit in a fresh process (found by this
-lane; not fixed yet). torch exports leave out aoti (a C++ build per export).""".splitlines()
+costs 5-10 s); a TensorFlow resume cell's runs are processes of their own (one is killed). This lane found
+that a TensorFlow fit in a process that ran other fits ended on other weights than in a fresh process (the
+recipe's tf.data shuffle took the last fit's global seed); a run now seeds before its recipe is built
+(`tests/engines/tensorflow/test_tf_fit_in_one_process.py`). torch exports leave out aoti (a C++ build per
+export).""".splitlines()
 
 
 def render(verdicts: dict[str, str], lane_time: str) -> str:
