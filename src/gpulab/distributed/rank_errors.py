@@ -24,6 +24,7 @@ from pathlib import Path
 
 ENV = "GPULAB_RANK_ERRORS"  # the folder the launcher gave its ranks
 ATTEMPT_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's count of the group's restarts, in each rank
+WORKER_ENV = "GPULAB_WORKER_INDEX"  # a TensorFlow worker's global index (torchrun's ranks have RANK)
 MISTAKE_EXIT = 2  # gpulab's exit code for a mistake said in one line (errors.GpulabError)
 # torchrun's loggers that say it stopped the group and which rank failed with which code
 ELASTIC_LOGGERS = (
@@ -41,7 +42,7 @@ def _this_attempt(folder: str | Path) -> Path:
 def record(text: str) -> bool:
     """In a rank of ``gpulab launch``: write ``text`` (the error's lines) for the launcher and return True;
     elsewhere False (the caller prints them)."""
-    folder, rank = os.environ.get(ENV), os.environ.get("RANK")
+    folder, rank = os.environ.get(ENV), os.environ.get("RANK", os.environ.get(WORKER_ENV))
     if not folder or rank is None or not Path(folder).is_dir():
         return False
     path = _this_attempt(folder) / f"rank{int(rank)}.txt"

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+from gpulab.distributed import rank_errors
 from gpulab.distributed.launch import LaunchSpec, local_accelerator, parse_nnodes, resolve_command
 from gpulab.engines.tensorflow.launch_blame import is_suspended, lost_tasks
 from gpulab.engines.tensorflow.launch_config import DEFAULT_TF_PORT, cluster_workers, tf_config
@@ -209,8 +213,10 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_requeue_warning)
     logs = []
+    mistakes = tempfile.mkdtemp(prefix="gpulab-rank-errors-")  # a worker's one-line mistake, said once here
     try:
         for local, env in enumerate(plan.env):
+            env = {**env, rank_errors.ENV: mistakes, rank_errors.WORKER_ENV: str(plan.global_index(local))}
             out = None
             if log_dir:  # each worker's stdout+stderr in its own file, as torchrun's --log-dir
                 Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -233,6 +239,10 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
                     procs[i].kill()
                     procs[i].wait()
                 stopped = _stop(procs)
+                ended = {plan.global_index(i): SimpleNamespace(exitcode=c) for i, c in dead.items()}
+                said = None if suspended else rank_errors.mistake(mistakes, ended)
+                if said is not None:  # every failed worker made the same kind of mistake: its line, once
+                    raise LaunchError(said)
                 raise WorkersFailedError(describe_dead(plan, dead, stopped, log_dir, suspended))
             if all(c == 0 for c in codes):
                 return
@@ -247,6 +257,7 @@ def run_tf_workers(plan: TFPlan, log_dir: str | None = None, monitor_interval: f
         raise LaunchError(f"cannot start {plan.argv[0]!r}: {exc.strerror}") from None
     finally:
         _stop(procs)  # nothing outlives the launcher, whatever ended it (no-op when all have exited)
+        shutil.rmtree(mistakes, ignore_errors=True)
         for s, handler in old.items():
             signal.signal(s, handler)
         for f in logs:
