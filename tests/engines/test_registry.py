@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tf_numpy_recipe import NUMPY_RECIPE
 
 from gpulab import engine_registry as engines
 from gpulab.errors import ConfigError
@@ -90,28 +91,6 @@ def _names_an_engine(node: ast.Compare) -> bool:
 
 def _is_sys_modules(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "modules"
-
-
-NUMPY_RECIPE = """
-import keras
-import numpy as np
-
-from gpulab.engines.tensorflow import TfRecipe
-
-
-def build(options):
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((200, 4)).astype("float32")
-    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
-    bce = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
-    return TfRecipe(
-        model=lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, dtype="float32")]),
-        train_data=(x, y),
-        loss_fn=lambda y, out: bce(y, out),
-        optimizer=lambda total_steps: keras.optimizers.SGD(0.1),
-        defaults={"batch_size": 32},
-    )
-"""
 
 
 def _train_and_list_modules(tmp_path: Path, recipe: str, *args: str) -> str:

@@ -12,34 +12,23 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tf_numpy_recipe import NUMPY_RECIPE
 
 ROOT = Path(__file__).resolve().parents[4]
 
+# the user's recipe, failing where a worker runs it (the launcher checks the command once before any starts)
 RECIPE = """
 import json
 import os
 
-import keras
-import numpy as np
-
-from gpulab.engines.tensorflow import TfRecipe
+from np_recipe import build as np_build
 
 
 def build(options):
-    config = os.environ.get("TF_CONFIG")  # the launcher checks the command once before any worker starts
+    config = os.environ.get("TF_CONFIG")
     if config and str(json.loads(config)["task"]["index"]) in options.get("workers", "").split(","):
         raise FileNotFoundError("/data/part-1.csv is missing on this node")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((200, 4)).astype("float32")
-    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
-    bce = keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
-    return TfRecipe(
-        model=lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, dtype="float32")]),
-        train_data=(x, y),
-        loss_fn=lambda y, out: bce(y, out),
-        optimizer=lambda total_steps: keras.optimizers.SGD(0.1),
-        defaults={"batch_size": 32},
-    )
+    return np_build(options)
 """
 
 
@@ -48,6 +37,7 @@ def build(options):
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")
 @pytest.mark.parametrize("workers", ["1", "0,1"], ids=["one-worker", "every-worker"])
 def test_a_mistake_in_the_workers_is_one_line_once_exit_2(tmp_path, workers):
+    (tmp_path / "np_recipe.py").write_text(NUMPY_RECIPE)
     (tmp_path / "node_recipe.py").write_text(textwrap.dedent(RECIPE))
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")}
     env |= {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "CUDA_VISIBLE_DEVICES": ""}
